@@ -1,0 +1,70 @@
+/* dispatch.c: chooses each kernel's instruction-set path once, at import.
+ *
+ * The best path the CPU supports is taken (asked with __builtin_cpu_supports, which also checks
+ * that the OS saves the wider registers); DECENTLEARN_ISA=generic|avx2|avx512 or dl_set_isa()
+ * forces one, so tests can cover every path on one machine.
+ */
+#include <string.h>
+
+#include "dl.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define DL_X86 1
+#endif
+
+static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512"};
+
+static const dl_dispatch_t tables[DL_ISA_COUNT] = {
+    {DL_ISA_GENERIC, "generic", dl_gossip_csr_f32_generic},
+#ifdef DL_X86
+    {DL_ISA_AVX2, "avx2", dl_gossip_csr_f32_avx2},
+    {DL_ISA_AVX512, "avx512", dl_gossip_csr_f32_avx512},
+#else
+    {DL_ISA_AVX2, "avx2", NULL},
+    {DL_ISA_AVX512, "avx512", NULL},
+#endif
+};
+
+static const dl_dispatch_t *active = NULL;
+
+const char *dl_isa_name(dl_isa_t isa) {
+    return (isa >= 0 && isa < DL_ISA_COUNT) ? isa_names[isa] : "unknown";
+}
+
+int dl_isa_supported(dl_isa_t isa) {
+    switch (isa) {
+    case DL_ISA_GENERIC:
+        return 1;
+#ifdef DL_X86
+    case DL_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case DL_ISA_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+#endif
+    default:
+        return 0;
+    }
+}
+
+int dl_set_isa(dl_isa_t isa) {
+    if (isa < 0 || isa >= DL_ISA_COUNT || !dl_isa_supported(isa)) return DL_E_ARG;
+    active = &tables[isa];
+    return DL_OK;
+}
+
+const dl_dispatch_t *dl_dispatch(void) {
+    if (active == NULL) {
+        dl_isa_t best = DL_ISA_GENERIC;
+        for (int i = DL_ISA_COUNT - 1; i > 0; i--)
+            if (dl_isa_supported((dl_isa_t)i)) {
+                best = (dl_isa_t)i;
+                break;
+            }
+        active = &tables[best];
+    }
+    return active;
+}

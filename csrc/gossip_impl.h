@@ -1,0 +1,152 @@
+/* gossip_impl.h: the body of the CSR gossip kernel Y = W X, compiled once per ISA.
+ *
+ * Included by gossip.c (baseline flags), gossip_avx2.c and gossip_avx512.c (their own -m flags);
+ * each defines DL_SUFFIX before including it, so one readable C loop nest becomes three
+ * auto-vectorized builds that the dispatch table chooses between at run time.
+ *
+ * Work is cut into tiles of DL_GOSSIP_RB rows x cb columns. cb is chosen from the number of peers
+ * so that the slab X[:, c0:c0+cb] fits in half of a 1 MiB L2: every row of X is then read from DRAM
+ * once even on graphs whose neighbours are far apart (exponential, random). Tiles are numbered
+ * column-block-major and split statically, so each thread streams its own slab. Each output element
+ * is one sum over the row's CSR entries in stored order, computed the same way whatever the tile
+ * split, hence bit-identical for any thread count.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dl.h"
+
+#ifndef DL_SUFFIX
+#error "define DL_SUFFIX before including gossip_impl.h"
+#endif
+#define DL_CAT2(a, b) a##_##b
+#define DL_CAT(a, b) DL_CAT2(a, b)
+
+#define DL_GOSSIP_RB 64        /* rows per tile */
+#ifndef DL_GOSSIP_SLAB
+#define DL_GOSSIP_SLAB (1 << 19) /* bytes of X a column block may span */
+#endif
+
+/* One vector register of the build's widest type: 16 floats under AVX-512, 8 under AVX2, 4 in the
+ * portable build (SSE2 on x86-64). Accessed through memcpy, so rows need no alignment. */
+#if defined(__AVX512F__)
+#define DL_LANES 16
+#elif defined(__AVX2__)
+#define DL_LANES 8
+#else
+#define DL_LANES 4
+#endif
+typedef float dl_vf __attribute__((vector_size(DL_LANES * 4)));
+static inline dl_vf dl_ld(const float *p) {
+    dl_vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void dl_st(float *p, dl_vf v) { memcpy(p, &v, sizeof v); }
+
+#ifndef DL_NACC
+#define DL_NACC 4 /* accumulators per row: registers in flight */
+#endif
+#define DL_GOSSIP_VW (DL_NACC * DL_LANES) /* columns accumulated at once */
+
+/* One row of one tile: yr[0:w] = sum_p data[p] * x[indices[p], c0:c0+w], p in [p0, p1), with
+ * DL_GOSSIP_VW columns accumulated in DL_NACC registers across the row's neighbours. */
+static inline void gossip_row(const int32_t *restrict indices, const float *restrict data,
+                              int64_t p0, int64_t p1, const float *restrict x, int64_t dim,
+                              int64_t c0, int64_t w, float *restrict yr) {
+    if (p0 == p1) {
+        memset(yr, 0, (size_t)w * sizeof(float));
+        return;
+    }
+    const float *restrict x0 = x + c0;
+    int64_t c = 0;
+    for (; c + DL_GOSSIP_VW <= w; c += DL_GOSSIP_VW) {
+        const float *xr = x0 + (int64_t)indices[p0] * dim + c;
+        const float w0 = data[p0];
+        dl_vf a[DL_NACC];
+        for (int u = 0; u < DL_NACC; u++) a[u] = w0 * dl_ld(xr + u * DL_LANES);
+        for (int64_t p = p0 + 1; p < p1; p++) {
+            const float *xp = x0 + (int64_t)indices[p] * dim + c;
+            const float wp = data[p];
+            for (int u = 0; u < DL_NACC; u++) a[u] += wp * dl_ld(xp + u * DL_LANES);
+        }
+        for (int u = 0; u < DL_NACC; u++) dl_st(yr + c + u * DL_LANES, a[u]);
+    }
+    /* Tail: the same operation order per column as above, so a column's result does not depend on
+     * where the tile boundaries fall. */
+    for (; c < w; c++) {
+        float acc = data[p0] * x0[(int64_t)indices[p0] * dim + c];
+        for (int64_t p = p0 + 1; p < p1; p++) acc += data[p] * x0[(int64_t)indices[p] * dim + c];
+        yr[c] = acc;
+    }
+}
+
+/* Y (n_rows x dim) = W (n_rows x n_cols, CSR) @ X (n_cols x dim); X and Y C-contiguous float32,
+ * must not overlap. W is assumed valid (dl_csr_check). Any n_threads >= 1 gives the same bits. */
+int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, const float *x,
+                                          float *y, int n_threads) {
+    if (dim < 0 || w->n_rows < 0 || n_threads < 1) return DL_E_ARG;
+    if (dim == 0 || w->n_rows == 0) return DL_OK;
+    const int64_t *indptr = w->indptr;
+    const int32_t *indices = w->indices;
+    const float *data = w->data;
+    /* Rows a row-ordered sweep keeps live: twice the largest (cyclic) distance between a row and
+     * its neighbours. A ring keeps 3 rows live and streams whole rows; an exponential or random
+     * graph keeps all of them and works on packed column slabs instead. */
+    int64_t reach = 0;
+    for (int64_t i = 0; i < w->n_rows; i++)
+        for (int64_t p = indptr[i]; p < indptr[i + 1]; p++) {
+            int64_t d = indices[p] > i ? indices[p] - i : i - indices[p];
+            if (w->n_rows == w->n_cols) d = dl_min_i64(d, w->n_cols - d);
+            reach = dl_max_i64(reach, d);
+        }
+    const int64_t live = dl_min_i64(2 * reach + 1, dl_max_i64(w->n_cols, 1));
+    const int packed = 4 * live * dim > DL_GOSSIP_SLAB && 4 * w->n_cols * dim > DL_GOSSIP_SLAB;
+#ifndef _OPENMP
+    (void)n_threads;
+#endif
+
+    if (!packed) {
+        /* Whole rows, tiles of DL_GOSSIP_RB rows split statically over threads. */
+        const int64_t n_rb = dl_cdiv_i64(w->n_rows, DL_GOSSIP_RB);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, n_rb))
+#endif
+        for (int64_t ib = 0; ib < n_rb; ib++) {
+            const int64_t i1 = dl_min_i64(w->n_rows, (ib + 1) * DL_GOSSIP_RB);
+            for (int64_t i = ib * DL_GOSSIP_RB; i < i1; i++)
+                gossip_row(indices, data, indptr[i], indptr[i + 1], x, dim, 0, dim, y + i * dim);
+        }
+        return DL_OK;
+    }
+
+    /* Packed column slabs: a thread copies X[:, c0:c0+cw] into a private buffer whose row stride
+     * is padded by one cache line (rows of X are often a multiple of 4 KiB apart, so unpacked they
+     * alias onto a few cache sets), then computes every row of Y for that block from it. cb is a
+     * multiple of DL_GOSSIP_VW, so vector/tail boundaries, hence the bits, match the unpacked
+     * path. */
+    const int64_t cb = dl_max_i64(DL_GOSSIP_SLAB / (4 * w->n_cols) / DL_GOSSIP_VW * DL_GOSSIP_VW,
+                                  DL_GOSSIP_VW);
+    const int64_t n_cb = dl_cdiv_i64(dim, cb), ld = cb + 16;
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)dl_min_i64(n_threads, n_cb)) reduction(| : failed)
+#endif
+    {
+        float *buf = malloc((size_t)(w->n_cols * ld) * sizeof(float));
+        if (buf == NULL) failed = 1;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t jb = 0; jb < n_cb; jb++) {
+            if (buf == NULL) continue;
+            const int64_t c0 = jb * cb, cw = dl_min_i64(cb, dim - c0);
+            for (int64_t j = 0; j < w->n_cols; j++)
+                memcpy(buf + j * ld, x + j * dim + c0, (size_t)cw * sizeof(float));
+            for (int64_t i = 0; i < w->n_rows; i++)
+                gossip_row(indices, data, indptr[i], indptr[i + 1], buf, ld, 0, cw, y + i * dim + c0);
+        }
+        free(buf);
+    }
+    return failed ? DL_E_NOMEM : DL_OK;
+}

@@ -1,0 +1,51 @@
+"""decentlearn: simulate and run decentralized learning, with the hot paths in C.
+
+All peers' state is one C-contiguous (n_peers, dim) float32 array; ``decentlearn.ops`` runs the C
+kernels on whole matrices. See ``show_config()`` for the build and the active instruction set.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+__version__ = "0.1.0"
+
+
+def _numpy_blas() -> str:
+    """Name and version of the BLAS numpy was built against, as numpy reports it."""
+    try:
+        deps = np.show_config(mode="dicts")["Build Dependencies"]
+        blas = deps.get("blas", {})
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # numpy's config layout is not a stable API
+        return "unknown"
+
+
+def config() -> dict:
+    """The build and run-time configuration as a dict (what ``show_config`` prints)."""
+    from decentlearn import _core, ops
+
+    core = _core.config()
+    return {
+        "decentlearn": __version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "compiler": core["compiler"],
+        "openmp": core["openmp"],
+        "openmp_version": core["omp_version"],
+        "threads": ops.resolve_threads(None),
+        "isa": core["isa"],
+        "isa_supported": core["isa_supported"],
+        "numpy": np.__version__,
+        "numpy_blas": _numpy_blas(),
+    }
+
+
+def show_config() -> None:
+    """Prints version, OpenMP, thread count, active instruction-set path, numpy and its BLAS."""
+    for key, value in config().items():
+        if isinstance(value, list):
+            value = ", ".join(value)
+        print(f"{key:>15}: {value}")
