@@ -1,0 +1,50 @@
+"""Data sets, partitions of a training set among peers, and downloads.
+
+``load_dataset("digits")`` gives the embedded UCI 8x8 digits (no network needed);
+``make_partition("dirichlet:0.5", ds.y_train, n_peers)`` splits it among peers and
+``skew_report`` describes how non-IID the split is. See docs/data.md.
+"""
+
+from decentlearn.data.datasets import (
+    Dataset,
+    DatasetLoader,
+    available_datasets,
+    download_dir,
+    load_dataset,
+    register_dataset,
+    standardize_images,
+)
+from decentlearn.data.download import DATASET_FILES, RemoteFile, download
+from decentlearn.data.idx import read_idx
+from decentlearn.data.partition import (
+    Partition,
+    PartitionContext,
+    available_partitions,
+    label_skew,
+    make_partition,
+    register_partition,
+    skew_report,
+)
+from decentlearn.data.synthetic import make_synthetic
+
+__all__ = [
+    "DATASET_FILES",
+    "Dataset",
+    "DatasetLoader",
+    "Partition",
+    "PartitionContext",
+    "RemoteFile",
+    "available_datasets",
+    "available_partitions",
+    "download",
+    "download_dir",
+    "label_skew",
+    "load_dataset",
+    "make_partition",
+    "make_synthetic",
+    "read_idx",
+    "register_dataset",
+    "register_partition",
+    "skew_report",
+    "standardize_images",
+]

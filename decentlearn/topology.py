@@ -1,0 +1,703 @@
+"""Communication graphs and the mixing matrices that drive gossip, X_{t+1} = W_t X_t.
+
+A :class:`Topology` holds the mixing matrix W_t of every round of a (possibly time-varying) graph,
+where W_t[i, j] is the weight peer i gives to the vector it receives from peer j. Graphs come from a
+registry of builders by spec string (``make("small-world:4:0.1", 64)``, see :func:`available`), from
+an undirected edge list (:func:`from_edges`) or as a given matrix (:func:`from_matrix`); builders
+return a :class:`Graph` (who talks to whom in each round) and a weight rule (``metropolis``,
+``max-degree`` or ``uniform``) turns it into W_t. Every W_t is checked once at construction
+(nonnegative, rows and columns summing to 1 within 1e-12, symmetric for undirected graphs, and the
+union over one period connected) and stored as a float64 sparse matrix; the dense matrix, the CSR
+triple the C gossip kernel consumes, neighbour lists, degrees and the spectral gap are computed
+lazily, cached per round ``t % period`` and returned read-only.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+__all__ = [
+    "Graph",
+    "Topology",
+    "available",
+    "from_edges",
+    "from_matrix",
+    "make",
+    "register",
+]
+
+#: Tolerance on row and column sums of every W_t (float64).
+TOLERANCE = 1e-12
+
+#: How many seeds random builders try, in a fixed order, before giving up on a connected graph.
+MAX_TRIES = 100
+
+#: Largest n for which repr() computes the spectral gap (beyond it, only a cached gap is shown).
+REPR_GAP_MAX_N = 1024
+
+GraphBuilder = Callable[..., "Graph"]
+WeightRule = Callable[[sp.csr_array, str], sp.csr_array]
+
+_BUILDERS: dict[str, GraphBuilder] = {}
+_WEIGHT_RULES: dict[str, WeightRule] = {}
+
+
+# --------------------------------------------------------------------------------------------------
+# Argument checking
+
+
+def _check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _parse_int(text: str, name: str, *, minimum: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {text!r}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _parse_probability(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {text!r}")
+    return value
+
+
+def _check_weights(weights: Any) -> str:
+    if not isinstance(weights, str):
+        raise TypeError(f"weights must be a str, got {type(weights).__name__} {weights!r}")
+    if weights not in _WEIGHT_RULES:
+        raise ValueError(f"weights must be one of {sorted(_WEIGHT_RULES)}, got {weights!r}")
+    return weights
+
+
+def _edge_array(edges: Any, n: int, name: str) -> np.ndarray:
+    """Returns ``edges`` as a C-contiguous (m, 2) int64 array of peer indices in [0, n)."""
+    if isinstance(edges, np.ndarray):
+        arr = edges
+    elif isinstance(edges, Iterable) and not isinstance(edges, (str, bytes)):
+        arr = np.asarray(list(edges))
+    else:
+        raise TypeError(
+            f"{name} must be an iterable of (i, j) pairs or an (m, 2) int array, "
+            f"got {type(edges).__name__}"
+        )
+    if arr.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integer peer indices, got dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"{name} must be (i, j) pairs with shape (m, 2), got shape {arr.shape}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= n:
+        bad = lo if lo < 0 else hi
+        raise ValueError(
+            f"{name} holds peer index {bad}, out of range for n={n} (expected 0 <= i < n)"
+        )
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------
+# Graphs and builders
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Who talks to whom in each round of a communication graph, before weights are chosen.
+
+    ``rounds`` holds one (m, 2) int array per round of the period. Row (i, j) means peer i
+    receives peer j's vector; when ``directed`` is False the pair is an undirected edge and j also
+    receives from i. Self loops are ignored and duplicates merged when weights are applied (every
+    peer always keeps its own vector through the diagonal of W_t).
+    """
+
+    n: int
+    rounds: tuple[np.ndarray, ...]
+    directed: bool = False
+
+    def __post_init__(self) -> None:
+        n = _check_int(self.n, "n", minimum=1)
+        if not isinstance(self.directed, bool):
+            raise TypeError(f"directed must be a bool, got {type(self.directed).__name__}")
+        if isinstance(self.rounds, np.ndarray) or not isinstance(self.rounds, (tuple, list)):
+            raise TypeError(
+                "rounds must be a tuple of (m, 2) edge arrays, one per round, "
+                f"got {type(self.rounds).__name__}; wrap a static graph's edges as (edges,)"
+            )
+        if len(self.rounds) == 0:
+            raise ValueError("rounds must hold at least one round, got an empty tuple")
+        rounds = tuple(_edge_array(e, n, f"rounds[{k}]") for k, e in enumerate(self.rounds))
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "rounds", rounds)
+
+    def adjacency(self, k: int = 0) -> sp.csr_array:
+        """The 0/1 float64 adjacency of round ``k``, self loops dropped: A[i, j] = 1 if i receives
+        from j."""
+        edges = self.rounds[_check_int(k, "k", minimum=0) % len(self.rounds)]
+        i, j = edges[:, 0], edges[:, 1]
+        keep = i != j
+        i, j = i[keep], j[keep]
+        if not self.directed:
+            i, j = np.concatenate((i, j)), np.concatenate((j, i))
+        adj = sp.csr_array((np.ones(i.size), (i, j)), shape=(self.n, self.n))
+        adj.sum_duplicates()
+        adj.sort_indices()
+        adj.data[:] = 1.0
+        return adj
+
+
+def register(name: str) -> Callable[[GraphBuilder], GraphBuilder]:
+    """Registers a graph builder under ``name`` for :func:`make`.
+
+    The builder is called as ``builder(n, *params, seed=seed)`` with the spec's colon-separated
+    parameters as strings (``make("small-world:4:0.1", n)`` passes ``"4", "0.1"``); ``seed`` is
+    passed only when the builder has such a parameter. It returns a :class:`Graph` with ``n`` peers
+    and raises ValueError, naming the parameter, for values it cannot use.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not name or ":" in name or name != name.strip():
+        raise ValueError(f"name must be non-empty, without ':' or surrounding spaces, got {name!r}")
+    if name in _BUILDERS:
+        raise ValueError(f"name {name!r} is already registered")
+
+    def decorator(builder: GraphBuilder) -> GraphBuilder:
+        if not callable(builder):
+            raise TypeError(f"builder for {name!r} must be callable, got {type(builder).__name__}")
+        _BUILDERS[name] = builder
+        return builder
+
+    return decorator
+
+
+def available() -> list[str]:
+    """Names of the registered graph builders, sorted."""
+    return sorted(_BUILDERS)
+
+
+def _usage(name: str, builder: GraphBuilder) -> str:
+    """The spec form of a builder, e.g. ``small-world[:K][:P]``, from its signature."""
+    parts = [name]
+    for p in list(inspect.signature(builder).parameters.values())[1:]:
+        if p.kind is p.VAR_POSITIONAL:
+            parts.append(f":{p.name.upper()}")
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            parts.append(f":{p.name.upper()}" if p.default is p.empty else f"[:{p.name.upper()}]")
+    return "".join(parts)
+
+
+@register("ring")
+def _ring(n: int) -> Graph:
+    """Cycle 0-1-...-(n-1)-0; a single edge for n = 2, no edge for n = 1. Degree 2."""
+    i = np.arange(n)
+    return Graph(n, (np.column_stack((i, (i + 1) % n)),))
+
+
+@register("torus")
+def _torus(n: int, r: str | None = None, c: str | None = None) -> Graph:
+    """2-D torus, R x C = n; R is the largest divisor of n not above sqrt(n) unless given."""
+    if r is None:
+        rows = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+        cols = n // rows
+    else:
+        rows = _parse_int(r, "R", minimum=1)
+        if c is None:
+            if n % rows:
+                raise ValueError(f"R={rows} must divide n={n}")
+            cols = n // rows
+        else:
+            cols = _parse_int(c, "C", minimum=1)
+            if rows * cols != n:
+                raise ValueError(
+                    f"R*C must equal n={n}, got R={rows}, C={cols} ({rows * cols} peers)"
+                )
+    grid = np.arange(n).reshape(rows, cols)
+    right = np.roll(grid, -1, axis=1)
+    down = np.roll(grid, -1, axis=0)
+    edges = np.concatenate(
+        (
+            np.column_stack((grid.ravel(), right.ravel())),
+            np.column_stack((grid.ravel(), down.ravel())),
+        )
+    )
+    return Graph(n, (edges,))
+
+
+@register("exponential")
+def _exponential(n: int) -> Graph:
+    """Static exponential graph: i -- i + 2^k mod n for k = 0..floor(log2(n - 1)), undirected."""
+    if n == 1:
+        return Graph(n, (np.zeros((0, 2), dtype=np.int64),))
+    offsets = 1 << np.arange((n - 1).bit_length())  # 2^0 .. 2^floor(log2(n - 1))
+    i = np.arange(n)
+    edges = np.column_stack((np.repeat(i, offsets.size), ((i[:, None] + offsets) % n).ravel()))
+    return Graph(n, (edges,))
+
+
+@register("one-peer-exponential")
+def _one_peer_exponential(n: int) -> Graph:
+    """Ying et al. (2021): in round k = t mod ceil(log2 n), peer i receives from i - 2^k mod n."""
+    period = max(1, (n - 1).bit_length())  # ceil(log2 n), at least one round
+    i = np.arange(n)
+    rounds = tuple(np.column_stack((i, (i - (1 << k)) % n)) for k in range(period))
+    return Graph(n, rounds, directed=True)
+
+
+@register("complete")
+def _complete(n: int) -> Graph:
+    """Every pair of peers is connected. Degree n - 1."""
+    i, j = np.triu_indices(n, k=1)
+    return Graph(n, (np.column_stack((i, j)),))
+
+
+@register("star")
+def _star(n: int) -> Graph:
+    """Peer 0 is connected to every other peer, and they only to it."""
+    leaves = np.arange(1, n)
+    return Graph(n, (np.column_stack((np.zeros_like(leaves), leaves)),))
+
+
+@register("hypercube")
+def _hypercube(n: int) -> Graph:
+    """Peers are the bit strings of length log2 n, connected when they differ in one bit."""
+    if n & (n - 1):
+        raise ValueError(f"n must be a power of two for a hypercube, got n={n}")
+    bits = 1 << np.arange(n.bit_length() - 1)
+    i = np.arange(n)
+    edges = np.column_stack((np.repeat(i, bits.size), (i[:, None] ^ bits).ravel()))
+    return Graph(n, (edges,))
+
+
+@register("random-regular")
+def _random_regular(n: int, d: str = "4", *, seed: int) -> Graph:
+    """Uniform random D-regular graph (networkx), redrawn in a fixed seed order until connected."""
+    degree = _parse_int(d, "D", minimum=0)
+    if degree >= n:
+        raise ValueError(f"D must be < n={n}, got D={degree}")
+    if (n * degree) % 2:
+        raise ValueError(f"n*D must be even, got n={n}, D={degree}")
+    if n > 1 and degree == 0:
+        raise ValueError(f"D=0 leaves the {n} peers isolated; use D >= 2")
+    if n > 2 and degree == 1:
+        raise ValueError(
+            f"a 1-regular graph on n={n} peers is a matching, never connected; use D >= 2"
+        )
+    rng = random.Random(seed)  # one stream: every retry draws a new, reproducible graph
+    for _ in range(MAX_TRIES):
+        g = nx.random_regular_graph(degree, n, seed=rng)
+        if nx.is_connected(g):
+            return Graph(n, (np.array(g.edges(), dtype=np.int64).reshape(-1, 2),))
+    raise ValueError(
+        f"no connected {degree}-regular graph on n={n} peers in {MAX_TRIES} tries; use a larger D"
+    )
+
+
+@register("small-world")
+def _small_world(n: int, k: str = "4", p: str = "0.1", *, seed: int) -> Graph:
+    """Connected Watts-Strogatz graph (networkx): K-neighbour ring lattice, rewired with prob. P."""
+    neighbours = _parse_int(k, "K", minimum=2)
+    if neighbours % 2 or neighbours >= n:
+        raise ValueError(f"K must be even and < n={n}, got K={neighbours}")
+    rewire = _parse_probability(p, "P")
+    try:
+        g = nx.connected_watts_strogatz_graph(n, neighbours, rewire, tries=MAX_TRIES, seed=seed)
+    except nx.NetworkXException as exc:
+        raise ValueError(f"no connected small-world graph in {MAX_TRIES} tries: {exc}") from exc
+    return Graph(n, (np.array(g.edges(), dtype=np.int64).reshape(-1, 2),))
+
+
+@register("edges")
+def _edges_file(n: int, *path: str) -> Graph:
+    """Undirected edges read from a text file: one "i j" pair per line, '#' starts a comment."""
+    if not path or not ":".join(path):
+        raise ValueError("PATH is missing: write the spec as 'edges:PATH'")
+    filename = Path(":".join(path))
+    try:
+        text = filename.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read edge file {str(filename)!r}: {exc.strerror}") from exc
+    pairs: list[tuple[int, int]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        try:
+            i, j = (int(f) for f in fields)
+        except ValueError:
+            got = line.strip()
+            raise ValueError(
+                f"{str(filename)!r} line {lineno}: expected two integers 'i j', got {got!r}"
+            ) from None
+        pairs.append((i, j))
+    return Graph(n, (_edge_array(pairs, n, f"edges in {str(filename)!r}"),))
+
+
+# --------------------------------------------------------------------------------------------------
+# Weight rules
+
+
+def _weight_rule(name: str) -> Callable[[WeightRule], WeightRule]:
+    def decorator(rule: WeightRule) -> WeightRule:
+        _WEIGHT_RULES[name] = rule
+        return rule
+
+    return decorator
+
+
+def _assemble(adj: sp.csr_array, off: np.ndarray, diag: np.ndarray | None = None) -> sp.csr_array:
+    """W with off-diagonal values ``off`` on the (canonical) pattern of ``adj`` and diagonal
+    ``diag`` (1 - row sum of ``off`` when not given), in canonical CSR form."""
+    n = adj.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(adj.indptr))
+    if diag is None:
+        diag = 1.0 - np.bincount(rows, weights=off, minlength=n)
+    # Insert each row's diagonal entry in place, keeping columns sorted, without a COO round trip.
+    after = adj.indices > rows
+    indptr = adj.indptr.astype(np.int64) + np.arange(n + 1)
+    slot = indptr[:-1] + np.bincount(rows[~after], minlength=n)
+    data = np.empty(adj.nnz + n)
+    indices = np.empty(adj.nnz + n, dtype=np.int64)
+    moved = np.arange(adj.nnz) + rows + after
+    data[moved], indices[moved] = off, adj.indices
+    data[slot], indices[slot] = diag, np.arange(n)
+    w = sp.csr_array((data, indices, indptr), shape=(n, n))
+    w.has_canonical_format = True
+    return w
+
+
+@_weight_rule("metropolis")
+def _metropolis(adj: sp.csr_array, label: str) -> sp.csr_array:
+    degree = np.diff(adj.indptr)
+    rows = np.repeat(np.arange(adj.shape[0]), degree)
+    return _assemble(adj, 1.0 / (1.0 + np.maximum(degree[rows], degree[adj.indices])))
+
+
+@_weight_rule("max-degree")
+def _max_degree(adj: sp.csr_array, label: str) -> sp.csr_array:
+    degree = np.diff(adj.indptr)
+    return _assemble(adj, np.full(adj.nnz, 1.0 / (1.0 + degree.max())))
+
+
+@_weight_rule("uniform")
+def _uniform(adj: sp.csr_array, label: str) -> sp.csr_array:
+    degree = np.diff(adj.indptr)
+    if degree.min() != degree.max():
+        raise ValueError(
+            f"weights='uniform' on {label} gives a mixing matrix that is not doubly stochastic: "
+            f"peer degrees differ (from {degree.min()} to {degree.max()}) and w_ij = 1/(d_i + 1) "
+            "is doubly stochastic only on regular graphs; use weights='metropolis' or 'max-degree'"
+        )
+    rows = np.repeat(np.arange(adj.shape[0]), degree)
+    return _assemble(adj, 1.0 / (1.0 + degree[rows]), 1.0 / (1.0 + degree))
+
+
+# --------------------------------------------------------------------------------------------------
+# Topology
+
+
+def _check_connected(patterns: Iterable[sp.csr_array], n: int, label: str, period: int) -> None:
+    patterns = list(patterns)
+    union = abs(patterns[0])
+    for pattern in patterns[1:]:
+        union = union + abs(pattern)
+    count, _ = connected_components(union, directed=True, connection="strong")
+    if count > 1:
+        where = label if period == 1 else f"the union of the {period} rounds of {label}"
+        raise ValueError(
+            f"{where} is not connected ({count} components): consensus is impossible"
+        )
+
+
+def _canonical(matrix: Any, name: str) -> sp.csr_array:
+    if sp.issparse(matrix):
+        dtype = matrix.dtype
+    else:
+        matrix = np.asarray(matrix)
+        dtype = matrix.dtype
+    real = np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)
+    if dtype == np.bool_ or not real:
+        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] < 1:
+        raise ValueError(
+            f"{name} must be a square (n, n) matrix with n >= 1, got shape {matrix.shape}"
+        )
+    w = sp.csr_array(matrix, dtype=np.float64)
+    w.sum_duplicates()
+    w.eliminate_zeros()
+    w.sort_indices()
+    return w
+
+
+def _check_doubly_stochastic(w: sp.csr_array, name: str) -> None:
+    if not np.all(np.isfinite(w.data)):
+        raise ValueError(f"{name} must be finite, got NaN or infinity")
+    if w.nnz and w.data.min() < 0.0:
+        raise ValueError(f"{name} must be nonnegative, got an entry {float(w.data.min())!r}")
+    for axis, what in ((1, "row"), (0, "column")):
+        sums = np.asarray(w.sum(axis=axis)).ravel()
+        worst = int(np.argmax(np.abs(sums - 1.0)))
+        if abs(sums[worst] - 1.0) > TOLERANCE:
+            raise ValueError(
+                f"{name} is not doubly stochastic: {what} {worst} sums to {float(sums[worst])!r} "
+                f"(every row and column must sum to 1 within {TOLERANCE})"
+            )
+
+
+def _is_symmetric(w: sp.csr_array) -> bool:
+    t = w.T.tocsr()
+    t.sort_indices()
+    return (
+        np.array_equal(w.indptr, t.indptr)
+        and np.array_equal(w.indices, t.indices)
+        and np.array_equal(w.data, t.data)
+    )
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """The mixing matrices W_t of a gossip graph, one per round of its period.
+
+    Build one with :func:`make`, :func:`from_edges` or :func:`from_matrix`. ``rounds`` holds each
+    W_t as a canonical float64 CSR matrix (sorted indices, no explicit zeros; treat as read-only);
+    ``n``, ``period`` (W_t == W_{t mod period}) and ``directed`` (some W_t is not symmetric) follow
+    from it. Construction checks that every W_t is nonnegative and doubly stochastic within
+    :data:`TOLERANCE` and that the union of the rounds is connected. Every method takes the round
+    ``t >= 0`` and caches its result for ``t % period``; arrays it returns are read-only.
+    """
+
+    name: str
+    weights: str
+    rounds: tuple[sp.csr_array, ...] = field(repr=False)
+    n: int = field(init=False)
+    directed: bool = field(init=False)
+    period: int = field(init=False)
+    _cache: dict[tuple[str, int], Any] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        if self.weights != "given":
+            _check_weights(self.weights)
+        if not isinstance(self.rounds, (tuple, list)) or len(self.rounds) == 0:
+            raise TypeError(
+                "rounds must be a non-empty tuple of (n, n) matrices, "
+                f"got {type(self.rounds).__name__}"
+            )
+        period = len(self.rounds)
+        names = [f"W_{k} of {self.name!r}" for k in range(period)]
+        if period == 1:
+            names = [f"W of {self.name!r}"]
+        rounds = tuple(_canonical(w, names[k]) for k, w in enumerate(self.rounds))
+        n = rounds[0].shape[0]
+        for k, w in enumerate(rounds):
+            if w.shape != (n, n):
+                raise ValueError(f"rounds[{k}] must have shape ({n}, {n}), got {w.shape}")
+            _check_doubly_stochastic(w, names[k])
+        _check_connected(rounds, n, f"{self.name!r} with n={n}", period)
+        object.__setattr__(self, "rounds", rounds)
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "period", period)
+        object.__setattr__(self, "directed", not all(_is_symmetric(w) for w in rounds))
+
+    def __repr__(self) -> str:
+        period = f", period={self.period}" if self.period > 1 else ""
+        # The gap costs O(n^3) (seconds at n = 4096): show it when cheap or already known.
+        known = self.n <= REPR_GAP_MAX_N or ("gap", 0) in self._cache
+        gap = f", gap={self.spectral_gap():.3g}" if known else ""
+        return f"Topology({self.name!r}, n={self.n}, weights={self.weights!r}{period}{gap})"
+
+    def _round(self, t: int) -> int:
+        return _check_int(t, "t", minimum=0) % self.period
+
+    def _cached(self, what: str, r: int, compute: Callable[[], Any]) -> Any:
+        key = (what, r)
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def mixing_matrix(self, t: int = 0) -> np.ndarray:
+        """W_t as a dense (n, n) float64 array, read-only."""
+        r = self._round(t)
+        return self._cached("dense", r, lambda: _read_only(self.rounds[r].toarray()))
+
+    def csr(self, t: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """W_t for the C gossip kernel Y = W X: (indptr int64 (n+1,), indices int32 (nnz,), data
+        float32 (nnz,)). Row i lists every j with W_t[i, j] != 0, the diagonal included (it is
+        positive under every weight rule), columns ascending. C-contiguous and read-only."""
+        r = self._round(t)
+
+        def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            w = self.rounds[r]
+            return (
+                _read_only(np.array(w.indptr, dtype=np.int64, order="C")),
+                _read_only(np.array(w.indices, dtype=np.int32, order="C")),
+                _read_only(np.array(w.data, dtype=np.float32, order="C")),
+            )
+
+        return self._cached("csr", r, compute)
+
+    def _off_diagonal(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, indices) int64 of W_t without its diagonal."""
+
+        def compute() -> tuple[np.ndarray, np.ndarray]:
+            w = self.rounds[r]
+            rows = np.repeat(np.arange(self.n), np.diff(w.indptr))
+            off = w.indices != rows
+            indptr = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows[off], minlength=self.n), out=indptr[1:])
+            return _read_only(indptr), _read_only(w.indices[off].astype(np.int64))
+
+        return self._cached("off", r, compute)
+
+    def neighbors(self, i: int, t: int = 0) -> np.ndarray:
+        """The peers whose vectors peer ``i`` receives in round t (W_t[i, j] != 0, j != i),
+        ascending, int64, read-only."""
+        i = _check_int(i, "i", minimum=0)
+        if i >= self.n:
+            raise ValueError(f"i must be < n={self.n}, got {i}")
+        indptr, indices = self._off_diagonal(self._round(t))
+        return indices[indptr[i] : indptr[i + 1]]
+
+    def degree(self, t: int = 0) -> np.ndarray:
+        """int64 (n,): how many other peers each peer receives from in round t."""
+        r = self._round(t)
+        return self._cached("degree", r, lambda: _read_only(np.diff(self._off_diagonal(r)[0])))
+
+    def send_counts(self, t: int = 0) -> np.ndarray:
+        """int64 (n,): to how many other peers peer j sends its vector in round t (the off-diagonal
+        nonzeros of column j of W_t); multiply by a payload's size to count bytes sent."""
+        r = self._round(t)
+
+        def compute() -> np.ndarray:
+            counts = np.bincount(self._off_diagonal(r)[1], minlength=self.n)
+            return _read_only(counts.astype(np.int64))
+
+        return self._cached("send", r, compute)
+
+    def spectral_gap(self, t: int = 0) -> float:
+        """1 - (second largest singular value of W_t), in [0, 1].
+
+        For a symmetric W_t this is 1 - max(|lambda_2|, |lambda_n|) (eigenvalues from
+        numpy.linalg.eigvalsh, lambda_1 = 1), since singular values of a symmetric matrix are the
+        absolute eigenvalues. For a directed W_t it is 1 - sigma_2(W_t): the disagreement
+        ||X - mean|| shrinks by at least a factor sigma_2 per round. 1.0 for n = 1. Computed from
+        the dense matrix (W^T W when directed; O(n^3): seconds at n = 4096) and cached.
+        """
+        r = self._round(t)
+
+        def compute() -> float:
+            if self.n == 1:
+                return 1.0
+            w = self.rounds[r]
+            if _is_symmetric(w):
+                eig = np.linalg.eigvalsh(self.mixing_matrix(r))  # ascending; eig[-1] == 1
+                second = max(abs(eig[-2]), abs(eig[0]))
+            else:
+                # sigma_i(W)^2 are the eigenvalues of W^T W; eigvalsh is several times faster than
+                # an SVD, and the sparse product keeps the dense work to one (n, n) matrix.
+                eig = np.linalg.eigvalsh((w.T @ w).toarray())
+                second = math.sqrt(max(eig[-2], 0.0))
+            return float(min(1.0, max(0.0, 1.0 - second)))
+
+        return self._cached("gap", r, compute)
+
+
+def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
+    label = f"{name!r} with n={graph.n}"
+    period = len(graph.rounds)
+    patterns = [graph.adjacency(k) for k in range(period)]
+    _check_connected(patterns, graph.n, label, period)
+    rule = _WEIGHT_RULES[weights]
+    topology = Topology(name, weights, tuple(rule(adj, label) for adj in patterns))
+    if topology.directed and not graph.directed:
+        raise ValueError(f"weights={weights!r} on undirected {label} gives a non-symmetric matrix")
+    return topology
+
+
+def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> Topology:
+    """Builds the topology named by ``spec`` ("ring", "torus:4:8", "small-world:4:0.1", ...; see
+    :func:`available`) on ``n`` peers, with mixing weights from the rule ``weights``
+    ("metropolis", "max-degree" or "uniform"). ``seed`` fixes random graphs."""
+    if not isinstance(spec, str):
+        raise TypeError(f"spec must be a str, got {type(spec).__name__}")
+    n = _check_int(n, "n", minimum=1)
+    seed = _check_int(seed, "seed", minimum=0)
+    weights = _check_weights(weights)
+    spec = spec.strip()
+    key, *params = spec.split(":")
+    builder = _BUILDERS.get(key)
+    if builder is None:
+        raise ValueError(
+            f"unknown topology {key!r} in spec {spec!r}; available: {', '.join(available())}"
+        )
+    signature = inspect.signature(builder)
+    kwargs = {"seed": seed} if "seed" in signature.parameters else {}
+    try:
+        signature.bind(n, *params, **kwargs)
+    except TypeError:
+        raise ValueError(
+            f"spec {spec!r} has {len(params)} parameter(s); expected {_usage(key, builder)}"
+        ) from None
+    try:
+        graph = builder(n, *params, **kwargs)
+    except ValueError as exc:
+        raise ValueError(f"spec {spec!r} with n={n}: {exc}") from exc
+    if not isinstance(graph, Graph):
+        raise TypeError(f"builder for {key!r} must return a Graph, got {type(graph).__name__}")
+    if graph.n != n:
+        raise ValueError(f"builder for {key!r} returned a graph on {graph.n} peers, expected n={n}")
+    return _from_graph(spec, graph, weights)
+
+
+def from_edges(
+    edges: Iterable[tuple[int, int]] | npt.ArrayLike,
+    n: int,
+    *,
+    weights: str = "metropolis",
+    name: str = "edges",
+) -> Topology:
+    """Builds a static topology from undirected edges, (i, j) pairs or an (m, 2) int array of peer
+    indices in [0, n). Self loops are ignored and duplicate edges (either orientation) merged."""
+    n = _check_int(n, "n", minimum=1)
+    weights = _check_weights(weights)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    return _from_graph(name, Graph(n, (_edge_array(edges, n, "edges"),)), weights)
+
+
+def from_matrix(W: npt.ArrayLike | sp.sparray | sp.spmatrix, *, name: str = "matrix") -> Topology:
+    """Wraps a given (n, n) mixing matrix (dense or scipy.sparse), checked nonnegative, doubly
+    stochastic within 1e-12 and connected; ``weights`` is "given" and ``directed`` is True unless
+    W equals its transpose exactly."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    return Topology(name, "given", (_canonical(W, "W"),))
