@@ -1,0 +1,5 @@
+"""``python -m decentlearn`` runs the command-line interface."""
+
+from decentlearn.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Decentralized learning algorithms, written once for every communication backend.
+
+An algorithm owns the peers' parameter matrix (n_peers, dim) and their optimizer state, and runs one
+communication round at a time: local steps on each peer's own minibatches (batched over peers by the
+model) and exchanges through a communicator (``decentlearn.comm``). The simulator and the MPI runner
+differ only in the communicator they pass in.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from decentlearn.optim import SGD
+
+#: A function returning one minibatch per peer: x (P, B, *input_shape), y (P, B).
+Sampler = Callable[[], tuple[np.ndarray, np.ndarray]]
+
+_REGISTRY: dict[str, type[Algorithm]] = {}
+
+
+def register(name: str):
+    """Class decorator adding an algorithm to the registry under ``name``."""
+    def deco(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"algorithm {name!r} is registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **kwargs) -> Algorithm:
+    """Builds a registered algorithm, e.g. ``make("dpsgd", model=..., comm=..., ...)``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; expected one of {available()}")
+    return _REGISTRY[name](**kwargs)
+
+
+class Algorithm(ABC):
+    """Base class: holds params (n_peers, dim) float32, the optimizer and a gradient buffer."""
+
+    name = "base"
+
+    def __init__(self, *, model, comm, optimizer: SGD, params: np.ndarray,
+                 local_steps: int = 1) -> None:
+        if not isinstance(local_steps, int) or local_steps < 1:
+            raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
+        if params.ndim != 2 or params.shape != (comm.n_peers, model.dim):
+            raise ValueError(f"params must have shape ({comm.n_peers}, {model.dim}), "
+                             f"got {params.shape}")
+        if params.dtype != np.float32 or not params.flags.c_contiguous:
+            raise ValueError("params must be a C-contiguous float32 array")
+        self.model = model
+        self.comm = comm
+        self.optimizer = optimizer
+        self.params = params
+        self.local_steps = local_steps
+        self._grad = np.empty_like(params)
+
+    def local_step(self, sample: Sampler) -> np.ndarray:
+        """One SGD step on every peer's next minibatch; returns the peers' losses (P,)."""
+        x, y = sample()
+        losses, grad = self.model.loss_and_grad(self.params, x, y, grad=self._grad)
+        self.optimizer.step(self.params, grad)
+        return losses
+
+    @abstractmethod
+    def round(self, sample: Sampler, t: int) -> np.ndarray:
+        """Runs communication round ``t``; returns the mean loss of each peer over its steps."""
+
+
+@dataclass(frozen=True)
+class _Variant:
+    value: str
+
+    def __post_init__(self):
+        if self.value not in ("atc", "cta"):
+            raise ValueError(f"variant must be 'atc' or 'cta', got {self.value!r}")
+
+
+@register("dpsgd")
+class DPSGD(Algorithm):
+    """D-PSGD (Lian et al., NeurIPS 2017) with local steps.
+
+    ``atc`` (adapt-then-combine, default): H local steps, then x <- W_t x.
+    ``cta`` (combine-then-adapt, the paper's form): the gradient is taken at x_t, the peers mix
+    x_t, and the step is applied to the mixed point, x_{t+1} = W_t x_t - lr * update(g(x_t));
+    further local steps (H > 1) follow from there.
+    """
+
+    def __init__(self, *, variant: str = "atc", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.variant = _Variant(variant).value
+
+    def round(self, sample: Sampler, t: int) -> np.ndarray:
+        losses = np.zeros(self.comm.n_peers)
+        steps = self.local_steps
+        if self.variant == "atc":
+            for _ in range(steps):
+                losses += self.local_step(sample)
+            self.params = self.comm.mix(self.params, t)
+        else:
+            x, y = sample()
+            step_losses, grad = self.model.loss_and_grad(self.params, x, y, grad=self._grad)
+            losses += step_losses
+            self.params = self.comm.mix(self.params, t)
+            self.optimizer.step(self.params, grad)
+            for _ in range(steps - 1):
+                losses += self.local_step(sample)
+        return losses / steps

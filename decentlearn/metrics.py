@@ -1,0 +1,41 @@
+"""Metrics of a decentralized run: consensus distance, accuracy summaries, the evaluation history."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+
+#: Columns of metrics.csv, in order.
+COLUMNS = (
+    "round", "train_loss", "test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
+    "test_accuracy_avg_model", "test_loss_avg_model", "consensus_distance", "bytes_sent_total",
+    "bytes_sent_max_peer", "wall_seconds",
+)
+
+
+def consensus_distance(X: np.ndarray, chunk: int = 1 << 14) -> float:
+    """Mean over peers of the squared distance to the peers' mean: (1/n) sum_i ||x_i - x_bar||^2.
+
+    Computed in float64 over column chunks, so it is exact enough for float32 states of any size.
+    """
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-dimensional (n_peers, dim), got shape {X.shape}")
+    total = 0.0
+    for c in range(0, X.shape[1], chunk):
+        block = X[:, c:c + chunk].astype(np.float64)
+        block -= block.mean(axis=0)
+        total += float(np.einsum("ij,ij->", block, block))
+    return total / X.shape[0]
+
+
+def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
+    """Writes evaluation rows with the COLUMNS header (extra keys are appended in order seen)."""
+    extra = [k for row in rows for k in row if k not in COLUMNS]
+    columns = list(COLUMNS) + list(dict.fromkeys(extra))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)

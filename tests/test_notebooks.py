@@ -1,0 +1,25 @@
+"""Every notebook in notebooks/ runs top to bottom without error (nbclient, fresh kernel)."""
+
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="notebook tests need the test extras")
+nbclient = pytest.importorskip("nbclient", reason="notebook tests need the test extras")
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ has no notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    errors = [o for cell in nb.cells if cell.cell_type == "code"
+              for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
