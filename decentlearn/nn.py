@@ -1,0 +1,980 @@
+"""Neural-network models evaluated for all peers at once. Every peer's parameters are one row of a
+C-contiguous ``(n_peers, dim)`` array; each layer reads its weights as views into that array and
+writes its gradients into views of a gradient array with the same layout, so there is no per-peer
+Python loop and no per-call concatenation. Forward and backward passes are stacked NumPy ops
+(``np.matmul`` on 3-D stacks calls BLAS gemm once per peer), convolutions are im2col/col2im batched
+over peers, and activations between spatial layers are kept channel-major, ``(P, C, B, H, W)``, so
+a convolution is a ``(Cout, K) @ (K, pixels)`` product per peer. Inputs shared by all peers
+(evaluation) are broadcast, never copied per peer, and large intermediates live in per-thread
+scratch buffers reused from call to call. Models are built from a spec string through a registry
+(``make_model("mlp:256,128", (1, 28, 28), 10)``); docs/models.md gives layouts and shapes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+__all__ = [
+    "INITIALIZERS",
+    "Conv2d",
+    "Dense",
+    "Flatten",
+    "GroupNorm",
+    "Layer",
+    "MaxPool2d",
+    "Model",
+    "ReLU",
+    "Scratch",
+    "available_models",
+    "make_model",
+    "register_model",
+]
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+# im2col elements per peer unfolded at a time by Conv2d (2**16 float32 = 256 KiB per peer).
+_CONV_CHUNK = 1 << 16
+
+# Upper bound on the elements of one activation tensor in `Model.evaluate` (P * chunk * widest
+# layer); 2**24 float32 elements is 64 MiB, which keeps the working set near the caches.
+_EVAL_BUDGET_ELEMENTS = 1 << 24
+
+Params = tuple[np.ndarray, ...]
+
+
+def _check_positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return int(value)
+
+
+def _check_float_dtype(dtype: object, name: str) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as exc:
+        raise TypeError(f"{name} must be float32 or float64, got {dtype!r}") from exc
+    if dt not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got {dt}")
+    return dt
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Reshape that must not copy (a copy would make gradient writes vanish)."""
+    return np.reshape(a, shape, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+class Scratch:
+    """Reusable arrays of one layer, keyed by role.
+
+    Large activations (im2col matrices reach tens of MiB) would otherwise be fresh ``mmap``
+    allocations on every call, and their page faults cost as much as the copies themselves. An
+    array taken from here is valid until the same role is taken again, i.e. until the next pass.
+    """
+
+    __slots__ = ("_bufs",)
+
+    def __init__(self) -> None:
+        self._bufs: dict[str, np.ndarray] = {}
+
+    def empty(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        n = math.prod(shape)
+        buf = self._bufs.get(role)
+        if buf is None or buf.dtype != dtype or buf.size < n:
+            buf = np.empty(n, dtype=dtype)
+            self._bufs[role] = buf
+        return _view(buf[:n], shape)
+
+    def zeros(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        out = self.empty(role, shape, dtype)
+        out.fill(0)
+        return out
+
+
+class Layer:
+    """One layer of a peer-batched model.
+
+    Hyperparameters live in frozen dataclass fields. ``forward`` gets the layer's parameter views,
+    each of shape ``(P, *per_peer_shape)``, and an input with a leading peer axis (stride 0 when the
+    input is shared by all peers); it returns the output and a context for ``backward`` (``None``
+    when ``train`` is false). ``backward`` writes parameter gradients into the views ``g`` (every
+    element, so the gradient array may start uninitialised), may overwrite ``dy``, and returns the
+    input gradient when ``need_dx``. A layer never modifies a read-only input. Outputs may live in
+    the layer's ``scratch``, so only layers whose output is never the model's output (spatial
+    layers) take their outputs from it.
+    """
+
+    kind: ClassVar[str] = ""  # name prefix: layers are named fc1, relu2, ... in a model
+    spatial: ClassVar[bool] = False  # True: works on channel-major (P, C, B, H, W) activations
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return ()
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return []
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        raise NotImplementedError
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        raise NotImplementedError
+
+
+Initializer = Callable[[np.random.Generator, tuple[int, ...], int], np.ndarray]
+
+# Weight initializers by name: (rng, shape, fan_in) -> float64 array.
+INITIALIZERS: dict[str, Initializer] = {
+    # He et al. (2015), for layers followed by a ReLU: N(0, 2 / fan_in).
+    "he_normal": lambda rng, shape, fan_in: rng.standard_normal(shape) * math.sqrt(2.0 / fan_in),
+    # PyTorch's default for Linear/Conv2d weights: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Used for
+    # the logits layer so that the initial loss is close to log(n_classes).
+    "torch_uniform": lambda rng, shape, fan_in: rng.uniform(-1.0, 1.0, shape) / math.sqrt(fan_in),
+}
+
+
+def _check_init(init: object) -> None:
+    if init not in INITIALIZERS:
+        raise ValueError(f"init must be one of {sorted(INITIALIZERS)}, got {init!r}")
+
+
+def _is_shared(x: np.ndarray) -> bool:
+    return x.shape[0] == 1 or x.strides[0] == 0
+
+
+@dataclass(frozen=True)
+class Dense(Layer):
+    """Fully connected layer on (P, B, in_features); weight per peer is (in_features, out_features)."""
+
+    in_features: int
+    out_features: int
+    init: str = "he_normal"
+    kind: ClassVar[str] = "fc"
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self.in_features, "in_features")
+        _check_positive_int(self.out_features, "out_features")
+        _check_init(self.init)
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("weight", (self.in_features, self.out_features)), ("bias", (self.out_features,)))
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        w = INITIALIZERS[self.init](rng, (self.in_features, self.out_features), self.in_features)
+        return [w, np.zeros(self.out_features)]
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if in_shape != (self.in_features,):
+            raise ValueError(f"Dense expects inputs of shape ({self.in_features},), got {in_shape}")
+        return (self.out_features,)
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        weight, bias = w
+        y = np.matmul(x, weight)  # (P, B, out); a stride-0 shared x is not copied
+        y += bias[:, None, :]
+        return y, (x if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        weight, _ = w
+        g_weight, g_bias = g
+        np.matmul(ctx.transpose(0, 2, 1), dy, out=g_weight)
+        np.sum(dy, axis=1, out=g_bias)
+        return np.matmul(dy, weight.transpose(0, 2, 1)) if need_dx else None
+
+
+@dataclass(frozen=True)
+class Conv2d(Layer):
+    """2-D convolution, stride 1, zero padding; weight per peer is (out, in, k, k) as in PyTorch.
+
+    im2col works on "wide rows": every image is zero-padded to (Hp, Wp) = (H+2p, W+2p) and
+    flattened, and the output is computed at all Wp columns of each output row, so row (c, i, j)
+    of the im2col matrix is the padded image shifted by i*Wp + j. The copy that builds it moves
+    runs of Ho*Wp contiguous floats instead of runs of Wo, and col2im adds equally long runs; the
+    price is Wp/Wo more gemm work (1.14x at 28x28, 1.29x at 14x14). The extra output columns are
+    dropped by a strided view, and their gradient is zero. The im2col matrix gets a row of ones
+    so the bias rides in the gemm (and its gradient comes out of the weight-gradient gemm).
+
+    The batch is unfolded a few samples at a time (about ``_CONV_CHUNK`` matrix elements per
+    peer), so each peer's im2col block stays in cache between the copy and the gemm; the backward
+    pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
+    depends only on the layer's geometry, never on the number of peers, so a peer's results are
+    the same whichever peers it is batched with.
+    """
+
+    in_channels: int
+    out_channels: int
+    kernel_size: int = 5
+    padding: int = 2
+    init: str = "he_normal"
+    kind: ClassVar[str] = "conv"
+    spatial: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self.in_channels, "in_channels")
+        _check_positive_int(self.out_channels, "out_channels")
+        _check_positive_int(self.kernel_size, "kernel_size")
+        if isinstance(self.padding, bool) or not isinstance(self.padding, (int, np.integer)):
+            raise TypeError(f"padding must be an int, got {type(self.padding).__name__}")
+        if self.padding < 0:
+            raise ValueError(f"padding must be >= 0, got {self.padding}")
+        _check_init(self.init)
+
+    @property
+    def _k(self) -> int:  # rows of the im2col matrix (without the row of ones)
+        return self.in_channels * self.kernel_size * self.kernel_size
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        k = self.kernel_size
+        return (
+            ("weight", (self.out_channels, self.in_channels, k, k)),
+            ("bias", (self.out_channels,)),
+        )
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        w = INITIALIZERS[self.init](rng, self.param_shapes()[0][1], self._k)
+        return [w, np.zeros(self.out_channels)]
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(in_shape) != 3 or in_shape[0] != self.in_channels:
+            raise ValueError(
+                f"Conv2d expects inputs of shape ({self.in_channels}, H, W), got {in_shape}"
+            )
+        _, h, w = in_shape
+        ho = h + 2 * self.padding - self.kernel_size + 1
+        wo = w + 2 * self.padding - self.kernel_size + 1
+        if ho < 1 or wo < 1:
+            raise ValueError(
+                f"Conv2d input {in_shape} is smaller than its {self.kernel_size}x"
+                f"{self.kernel_size} kernel with padding {self.padding}"
+            )
+        return (self.out_channels, ho, wo)
+
+    def _geometry(self, h: int, w: int) -> tuple[int, int, int, int, int]:
+        """(Hp, Wp, Ho, Wo, samples per chunk) for an H x W input."""
+        k, p = self.kernel_size, self.padding
+        hp, wp = h + 2 * p, w + 2 * p
+        ho, wo = hp - k + 1, wp - k + 1
+        return hp, wp, ho, wo, max(1, _CONV_CHUNK // ((self._k + 1) * ho * wp))
+
+    def _unfold(
+        self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int
+    ) -> np.ndarray:
+        """im2col of samples [b0, b1) of the padded input xp (..., C, B, Hp*Wp + k - 1) into
+        ``cols`` (..., K + 1, >= n) whose last row is ones; returns the (..., K + 1, n) view."""
+        k, c = self.kernel_size, self.in_channels
+        nb, run = b1 - b0, ho * wp
+        *lead, _, _, _ = xp.shape
+        *ls, sc, sb, it = xp.strides
+        shifted = as_strided(
+            xp[..., b0:b1, :],
+            (*lead, c, k, k, nb, run),
+            (*ls, sc, wp * it, it, sb, it),
+            writeable=False,
+        )
+        view = cols[..., : nb * run]
+        np.copyto(np.reshape(view[..., : self._k, :], shifted.shape, copy=False), shifted)
+        return view
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        weight, bias = w
+        k, p, cout, kk = self.kernel_size, self.padding, self.out_channels, self._k
+        n_peers = weight.shape[0]
+        # A shared input is unfolded once and broadcast against the P weight matrices.
+        src = x[0] if _is_shared(x) else x
+        *lead, c, b, h, wd = src.shape
+        hp, wp, ho, wo, chunk = self._geometry(h, wd)
+        run, dt = ho * wp, src.dtype
+        # Padded images, flattened, with k-1 trailing zeros so the last shifted run fits.
+        xp = scratch.zeros("xp", (*lead, c, b, hp * wp + k - 1), dt)
+        np.reshape(xp[..., : hp * wp], (*lead, c, b, hp, wp), copy=False)[
+            ..., p : p + h, p : p + wd
+        ] = src
+        wb = scratch.empty("wb", (n_peers, cout, kk + 1), dt)  # [weight | bias]
+        wb[..., :kk] = _view(weight, (n_peers, cout, kk))
+        wb[..., kk] = bias
+        cols = scratch.empty("cols", (*lead, kk + 1, min(b, chunk) * run), dt)
+        cols[..., kk, :] = 1
+        y = scratch.empty("y", (n_peers, cout, b * run), dt)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            np.matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp), out=y[..., b0 * run : b1 * run])
+        out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
+        return out, ((xp, (h, wd)) if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        weight, _ = w
+        g_weight, g_bias = g
+        xp, (h, wd) = ctx
+        k, c, kk = self.kernel_size, self.in_channels, self._k
+        n_peers, cout, b, ho, wo = dy.shape
+        hp, wp, _, _, chunk = self._geometry(h, wd)
+        run, dt = ho * wp, dy.dtype
+        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), dt)
+        dyw[..., wo:] = 0
+        dyw[..., :wo] = dy
+        dyw = _view(dyw, (n_peers, cout, b * run))
+        cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
+        cols[..., kk, :] = 1
+        # [dW | db] transposed: cols @ dy^T runs much faster in OpenBLAS than dy @ cols^T here.
+        g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
+        part = scratch.empty("g_wb_part", g_wb.shape, dt)
+        if need_dx:
+            w_t = _view(weight, (n_peers, cout, kk)).transpose(0, 2, 1)
+            dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), dt)
+            dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), dt)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            dy_c = dyw[..., b0 * run : b1 * run]
+            cols_c = self._unfold(xp, b0, b1, cols, ho, wp)
+            np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
+            if b0:
+                g_wb += part
+            if need_dx:
+                dc = np.matmul(w_t, dy_c, out=dcols[..., : (b1 - b0) * run])
+                dc = np.reshape(dc, (n_peers, c, k, k, b1 - b0, run), copy=False)
+                # col2im: one shifted-run add per kernel offset (np.add.at would be far slower).
+                dxp_c = dxp[:, :, b0:b1]
+                for i in range(k):
+                    for j in range(k):
+                        off = i * wp + j
+                        dxp_c[..., off : off + run] += dc[:, :, i, j]
+        np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
+        g_bias[...] = g_wb[:, kk]
+        if not need_dx:
+            return None
+        p = self.padding
+        dxp = np.reshape(dxp[..., : hp * wp], (n_peers, c, b, hp, wp), copy=False)
+        return dxp[..., p : p + h, p : p + wd]
+
+
+@dataclass(frozen=True)
+class MaxPool2d(Layer):
+    """2x2 max pooling, stride 2. The gradient goes to one maximum per window: ties go to the
+    left column of the window, then to its top row."""
+
+    kind: ClassVar[str] = "pool"
+    spatial: ClassVar[bool] = True
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(in_shape) != 3 or in_shape[1] % 2 or in_shape[2] % 2:
+            raise ValueError(
+                f"MaxPool2d expects inputs (C, H, W) with even H and W, got {in_shape}"
+            )
+        c, h, w = in_shape
+        return (c, h // 2, w // 2)
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        *lead, h, wd = x.shape
+        v = np.reshape(x, (*lead, h // 2, 2, wd // 2, 2))
+        top, bottom = v[..., :, 0, :, :], v[..., :, 1, :, :]  # (..., H/2, W/2, 2) each
+        # Rows first: the two operands are contiguous runs, which NumPy vectorises.
+        colmax = scratch.empty("colmax", top.shape, x.dtype)
+        np.maximum(top, bottom, out=colmax)
+        y = scratch.empty("y", (*lead, h // 2, wd // 2), x.dtype)
+        np.maximum(colmax[..., 0], colmax[..., 1], out=y)
+        if not train:
+            return y, None
+        lower = np.greater(bottom, top, out=scratch.empty("lower", top.shape, np.dtype(bool)))
+        right = np.greater(
+            colmax[..., 1], colmax[..., 0], out=scratch.empty("right", y.shape, np.dtype(bool))
+        )
+        return y, (lower, right)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        if not need_dx:
+            return None
+        lower, right = ctx
+        *lead, h2, w2 = dy.shape
+        dcol = scratch.empty("dcol", lower.shape, dy.dtype)
+        np.multiply(dy, right, out=dcol[..., 1])
+        np.subtract(dy, dcol[..., 1], out=dcol[..., 0])  # exact: dy - dy or dy - 0
+        dx = scratch.empty("dx", (*lead, h2, 2, w2, 2), dy.dtype)
+        np.multiply(dcol, lower, out=dx[..., :, 1, :, :])
+        np.subtract(dcol, dx[..., :, 1, :, :], out=dx[..., :, 0, :, :])
+        return _view(dx, (*lead, 2 * h2, 2 * w2))
+
+
+@dataclass(frozen=True)
+class ReLU(Layer):
+    """max(x, 0), in place when the input is writable (every activation the model owns)."""
+
+    kind: ClassVar[str] = "relu"
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return in_shape
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        y = np.maximum(x, 0, out=x if x.flags.writeable else None)
+        return y, (y if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        if not need_dx:
+            return None
+        return np.multiply(dy, ctx > 0, out=dy if dy.flags.writeable else None)
+
+
+@dataclass(frozen=True)
+class GroupNorm(Layer):
+    """Group normalisation over (channels of a group, H, W) per sample, with per-channel affine."""
+
+    num_groups: int
+    num_channels: int
+    eps: float = 1e-5
+    kind: ClassVar[str] = "gn"
+    spatial: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self.num_groups, "num_groups")
+        _check_positive_int(self.num_channels, "num_channels")
+        if self.num_channels % self.num_groups:
+            raise ValueError(
+                f"num_groups must divide num_channels={self.num_channels}, got {self.num_groups}"
+            )
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or self.eps <= 0:
+            raise ValueError(f"eps must be a float > 0, got {self.eps!r}")
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("weight", (self.num_channels,)), ("bias", (self.num_channels,)))
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [np.ones(self.num_channels), np.zeros(self.num_channels)]
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(in_shape) != 3 or in_shape[0] != self.num_channels:
+            raise ValueError(
+                f"GroupNorm expects inputs of shape ({self.num_channels}, H, W), got {in_shape}"
+            )
+        return in_shape
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        gamma, beta = w
+        n_peers, c, b, h, wd = x.shape
+        grp, cg = self.num_groups, c // self.num_groups
+        n = cg * h * wd
+        # A group of one sample is (its cg channels) x (all pixels). x is first copied to a
+        # contiguous array (it may be a strided view) so later passes have long inner loops;
+        # reductions are einsums, which never materialise a product.
+        xc = scratch.empty("xc", (n_peers, grp, cg, b, h, wd), x.dtype)
+        np.copyto(xc, np.reshape(x, xc.shape))  # the reshape splits C: a view even of strided x
+        xc = _view(xc, (n_peers, grp, cg, b, h * wd))
+        mean = np.einsum("pgcbi->pgb", xc)
+        mean /= n
+        xc -= mean[:, :, None, :, None]
+        var = np.einsum("pgcbi,pgcbi->pgb", xc, xc)
+        var /= n
+        var += self.eps
+        rstd = np.divide(1, np.sqrt(var, out=var), out=var)  # (P, G, B)
+        # y = xc * (gamma * rstd) + beta
+        scale = _view(gamma, (n_peers, grp, cg, 1)) * rstd[:, :, None, :]  # (P, G, cg, B)
+        y = scratch.empty("y", xc.shape, x.dtype)
+        np.multiply(xc, scale[..., None], out=y)
+        y += _view(beta, (n_peers, grp, cg, 1, 1))
+        return _view(y, x.shape), ((xc, rstd) if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        gamma, _ = w
+        g_gamma, g_beta = g
+        xc, rstd = ctx  # x - mean, (P, G, cg, B, H*W); 1 / std, (P, G, B)
+        n_peers, grp, cg, _, hw = xc.shape
+        n = cg * hw
+        dyv = np.reshape(dy, xc.shape)
+        s_dy = np.einsum("pgcbi->pgcb", dyv)  # (P, G, cg, B)
+        s_dyx = np.einsum("pgcbi,pgcbi->pgcb", dyv, xc)
+        s_dyx *= rstd[:, :, None, :]  # sum of dy * xhat
+        np.sum(s_dy, axis=3, out=_view(g_beta, (n_peers, grp, cg)))
+        np.sum(s_dyx, axis=3, out=_view(g_gamma, (n_peers, grp, cg)))
+        if not need_dx:
+            return None
+        # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = gamma * dy,
+        # means over the group: dx = dy * (gamma rstd) - xc * (rstd^2 m2) - rstd m1.
+        gam = _view(gamma, (n_peers, grp, cg, 1))
+        m1 = np.einsum("pgcb,pgcb->pgb", s_dy, np.broadcast_to(gam, s_dy.shape)) / n
+        m2 = np.einsum("pgcb,pgcb->pgb", s_dyx, np.broadcast_to(gam, s_dy.shape)) / n
+        m1 *= rstd
+        m2 *= rstd
+        m2 *= rstd
+        dx = scratch.empty("dx", xc.shape, dy.dtype)
+        np.multiply(dyv, (gam * rstd[:, :, None, :])[..., None], out=dx)
+        t = np.multiply(xc, m2[:, :, None, :, None], out=scratch.empty("t", xc.shape, dy.dtype))
+        dx -= t
+        dx -= m1[:, :, None, :, None]
+        return _view(dx, dy.shape)
+
+
+@dataclass(frozen=True)
+class Flatten(Layer):
+    """Channel-major (P, C, B, H, W) -> (P, B, C*H*W), features in (C, H, W) order as in PyTorch."""
+
+    kind: ClassVar[str] = "flatten"
+    spatial: ClassVar[bool] = True  # its input is spatial; its output is flat
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (math.prod(in_shape),)
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        n_peers, c, b, h, wd = x.shape
+        y = scratch.empty("y", (n_peers, b, c, h, wd), x.dtype)
+        np.copyto(y, x.transpose(0, 2, 1, 3, 4))
+        return _view(y, (n_peers, b, c * h * wd)), (x.shape if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        if not need_dx:
+            return None
+        n_peers, c, b, h, wd = ctx
+        return _view(dy, (n_peers, b, c, h, wd)).transpose(0, 2, 1, 3, 4)
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+class Model:
+    """A sequence of layers with one flat parameter vector of ``dim`` floats per peer.
+
+    Parameters of P peers are a ``(P, dim)`` array; ``layout()`` says which slice of a row holds
+    which tensor. A model holds no parameters; its only state is per-thread scratch buffers (the
+    largest intermediates of the last call, kept to avoid page faults), so one instance serves any
+    number of peers and threads.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[Layer],
+        input_shape: tuple[int, ...],
+        n_classes: int,
+        spec: str = "custom",
+    ) -> None:
+        if not isinstance(input_shape, tuple):
+            raise TypeError(f"input_shape must be a tuple of ints, got {input_shape!r}")
+        if not input_shape:
+            raise ValueError("input_shape must have at least one dimension, got ()")
+        for s in input_shape:
+            _check_positive_int(s, "input_shape entries")
+        n_classes = _check_positive_int(n_classes, "n_classes")
+        if n_classes < 2:
+            raise ValueError(f"n_classes must be >= 2, got {n_classes}")
+        layers = tuple(layers)
+        if not layers or not all(isinstance(layer, Layer) for layer in layers):
+            raise TypeError("layers must be a non-empty sequence of Layer instances")
+        self.input_shape: tuple[int, ...] = tuple(int(s) for s in input_shape)
+        self.n_classes: int = n_classes
+        self.spec: str = spec
+        self._spatial_input = layers[0].spatial
+        shape = self.input_shape if self._spatial_input else (math.prod(self.input_shape),)
+        names: list[str] = []
+        shapes: list[tuple[int, ...]] = []
+        counts: dict[str, int] = {}
+        layout: list[tuple[str, slice, tuple[int, ...]]] = []
+        self._slices: list[tuple[tuple[slice, tuple[int, ...]], ...]] = []
+        offset = 0
+        for layer in layers:
+            shape = layer.out_shape(shape)
+            shapes.append(shape)
+            kind = layer.kind or type(layer).__name__.lower()
+            counts[kind] = counts.get(kind, 0) + 1
+            name = f"{kind}{counts[kind]}"
+            names.append(name)
+            entries = []
+            for pname, pshape in layer.param_shapes():
+                size = math.prod(pshape)
+                sl = slice(offset, offset + size)
+                layout.append((f"{name}.{pname}", sl, pshape))
+                entries.append((sl, pshape))
+                offset += size
+            self._slices.append(tuple(entries))
+        if shape != (n_classes,) or layers[-1].spatial:
+            raise ValueError(f"the last layer must output ({n_classes},) logits, got {shape}")
+        self.dim: int = offset
+        self._layers = layers
+        self._names = tuple(names)
+        self._shapes = tuple(shapes)
+        self._layout = tuple(layout)
+        # Elements per sample and peer of the widest activation (Conv2d's wide rows included).
+        widest = math.prod(self.input_shape)
+        for layer, s in zip(layers, shapes):
+            widest = max(widest, math.prod(s))
+            if isinstance(layer, Conv2d):
+                widest = max(widest, s[0] * s[1] * (s[2] + layer.kernel_size - 1))
+        self._widest = widest
+        self._local = threading.local()  # per-thread Scratch of every layer
+
+    def _scratch(self) -> list[Scratch]:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = [Scratch() for _ in self._layers]
+        return scratch
+
+    @property
+    def layers(self) -> tuple[tuple[str, Layer], ...]:
+        return tuple(zip(self._names, self._layers))
+
+    def layout(self) -> list[tuple[str, slice, tuple[int, ...]]]:
+        """(name, slice of a parameter row, per-peer shape) for every parameter tensor."""
+        return list(self._layout)
+
+    def __repr__(self) -> str:
+        head = (
+            f"Model(spec={self.spec!r}, input_shape={self.input_shape}, "
+            f"n_classes={self.n_classes}, dim={self.dim:,}"
+        )
+        lines = [head]
+        for name, layer, shape, entries in zip(
+            self._names, self._layers, self._shapes, self._slices
+        ):
+            n = sum(sl.stop - sl.start for sl, _ in entries)
+            extra = f", {n:,} params" if n else ""
+            lines.append(f"  {name}: {layer!r} -> {shape}{extra}")
+        return "\n".join(lines) + "\n)"
+
+    # ---- parameters and inputs -------------------------------------------------------------
+
+    def init(self, seed: int, dtype: Any = np.float32) -> np.ndarray:
+        """One initial parameter vector (dim,): weights by each layer's ``init`` (He-normal, and
+        PyTorch's uniform for the logits layer of the registered specs), zero biases, GroupNorm
+        scale 1 and shift 0.
+
+        Deterministic by ``seed``; the float32 vector is the float64 one rounded.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        dt = _check_float_dtype(dtype, "dtype")
+        rng = np.random.default_rng(int(seed))
+        out = np.empty(self.dim, dtype=dt)
+        for layer, entries in zip(self._layers, self._slices):
+            for arr, (sl, shape) in zip(layer.init_params(rng), entries):
+                out[sl] = arr.reshape(-1)
+        return out
+
+    def _check_params(self, params: object) -> np.ndarray:
+        if not isinstance(params, np.ndarray):
+            raise TypeError(f"params must be a numpy array, got {type(params).__name__}")
+        _check_float_dtype(params.dtype, "params dtype")
+        if params.ndim != 2 or params.shape[1] != self.dim or params.shape[0] < 1:
+            raise ValueError(f"params must have shape (n_peers, {self.dim}), got {params.shape}")
+        if params.strides[1] != params.itemsize:
+            params = np.ascontiguousarray(params)
+        return params
+
+    def _views(self, arr: np.ndarray) -> list[Params]:
+        n = arr.shape[0]
+        return [
+            tuple(_view(arr[:, sl], (n, *shape)) for sl, shape in entries)
+            for entries in self._slices
+        ]
+
+    def _check_x(self, x: object, n_peers: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
+        """Returns x as (P, B, *input_shape) in ``dtype`` (stride 0 over P when shared)."""
+        x = np.asarray(x)
+        if x.dtype.kind not in "biuf":
+            raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
+        k = len(self.input_shape)
+        if x.ndim == k + 2 and x.shape[2:] == self.input_shape:
+            if x.shape[0] != n_peers:
+                raise ValueError(f"x has {x.shape[0]} peer batches but params has {n_peers} peers")
+            shared = False
+        elif x.ndim == k + 1 and x.shape[1:] == self.input_shape:
+            shared = True
+        else:
+            raise ValueError(
+                f"x must have shape (n_peers, batch, *{self.input_shape}) or "
+                f"(batch, *{self.input_shape}), got {x.shape}"
+            )
+        x = x.astype(dtype, copy=False)
+        if shared:
+            # Contiguous samples, so no later reshape can materialise the broadcast.
+            x = np.ascontiguousarray(x)
+            x = np.broadcast_to(x, (n_peers, *x.shape))  # read-only, stride 0 over peers
+        else:
+            x = x.view()
+            x.flags.writeable = False  # layers may work in place on everything but the input
+        return x, shared
+
+    def _check_y(self, y: object, shape: tuple[int, ...]) -> np.ndarray:
+        y = np.asarray(y)
+        if y.dtype.kind not in "iu":
+            raise TypeError(f"y must have an integer dtype, got {y.dtype}")
+        if y.shape != shape:
+            raise ValueError(f"y must have shape {shape}, got {y.shape}")
+        if y.size:
+            lo, hi = int(y.min()), int(y.max())
+            if lo < 0 or hi >= self.n_classes:
+                raise ValueError(
+                    f"y must hold labels in [0, {self.n_classes}), got values in [{lo}, {hi}]"
+                )
+        return y.astype(np.intp, copy=False)
+
+    # ---- passes ----------------------------------------------------------------------------
+
+    def _forward(self, params: np.ndarray, x: np.ndarray, train: bool) -> tuple[np.ndarray, list]:
+        n_peers, batch = x.shape[0], x.shape[1]
+        if self._spatial_input:
+            h = x.transpose(0, 2, 1, 3, 4)  # channel-major (P, C, B, H, W), a view
+        else:
+            h = np.reshape(x, (n_peers, batch, -1))
+        ctxs = []
+        for layer, w, scratch in zip(self._layers, self._views(params), self._scratch()):
+            h, ctx = layer.forward(w, h, train, scratch)
+            ctxs.append(ctx)
+        return h, ctxs
+
+    def forward(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Logits (P, B, n_classes) for per-peer batches (P, B, ...) or a shared batch (B, ...)."""
+        params = self._check_params(params)
+        xb, _ = self._check_x(x, params.shape[0], params.dtype)
+        logits, _ = self._forward(params, xb, train=False)
+        return logits
+
+    def loss_and_grad(
+        self,
+        params: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        grad: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean softmax cross-entropy of each peer's batch and its gradient.
+
+        ``x`` is (P, B, *input_shape) (or (B, *input_shape) shared by all peers) and ``y`` is
+        (P, B) (or (B,) with a shared x). Returns ``loss`` (P,) float64 and ``grad`` (P, dim) in
+        ``params.dtype``, written into ``grad`` when given (C-contiguous, fully overwritten).
+        """
+        params = self._check_params(params)
+        n_peers = params.shape[0]
+        xb, shared = self._check_x(x, n_peers, params.dtype)
+        batch = xb.shape[1]
+        if shared and np.ndim(y) == 1:
+            y = np.broadcast_to(self._check_y(y, (batch,)), (n_peers, batch))
+        else:
+            y = self._check_y(y, (n_peers, batch))
+        if batch == 0:
+            raise ValueError("x must hold at least one sample per peer, got batch size 0")
+        if grad is None:
+            grad = np.empty(params.shape, dtype=params.dtype)
+        else:
+            if not isinstance(grad, np.ndarray):
+                raise TypeError(f"grad must be a numpy array, got {type(grad).__name__}")
+            if grad.dtype != params.dtype:
+                raise TypeError(f"grad must have dtype {params.dtype}, got {grad.dtype}")
+            if grad.shape != params.shape:
+                raise ValueError(f"grad must have shape {params.shape}, got {grad.shape}")
+            if not grad.flags.c_contiguous or not grad.flags.writeable:
+                raise ValueError("grad must be a writable C-contiguous array")
+            if np.may_share_memory(grad, params):
+                raise ValueError("grad must not share memory with params")
+        logits, ctxs = self._forward(params, xb, train=True)
+        loss, dlogits = _cross_entropy(logits, y, want_grad=True)
+        w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
+        h: np.ndarray | None = dlogits
+        for i in range(len(self._layers) - 1, -1, -1):
+            h = self._layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > 0, scratch[i])
+        return loss, grad
+
+    def evaluate(
+        self,
+        params: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        batch_size: int = 1024,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Accuracy (P,) and mean loss (P,) of every peer's model on a shared dataset.
+
+        ``x`` is (N, *input_shape) and ``y`` (N,). Samples are processed in chunks of at most
+        ``batch_size``, fewer when P * chunk * (widest layer) would exceed about 2**24 elements, so
+        memory stays bounded whatever the number of peers. Both results are float64.
+        """
+        params = self._check_params(params)
+        batch_size = _check_positive_int(batch_size, "batch_size")
+        n_peers = params.shape[0]
+        x = np.asarray(x)
+        if x.ndim != len(self.input_shape) + 1 or x.shape[1:] != self.input_shape:
+            raise ValueError(f"x must have shape (n_samples, *{self.input_shape}), got {x.shape}")
+        n = x.shape[0]
+        y = self._check_y(y, (n,))
+        if n == 0:
+            raise ValueError("x must hold at least one sample, got 0")
+        chunk = max(1, min(batch_size, _EVAL_BUDGET_ELEMENTS // (n_peers * self._widest)))
+        correct = np.zeros(n_peers, dtype=np.int64)
+        loss_sum = np.zeros(n_peers, dtype=np.float64)
+        for start in range(0, n, chunk):
+            xc, _ = self._check_x(x[start : start + chunk], n_peers, params.dtype)
+            yc = y[start : start + chunk]
+            logits, _ = self._forward(params, xc, train=False)
+            correct += np.count_nonzero(np.argmax(logits, axis=-1) == yc, axis=1)
+            loss, _ = _cross_entropy(logits, np.broadcast_to(yc, logits.shape[:2]), False)
+            loss_sum += loss * yc.shape[0]
+        return correct / n, loss_sum / n
+
+
+def _cross_entropy(
+    logits: np.ndarray, y: np.ndarray, want_grad: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Mean cross-entropy per peer (float64) and, optionally, its gradient w.r.t. the logits.
+
+    Works in place on ``logits`` (which the caller owns) with a max-shifted log-sum-exp.
+    """
+    n_peers, batch, _ = logits.shape
+    z = logits
+    z -= z.max(axis=-1, keepdims=True)
+    z_y = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]
+    e = np.exp(z, out=z)
+    s = e.sum(axis=-1)
+    loss = np.mean(np.log(s) - z_y, axis=1, dtype=np.float64)
+    if not want_grad:
+        return loss, None
+    # softmax / B, minus 1/B at the label.
+    np.multiply(s, batch, out=s)
+    np.divide(1, s, out=s)
+    e *= s[..., None]
+    rows = np.arange(n_peers)[:, None]
+    cols = np.arange(batch)[None, :]
+    e[rows, cols, y] -= 1.0 / batch
+    return loss, e
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+ModelBuilder = Callable[[str | None, tuple[int, ...], int], list[Layer]]
+_MODELS: dict[str, ModelBuilder] = {}
+
+
+def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
+    """Decorator registering ``builder(arg, input_shape, n_classes) -> layers`` under ``name``."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ValueError(f"name must be a non-empty string without ':', got {name!r}")
+
+    def deco(builder: ModelBuilder) -> ModelBuilder:
+        if name in _MODELS:
+            raise ValueError(f"model {name!r} is already registered")
+        _MODELS[name] = builder
+        return builder
+
+    return deco
+
+
+def available_models() -> tuple[str, ...]:
+    return tuple(sorted(_MODELS))
+
+
+def make_model(spec: str, input_shape: tuple[int, ...], n_classes: int) -> Model:
+    """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``."""
+    if not isinstance(spec, str):
+        raise TypeError(f"spec must be a str, got {type(spec).__name__}")
+    name, sep, arg = spec.partition(":")
+    if name not in _MODELS:
+        raise ValueError(f"spec must name one of {list(available_models())}, got {spec!r}")
+    if not isinstance(input_shape, tuple):
+        raise TypeError(f"input_shape must be a tuple of ints, got {input_shape!r}")
+    layers = _MODELS[name](arg if sep else None, input_shape, n_classes)
+    return Model(layers, input_shape, n_classes, spec=spec)
+
+
+def _flat_features(input_shape: tuple[int, ...]) -> int:
+    for s in input_shape:
+        _check_positive_int(s, "input_shape entries")
+    return math.prod(input_shape)
+
+
+@register_model("linear")
+def _build_linear(arg: str | None, input_shape: tuple[int, ...], n_classes: int) -> list[Layer]:
+    if arg is not None:
+        raise ValueError(f"spec 'linear' takes no argument, got 'linear:{arg}'")
+    return [Dense(_flat_features(input_shape), n_classes, init="torch_uniform")]
+
+
+@register_model("mlp")
+def _build_mlp(arg: str | None, input_shape: tuple[int, ...], n_classes: int) -> list[Layer]:
+    hidden = [128]
+    if arg is not None:
+        try:
+            hidden = [int(h) for h in arg.split(",")]
+        except ValueError:
+            hidden = []
+        if not hidden or min(hidden) <= 0:
+            raise ValueError(
+                f"spec 'mlp:<sizes>' needs comma-separated positive hidden sizes such as "
+                f"'mlp:256,128', got 'mlp:{arg}'"
+            )
+    layers: list[Layer] = []
+    fan_in = _flat_features(input_shape)
+    for h in hidden:
+        layers += [Dense(fan_in, h), ReLU()]
+        fan_in = h
+    layers.append(Dense(fan_in, n_classes, init="torch_uniform"))
+    return layers
+
+
+# GroupNorm groups for the cnn:gn option: 2 groups of 3 channels after conv1, 4 of 4 after conv2.
+_CNN_GN_GROUPS = {6: 2, 16: 4}
+
+
+@register_model("cnn")
+def _build_cnn(arg: str | None, input_shape: tuple[int, ...], n_classes: int) -> list[Layer]:
+    if arg not in (None, "gn"):
+        raise ValueError(f"spec 'cnn' takes no argument or 'gn', got 'cnn:{arg}'")
+    if len(input_shape) != 3:
+        raise ValueError(f"spec 'cnn' needs input_shape (C, H, W), got {input_shape}")
+    c, h, w = (_check_positive_int(s, "input_shape entries") for s in input_shape)
+    if h % 4 or w % 4:
+        raise ValueError(f"spec 'cnn' needs H and W divisible by 4, got input_shape {input_shape}")
+    layers: list[Layer] = []
+    for cin, cout in ((c, 6), (6, 16)):
+        layers.append(Conv2d(cin, cout, kernel_size=5, padding=2))
+        if arg == "gn":
+            layers.append(GroupNorm(_CNN_GN_GROUPS[cout], cout))
+        # Pool before ReLU: max and ReLU commute, so this is the same function and gradient
+        # (ties only among non-positive values, whose gradient ReLU zeroes) at 1/4 the ReLU work.
+        layers += [MaxPool2d(), ReLU()]
+    layers += [
+        Flatten(),
+        Dense(16 * (h // 4) * (w // 4), 120),
+        ReLU(),
+        Dense(120, 84),
+        ReLU(),
+        Dense(84, n_classes, init="torch_uniform"),
+    ]
+    return layers
