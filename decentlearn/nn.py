@@ -12,6 +12,7 @@ scratch buffers reused from call to call. Models are built from a spec string th
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -104,7 +105,7 @@ class Scratch:
         return out
 
 
-class Layer:
+class Layer(ABC):
     """One layer of a peer-batched model.
 
     Hyperparameters live in frozen dataclass fields. ``forward`` gets the layer's parameter views,
@@ -126,18 +127,21 @@ class Layer:
     def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
         return []
 
+    @abstractmethod
     def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def forward(
         self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
     ) -> tuple[np.ndarray, Any]:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def backward(
         self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
     ) -> np.ndarray | None:
-        raise NotImplementedError
+        """See the class docstring."""
 
 
 Initializer = Callable[[np.random.Generator, tuple[int, ...], int], np.ndarray]
