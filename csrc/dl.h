@@ -23,6 +23,9 @@ enum {
     DL_E_INDPTR = -2, /* CSR indptr is not 0-based, non-decreasing, ending at nnz */
     DL_E_INDEX = -3,  /* CSR column index outside [0, n_cols) */
     DL_E_NOMEM = -4,  /* allocation failed */
+    DL_E_NONFINITE = -5, /* an input value is NaN or infinite where a finite one is required */
+    DL_E_FORMAT = -6,    /* encoded bytes are malformed (from an untrusted peer): never trusted */
+    DL_E_SPACE = -7,     /* an output buffer is too small for the result */
 };
 
 /* A read-only CSR matrix with float32 values, as the gossip kernel consumes it. */
@@ -63,6 +66,67 @@ int dl_csr_check(const dl_csr_f32_t *w);
 
 DL_DECLARE_ISA(dl_gossip_csr_f32, int,
                (const dl_csr_f32_t *w, int64_t dim, const float *x, float *y, int n_threads))
+
+/* ---- Counter-based random numbers ---------------------------------------------------------
+ * Every stochastic kernel draws the value for element `index` of peer `peer` at step `step` as
+ * dl_rng_u32(dl_rng_key(seed, step, peer), index): a pure function of those four numbers, so
+ * results are identical for any thread count and any split of rows between processes (a kernel
+ * given rows peer0.. of a matrix uses peer = peer0 + row). decentlearn/_reference/rng.py is the
+ * bit-exact NumPy twin. Quality: two rounds of a 32-bit avalanche hash (lowbias32, bias ~0.11)
+ * with independent 32-bit key halves; ample for stochastic rounding and sampling. */
+static inline uint64_t dl_mix64(uint64_t z) { /* splitmix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static inline uint64_t dl_rng_key(uint64_t seed, uint64_t step, uint64_t peer) {
+    return dl_mix64(dl_mix64(dl_mix64(seed + 0x9e3779b97f4a7c15ULL) ^ step) ^ peer);
+}
+static inline uint32_t dl_hash32(uint32_t x) { /* lowbias32 (C. Wellons' hash-prospector) */
+    x ^= x >> 16;
+    x *= 0x21f0aaadu;
+    x ^= x >> 15;
+    x *= 0x735a2d97u;
+    x ^= x >> 15;
+    return x;
+}
+static inline uint32_t dl_rng_u32(uint64_t key, uint64_t index) {
+    uint32_t x = dl_hash32((uint32_t)index ^ (uint32_t)key);
+    return dl_hash32(x ^ (uint32_t)(key >> 32) ^ ((uint32_t)(index >> 32) * 0x9e3779b9u));
+}
+/* Uniform float in [0, 1) with 24 random bits. */
+static inline float dl_rng_unit(uint64_t key, uint64_t index) {
+    return (float)(dl_rng_u32(key, index) >> 8) * 0x1.0p-24f;
+}
+
+/* ---- Compression kernels (csrc/<family>.c) ----------------------------------------------
+ * Conventions: x is a C-contiguous (n_rows, dim) float32 matrix, each row compressed on its own
+ * (a 1-D vector is n_rows = 1); stochastic kernels take (seed, step, peer0) as above; kernels that
+ * read encoded bytes validate every length and index and return DL_E_FORMAT, never read or write
+ * out of bounds. Each family adds its prototypes in its own section below. */
+
+/* rng.c */
+int dl_rng_fill_u32(int64_t n_rows, int64_t dim, uint64_t seed, uint64_t step, int64_t peer0,
+                    uint32_t *out, int n_threads);
+
+/* bitpack.c: b-bit codes (1 <= b <= 8), little-endian bit order, rows padded to whole bytes. */
+int64_t dl_bitpack_row_bytes(int64_t dim, int bits);
+int dl_bitpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *codes, uint8_t *packed,
+                  int n_threads);
+int dl_bitunpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *packed, uint8_t *codes,
+                    int n_threads);
+
+/* >>> section natural (natural.c) */
+/* <<< section natural */
+
+/* >>> section topk (topk.c) */
+/* <<< section topk */
+
+/* >>> section stc (stc.c) */
+/* <<< section stc */
+
+/* >>> section quant (quant.c) */
+/* <<< section quant */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t dl_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -130,6 +130,115 @@ static PyObject *py_gossip(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
+/* Raises the Python exception for a kernel status; `fn` names the function. Returns NULL. */
+static PyObject *raise_status(const char *fn, int status) {
+    switch (status) {
+    case DL_E_NONFINITE:
+        return PyErr_Format(PyExc_ValueError, "%s: x must be finite (no NaN or infinity)", fn);
+    case DL_E_FORMAT:
+        return PyErr_Format(PyExc_ValueError, "%s: malformed encoded data", fn);
+    case DL_E_SPACE:
+        return PyErr_Format(PyExc_ValueError, "%s: output buffer too small", fn);
+    case DL_E_NOMEM:
+        return PyErr_NoMemory();
+    default:
+        return PyErr_Format(PyExc_RuntimeError, "%s: kernel failed with status %d", fn, status);
+    }
+}
+
+/* Checks a 2-D array has exactly the given shape (rows, cols). */
+static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_intp rows,
+                        npy_intp cols) {
+    if (PyArray_DIM(a, 0) != rows || PyArray_DIM(a, 1) != cols) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, %zd), got (%zd, %zd)", fn,
+                     name, (Py_ssize_t)rows, (Py_ssize_t)cols, (Py_ssize_t)PyArray_DIM(a, 0),
+                     (Py_ssize_t)PyArray_DIM(a, 1));
+        return -1;
+    }
+    return 0;
+}
+
+/* rng_u32(seed, step, peer0, out, n_threads) -> out: the generator's numbers for each row/index. */
+static PyObject *py_rng_u32(PyObject *self, PyObject *args) {
+    unsigned long long seed, step;
+    long long peer0;
+    PyArrayObject *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKLO!i:rng_u32", &seed, &step, &peer0, &PyArray_Type, &out,
+                          &n_threads))
+        return NULL;
+    if (check_array(out, "rng_u32", "out", NPY_UINT32, 2, 1) || check_threads("rng_u32", n_threads))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_rng_fill_u32(PyArray_DIM(out, 0), PyArray_DIM(out, 1), seed, step, peer0,
+                             PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("rng_u32", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* bitpack(codes (r, d) uint8, bits, out (r, row_bytes) uint8, n_threads) -> out */
+static PyObject *py_bitpack(PyObject *self, PyObject *args) {
+    PyArrayObject *codes, *out;
+    int bits, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!iO!i:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type, &out,
+                          &n_threads))
+        return NULL;
+    if (check_array(codes, "bitpack", "codes", NPY_UINT8, 2, 0) ||
+        check_array(out, "bitpack", "out", NPY_UINT8, 2, 1) || check_threads("bitpack", n_threads))
+        return NULL;
+    if (bits < 1 || bits > 8)
+        return PyErr_Format(PyExc_ValueError, "bitpack: bits must be in [1, 8], got %d", bits);
+    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
+    if (check_shape2(out, "bitpack", "out", rows, dl_bitpack_row_bytes(dim, bits))) return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_bitpack_u8(rows, dim, bits, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("bitpack", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* bitunpack(packed (r, row_bytes) uint8, bits, out (r, d) uint8, n_threads) -> out */
+static PyObject *py_bitunpack(PyObject *self, PyObject *args) {
+    PyArrayObject *packed, *out;
+    int bits, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!iO!i:bitunpack", &PyArray_Type, &packed, &bits, &PyArray_Type,
+                          &out, &n_threads))
+        return NULL;
+    if (check_array(packed, "bitunpack", "packed", NPY_UINT8, 2, 0) ||
+        check_array(out, "bitunpack", "out", NPY_UINT8, 2, 1) ||
+        check_threads("bitunpack", n_threads))
+        return NULL;
+    if (bits < 1 || bits > 8)
+        return PyErr_Format(PyExc_ValueError, "bitunpack: bits must be in [1, 8], got %d", bits);
+    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
+    if (check_shape2(packed, "bitunpack", "packed", rows, dl_bitpack_row_bytes(dim, bits)))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_bitunpack_u8(rows, dim, bits, PyArray_DATA(packed), PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("bitunpack", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* >>> glue natural */
+/* <<< glue natural */
+
+/* >>> glue topk */
+/* <<< glue topk */
+
+/* >>> glue stc */
+/* <<< glue stc */
+
+/* >>> glue quant */
+/* <<< glue quant */
+
 /* config() -> dict describing the build and the active paths. */
 static PyObject *py_config(PyObject *self, PyObject *unused) {
     (void)self;
@@ -183,6 +292,17 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"gossip", py_gossip, METH_VARARGS,
      "gossip(indptr, indices, data, n_cols, x, out, n_threads) -> out = W @ x for CSR W."},
+    {"rng_u32", py_rng_u32, METH_VARARGS, "rng_u32(seed, step, peer0, out, n_threads) -> out."},
+    {"bitpack", py_bitpack, METH_VARARGS, "bitpack(codes, bits, out, n_threads) -> out."},
+    {"bitunpack", py_bitunpack, METH_VARARGS, "bitunpack(packed, bits, out, n_threads) -> out."},
+    /* >>> methods natural */
+    /* <<< methods natural */
+    /* >>> methods topk */
+    /* <<< methods topk */
+    /* >>> methods stc */
+    /* <<< methods stc */
+    /* >>> methods quant */
+    /* <<< methods quant */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2' or 'avx512'."},
     {NULL, NULL, 0, NULL},

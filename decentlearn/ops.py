@@ -84,3 +84,62 @@ def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | Non
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     threads = resolve_threads(n_threads, X.size)
     return _core.gossip(indptr, indices, data, n_cols, X, out, threads)
+
+
+def _as_rows(name: str, x: np.ndarray, dtype) -> np.ndarray:
+    """A 1-D vector as one row, a 2-D matrix as is; checks type and dtype (no silent copies)."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {x.dtype}")
+    if x.ndim == 1:
+        return x.reshape(1, -1)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 1-D (dim,) or 2-D (n_peers, dim), got shape {x.shape}")
+    return x
+
+
+def _check_seed(seed, step, peer0) -> tuple[int, int, int]:
+    for name, v in (("seed", seed), ("step", step), ("peer0", peer0)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    return int(seed), int(step), int(peer0)
+
+
+def rng_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
+            n_threads: int | None = None) -> np.ndarray:
+    """The counter-based generator's uint32 numbers: row r is peer ``peer0 + r`` at ``step``."""
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    out = np.empty((n_rows, dim), dtype=np.uint32)
+    return _core.rng_u32(seed, step, peer0, out, resolve_threads(n_threads, out.size))
+
+
+def bitpack(codes: np.ndarray, bits: int, out: np.ndarray | None = None,
+            n_threads: int | None = None) -> np.ndarray:
+    """Packs b-bit codes (uint8 < 2^bits), row by row, little-endian bit order."""
+    codes2 = _as_rows("codes", codes, np.uint8)
+    if out is None:
+        out = np.empty((codes2.shape[0], (codes2.shape[1] * bits + 7) // 8), dtype=np.uint8)
+    return _core.bitpack(codes2, bits, out, resolve_threads(n_threads, codes2.size))
+
+
+def bitunpack(packed: np.ndarray, bits: int, dim: int, out: np.ndarray | None = None,
+              n_threads: int | None = None) -> np.ndarray:
+    """Inverse of bitpack: (n_rows, dim) uint8 codes from (n_rows, row_bytes) packed bytes."""
+    packed2 = _as_rows("packed", packed, np.uint8)
+    if out is None:
+        out = np.empty((packed2.shape[0], dim), dtype=np.uint8)
+    return _core.bitunpack(packed2, bits, out, resolve_threads(n_threads, out.size))
+
+
+# >>> ops natural
+# <<< ops natural
+
+# >>> ops topk
+# <<< ops topk
+
+# >>> ops stc
+# <<< ops stc
+
+# >>> ops quant
+# <<< ops quant
