@@ -14,15 +14,48 @@
 
 static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512"};
 
-static const dl_dispatch_t tables[DL_ISA_COUNT] = {
-    {DL_ISA_GENERIC, "generic", dl_gossip_csr_f32_generic},
+/* Each ISA's table lists its kernels with designated initializers; a family adds its members to
+ * all three tables in its own sections (X86 builds only for the avx2/avx512 symbols). */
 #ifdef DL_X86
-    {DL_ISA_AVX2, "avx2", dl_gossip_csr_f32_avx2},
-    {DL_ISA_AVX512, "avx512", dl_gossip_csr_f32_avx512},
+#define DL_X86_ONLY(sym) sym
 #else
-    {DL_ISA_AVX2, "avx2", NULL},
-    {DL_ISA_AVX512, "avx512", NULL},
+#define DL_X86_ONLY(sym) NULL
 #endif
+
+static const dl_dispatch_t tables[DL_ISA_COUNT] = {
+    {
+        .isa = DL_ISA_GENERIC,
+        .name = "generic",
+        .gossip_csr_f32 = dl_gossip_csr_f32_generic,
+        /* >>> table-generic natural */
+        /* <<< table-generic natural */
+        /* >>> table-generic topk */
+        /* <<< table-generic topk */
+        /* >>> table-generic quant */
+        /* <<< table-generic quant */
+    },
+    {
+        .isa = DL_ISA_AVX2,
+        .name = "avx2",
+        .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx2),
+        /* >>> table-avx2 natural */
+        /* <<< table-avx2 natural */
+        /* >>> table-avx2 topk */
+        /* <<< table-avx2 topk */
+        /* >>> table-avx2 quant */
+        /* <<< table-avx2 quant */
+    },
+    {
+        .isa = DL_ISA_AVX512,
+        .name = "avx512",
+        .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx512),
+        /* >>> table-avx512 natural */
+        /* <<< table-avx512 natural */
+        /* >>> table-avx512 topk */
+        /* <<< table-avx512 topk */
+        /* >>> table-avx512 quant */
+        /* <<< table-avx512 quant */
+    },
 };
 
 static const dl_dispatch_t *active = NULL;

@@ -43,11 +43,25 @@ typedef enum { DL_ISA_GENERIC = 0, DL_ISA_AVX2 = 1, DL_ISA_AVX512 = 2, DL_ISA_CO
 typedef int (*dl_gossip_csr_f32_fn)(const dl_csr_f32_t *w, int64_t dim, const float *x, float *y,
                                     int n_threads);
 
-/* One entry per kernel that has ISA-specific builds. */
+/* Function types of the kernels with ISA-specific builds, per family. */
+/* >>> dispatch-types natural */
+/* <<< dispatch-types natural */
+/* >>> dispatch-types topk */
+/* <<< dispatch-types topk */
+/* >>> dispatch-types quant */
+/* <<< dispatch-types quant */
+
+/* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
 typedef struct {
     dl_isa_t isa;
     const char *name;
     dl_gossip_csr_f32_fn gossip_csr_f32;
+    /* >>> dispatch-members natural */
+    /* <<< dispatch-members natural */
+    /* >>> dispatch-members topk */
+    /* <<< dispatch-members topk */
+    /* >>> dispatch-members quant */
+    /* <<< dispatch-members quant */
 } dl_dispatch_t;
 
 /* dispatch.c */

@@ -1,0 +1,290 @@
+"""Compressors: what peers send instead of their float32 vectors, and exactly how many bytes.
+
+A compressor works on a (n_peers, dim) float32 matrix, one message per row (a 1-D vector is one
+row). ``compress(x, seed=, step=, peer0=)`` returns a ``Payload``; ``decompress(payload)`` returns
+the decoded float32 array of the input's shape. ``Payload.nbytes`` is the exact size of the wire
+messages and the only source of communication cost in the project; ``Payload.to_bytes()`` writes
+them, and ``compressor.from_bytes(data, shape)`` parses them back, treating the bytes as untrusted:
+any truncated, oversized or inconsistent message raises ValueError.
+
+Stochastic compressors draw from the counter-based generator keyed by (seed, step, peer, index),
+so results are bit-identical for any thread count and any split of rows between processes.
+Error feedback is a wrapper (``ErrorFeedback(compressor)``), not a flag. Specs such as
+``"topk:0.01"`` are parsed by the registry: ``make("topk:0.01")``.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_REGISTRY: dict[str, type[Compressor]] = {}
+
+
+def register(name: str):
+    """Class decorator: ``@register("topk")`` makes ``make("topk:…")`` build the class from its
+    ``from_args(args)`` classmethod."""
+    def deco(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"compressor {name!r} is registered twice")
+        cls.kind = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make(spec: str) -> Compressor:
+    """Builds a compressor from a spec such as "none", "natural", "topk:0.01", "bucket:8:512"."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"compressor spec must be a non-empty string, got {spec!r}")
+    name, *args = spec.split(":")
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown compressor {spec!r}; expected one of {available()}")
+    return _REGISTRY[name].from_args(tuple(args))
+
+
+def parse_ratio(text: str, spec: str) -> float:
+    """A sparsity ratio in (0, 1] from a spec argument."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{spec!r}: ratio must be a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{spec!r}: ratio must be in (0, 1], got {value}")
+    return value
+
+
+def parse_int(text: str, spec: str, name: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{spec!r}: {name} must be an integer in [{lo}, {hi}], got {text!r}") \
+            from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{spec!r}: {name} must be an integer in [{lo}, {hi}], got {value}")
+    return value
+
+
+class Reader:
+    """Bounds-checked reading of untrusted little-endian bytes: every read that would run past the
+    end raises ValueError, and nothing is read from outside the buffer."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, what: str) -> None:
+        self.view = memoryview(data).cast("B")
+        self.pos = 0
+        self.what = what
+
+    @property
+    def remaining(self) -> int:
+        return len(self.view) - self.pos
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or n > self.remaining:
+            raise ValueError(f"{self.what}: truncated message (needs {n} more bytes at offset "
+                             f"{self.pos}, {self.remaining} left)")
+        out = self.view[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self.take(4))[0]
+
+    def f32(self) -> float:
+        return struct.unpack("<f", self.take(4))[0]
+
+    def array(self, dtype, count: int) -> np.ndarray:
+        dt = np.dtype(dtype).newbyteorder("<")
+        return np.frombuffer(self.take(count * dt.itemsize), dtype=dt).astype(dt.newbyteorder("="))
+
+    def done(self) -> None:
+        if self.remaining:
+            raise ValueError(f"{self.what}: {self.remaining} unexpected bytes after the message")
+
+
+@dataclass(frozen=True, eq=False)
+class Payload:
+    """The compressed form of a (n_rows, dim) matrix: one wire message per row.
+
+    ``arrays`` holds the compressor's batched data (layout is the compressor's business);
+    ``row_nbytes[r]`` is the exact length of row r's message, so ``nbytes`` is the wire size.
+    """
+
+    compressor: Compressor
+    shape: tuple[int, ...]
+    arrays: dict = field(repr=False)
+    row_nbytes: np.ndarray = field(repr=False)
+
+    @property
+    def n_rows(self) -> int:
+        return 1 if len(self.shape) == 1 else self.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.row_nbytes.sum())
+
+    def to_bytes(self, row: int | None = None) -> bytes:
+        """Row ``row``'s message, or every row's message in order when ``row`` is None."""
+        if row is not None:
+            if not 0 <= row < self.n_rows:
+                raise ValueError(f"row must be in [0, {self.n_rows}), got {row}")
+            return self.compressor._row_to_bytes(self, row)
+        return b"".join(self.compressor._row_to_bytes(self, r) for r in range(self.n_rows))
+
+    def __repr__(self) -> str:
+        return (f"Payload({self.compressor.spec!r}, shape={self.shape}, nbytes={self.nbytes}, "
+                f"{self.nbytes / max(1, 4 * self.n_rows * self.dim):.4f} of float32)")
+
+
+def _shape_rows(shape) -> tuple[tuple[int, ...], int, int]:
+    shape = tuple(int(s) for s in np.atleast_1d(shape))
+    if len(shape) not in (1, 2) or any(s < 0 for s in shape):
+        raise ValueError(f"shape must be (dim,) or (n_rows, dim) with sizes >= 0, got {shape}")
+    return shape, (1 if len(shape) == 1 else shape[0]), shape[-1]
+
+
+class Compressor(ABC):
+    """Base class. Subclasses are frozen dataclasses registered with ``@register(name)``."""
+
+    kind = "base"
+    #: E[decompress(compress(x))] == x
+    unbiased: bool = False
+
+    @property
+    def spec(self) -> str:
+        return self.kind
+
+    @classmethod
+    def from_args(cls, args: tuple[str, ...]) -> Compressor:
+        if args:
+            raise ValueError(f"{cls.kind!r} takes no parameters, got {':'.join(args)!r}")
+        return cls()
+
+    def compress(self, x: np.ndarray, *, seed: int = 0, step: int = 0, peer0: int = 0,
+                 n_threads: int | None = None) -> Payload:
+        """Compresses each row of x (float32, (dim,) or (n_rows, dim), C-contiguous)."""
+        from decentlearn import ops
+
+        rows = ops._as_rows("x", x, np.float32)
+        if not rows.flags.c_contiguous:
+            raise ValueError("x must be C-contiguous (use np.ascontiguousarray)")
+        seed, step, peer0 = ops._check_seed(seed, step, peer0)
+        arrays, row_nbytes = self._compress(rows, seed, step, peer0, n_threads)
+        return Payload(self, x.shape, arrays, np.asarray(row_nbytes, dtype=np.int64))
+
+    def decompress(self, payload: Payload, n_threads: int | None = None) -> np.ndarray:
+        """The decoded float32 array, of the shape that was compressed."""
+        if not isinstance(payload, Payload) or payload.compressor.spec != self.spec:
+            raise ValueError(f"payload was not made by {self.spec!r}")
+        out = self._decompress(payload, n_threads)
+        return out.reshape(payload.shape)
+
+    def from_bytes(self, data: bytes | bytearray | memoryview, shape) -> Payload:
+        """Parses ``n_rows`` consecutive messages (untrusted) into a Payload; ValueError if the
+        bytes are not exactly such messages for rows of length ``dim``."""
+        shape, n_rows, dim = _shape_rows(shape)
+        reader = Reader(data, f"{self.spec} message")
+        rows = [self._parse_row(reader, dim) for _ in range(n_rows)]
+        reader.done()
+        arrays, row_nbytes = self._join_rows(rows, n_rows, dim)
+        return Payload(self, shape, arrays, np.asarray(row_nbytes, dtype=np.int64))
+
+    # --- what a compressor implements ---------------------------------------------------------
+    @abstractmethod
+    def _compress(self, x: np.ndarray, seed: int, step: int, peer0: int,
+                  n_threads: int | None) -> tuple[dict, np.ndarray]:
+        """(arrays, row_nbytes) for the (n_rows, dim) float32 matrix x."""
+
+    @abstractmethod
+    def _decompress(self, payload: Payload, n_threads: int | None) -> np.ndarray:
+        """(n_rows, dim) float32."""
+
+    @abstractmethod
+    def _row_to_bytes(self, payload: Payload, row: int) -> bytes:
+        """Row ``row``'s wire message; its length must equal payload.row_nbytes[row]."""
+
+    @abstractmethod
+    def _parse_row(self, reader: Reader, dim: int) -> dict:
+        """Reads one message for a row of length dim; validates every length and index."""
+
+    @abstractmethod
+    def _join_rows(self, rows: list[dict], n_rows: int, dim: int) -> tuple[dict, np.ndarray]:
+        """(arrays, row_nbytes) of a Payload from parsed rows."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec!r})"
+
+
+@register("none")
+@dataclass(frozen=True, repr=False)
+class Identity(Compressor):
+    """No compression: dim float32 values, 4 bytes each."""
+
+    unbiased = True
+
+    def _compress(self, x, seed, step, peer0, n_threads):
+        return {"values": x.copy()}, np.full(x.shape[0], 4 * x.shape[1])
+
+    def _decompress(self, payload, n_threads):
+        return payload.arrays["values"].copy()
+
+    def _row_to_bytes(self, payload, row):
+        return payload.arrays["values"][row].astype("<f4").tobytes()
+
+    def _parse_row(self, reader, dim):
+        return {"values": reader.array(np.float32, dim)}
+
+    def _join_rows(self, rows, n_rows, dim):
+        values = (np.stack([r["values"] for r in rows]) if rows
+                  else np.zeros((0, dim), np.float32))
+        return {"values": values}, np.full(n_rows, 4 * dim)
+
+
+class ErrorFeedback:
+    """Error feedback (Seide et al. 2014; Karimireddy et al. 2019) around any compressor.
+
+    Keeps each row's residual e: sends C(x + e) and keeps e <- (x + e) - decompress(C(x + e)), so
+    what a biased compressor drops is sent later instead of lost.
+    """
+
+    def __init__(self, compressor: Compressor) -> None:
+        if not isinstance(compressor, Compressor):
+            raise TypeError(f"compressor must be a Compressor, got {type(compressor).__name__}")
+        self.compressor = compressor
+        self.error: np.ndarray | None = None
+
+    @property
+    def spec(self) -> str:
+        return f"ef({self.compressor.spec})"
+
+    def compress(self, x: np.ndarray, **kwargs) -> Payload:
+        if self.error is None or self.error.shape != x.shape:
+            self.error = np.zeros_like(x)
+        corrected = x + self.error
+        payload = self.compressor.compress(corrected, **kwargs)
+        np.subtract(corrected, self.compressor.decompress(payload), out=self.error)
+        return payload
+
+    def decompress(self, payload: Payload, **kwargs) -> np.ndarray:
+        return self.compressor.decompress(payload, **kwargs)
+
+    def reset(self) -> None:
+        self.error = None
+
+    def __repr__(self) -> str:
+        return f"ErrorFeedback({self.compressor!r})"
+
+
+# Compressor families register themselves on import.
+# >>> families
+# <<< families
