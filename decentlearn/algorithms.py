@@ -50,7 +50,7 @@ class Algorithm(ABC):
     name = "base"
 
     def __init__(self, *, model, comm, optimizer: SGD, params: np.ndarray,
-                 local_steps: int = 1) -> None:
+                 local_steps: int = 1, compressor=None, seed: int = 0) -> None:
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
         if params.ndim != 2 or params.shape != (comm.n_peers, model.dim):
@@ -63,7 +63,18 @@ class Algorithm(ABC):
         self.optimizer = optimizer
         self.params = params
         self.local_steps = local_steps
+        self.compressor = compressor
+        self.seed = seed
         self._grad = np.empty_like(params)
+
+    def compress(self, X: np.ndarray, t: int):
+        """Every peer's message for round t (row r is peer r), keyed by the run's seed."""
+        return self.compressor.compress(X, seed=self.seed, step=t, peer0=0,
+                                        n_threads=self.comm.n_threads)
+
+    @property
+    def compressed(self) -> bool:
+        return self.compressor is not None and self.compressor.spec != "none"
 
     def local_step(self, sample: Sampler) -> np.ndarray:
         """One SGD step on every peer's next minibatch; returns the peers' losses (P,)."""
@@ -94,13 +105,24 @@ class DPSGD(Algorithm):
     ``cta`` (combine-then-adapt, the paper's form): the gradient is taken at x_t, the peers mix
     x_t, and the step is applied to the mixed point, x_{t+1} = W_t x_t - lr * update(g(x_t));
     further local steps (H > 1) follow from there.
+
+    With a compressor (other than "none"), peers send compressed model differences instead of
+    models (DCD-PSGD, Tang et al., NeurIPS 2018). That scheme exists only in the combine-then-adapt
+    form, which is then used whatever ``variant`` says: every peer keeps exact replicas of its
+    neighbours' models x_t, computes x_half = W_t x_t - lr * update(g(x_t)) (then H - 1 more local
+    steps), sends z = C(x_half - x_t), and every peer, itself included, applies x_{t+1} = x_t +
+    decompress(z), so the replicas stay exact. It needs an unbiased, low-variance compressor;
+    CHOCO-SGD handles aggressive ones.
     """
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
         self.variant = _Variant(variant).value
+        self._half = np.empty_like(self.params) if self.compressed else None
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
+        if self.compressed:
+            return self._round_compressed(sample, t)
         losses = np.zeros(self.comm.n_peers)
         steps = self.local_steps
         if self.variant == "atc":
@@ -116,3 +138,57 @@ class DPSGD(Algorithm):
             for _ in range(steps - 1):
                 losses += self.local_step(sample)
         return losses / steps
+
+    def _round_compressed(self, sample: Sampler, t: int) -> np.ndarray:
+        x = self.params  # x_t, of which every neighbour holds an exact replica
+        losses = np.zeros(self.comm.n_peers)
+        inputs, labels = sample()
+        step_losses, grad = self.model.loss_and_grad(x, inputs, labels, grad=self._grad)
+        losses += step_losses
+        self.params = half = self.comm.combine(x, t, out=self._half)
+        self.optimizer.step(half, grad)
+        for _ in range(self.local_steps - 1):
+            losses += self.local_step(sample)
+        self.params = x
+        payload = self.compress(np.subtract(half, x, out=half), t)
+        x += self.comm.exchange(self.compressor, payload, t)
+        return losses / self.local_steps
+
+
+@register("choco")
+class CHOCO(Algorithm):
+    """CHOCO-SGD (Koloskova, Stich and Jaggi, ICML 2019): compressed gossip with public estimates.
+
+    Every peer keeps the public estimate x_hat_j of itself and its neighbours (identical copies,
+    updated only from messages). Round t: H local steps give x_half; each peer sends
+    q = C(x_half - x_hat) and everyone applies x_hat <- x_hat + q; then
+    x <- x_half + gamma * sum_j w_ij (x_hat_j - x_hat_i), i.e. X <- X_half + gamma (W - I) X_hat.
+    Works with any compressor, biased ones included; gamma (the consensus step size) must shrink
+    as compression gets more aggressive. With "none" and gamma = 1 it is exactly D-PSGD (ATC).
+    """
+
+    def __init__(self, *, gamma: float = 1.0, variant: str = "atc", **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not (isinstance(gamma, (int, float)) and 0 < gamma <= 1):
+            raise ValueError(f"gamma must be a number in (0, 1], got {gamma!r}")
+        if variant != "atc":
+            raise ValueError("choco takes its local steps before communicating: variant must be "
+                             f"'atc', got {variant!r}")
+        if self.compressor is None:
+            from decentlearn.compress import make
+            self.compressor = make("none")
+        self.gamma = float(gamma)
+        self.x_hat = np.zeros_like(self.params)
+        self._buf = np.empty_like(self.params)
+
+    def round(self, sample: Sampler, t: int) -> np.ndarray:
+        losses = np.zeros(self.comm.n_peers)
+        for _ in range(self.local_steps):
+            losses += self.local_step(sample)
+        payload = self.compress(np.subtract(self.params, self.x_hat, out=self._buf), t)
+        self.x_hat += self.comm.exchange(self.compressor, payload, t)
+        mixed = self.comm.combine(self.x_hat, t, out=self._buf)
+        mixed -= self.x_hat
+        mixed *= np.float32(self.gamma)
+        self.params += mixed
+        return losses / self.local_steps

@@ -61,7 +61,11 @@ def _add_run_parser(sub) -> None:
     a("--partition", help="iid, shards:K, dirichlet:ALPHA, classes:C, natural "
                           "(default dirichlet:0.1)")
     a("--model", help="linear, mlp, mlp:H1,H2, cnn, cnn:gn")
-    a("--algorithm", help="dpsgd")
+    a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD) "
+                           "or choco (CHOCO-SGD)")
+    a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
+                         "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8")
+    a("--gamma", type=float, help="CHOCO consensus step size in (0, 1] (default 1)")
     a("--variant", help="atc (adapt then combine, default) or cta (combine then adapt)")
     a("--rounds", type=int, help="communication rounds")
     a("--local-steps", type=int, help="SGD steps per peer between communications")
@@ -193,7 +197,7 @@ def cmd_run(args) -> int:
     (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
     write_config_toml(config, out / "config.toml")
     title = (f"{config.dataset}, {config.peers} peers, {config.topology}, {config.partition}, "
-             f"{config.algorithm}")
+             f"{config.algorithm}" + (f", {config.compress}" if config.compress != "none" else ""))
     plotted = plot_curves(result.history, out / "curves.png", title)
     print(f"decentlearn {__version__}: {title}, {config.rounds} rounds")
     print(_format_table(result.summary))

@@ -3,7 +3,14 @@
 Algorithms talk to a communicator and never to the transport, so the simulator and the MPI runner
 share the algorithm code. ``SimComm`` holds every peer's rows in one process and mixes them with
 the C gossip kernel; an MPI backend holds a rank's rows and exchanges them with its neighbours
-behind the same methods. Bytes are counted per sending peer from the payload size.
+behind the same methods:
+
+* ``mix(X, t)``: every peer sends its float32 row to its out-neighbours and gets W_t X back;
+* ``exchange(compressor, payload, t)``: every peer sends its compressed message; the decoded rows;
+* ``combine(X, t)``: W_t applied to replicas every peer already holds (no traffic);
+* ``count(t, nbytes)``: bytes of one send per out-neighbour.
+
+Bytes are counted per sending peer, from ``Payload.nbytes`` for compressed messages.
 """
 
 from __future__ import annotations
@@ -43,6 +50,17 @@ class SimComm:
         self._spare = X
         self.count(t, X.shape[1] * FLOAT32_BYTES)
         return out
+
+    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """W_t X over values every peer already holds (replicas kept from earlier exchanges):
+        local computation, no bytes on the wire."""
+        return ops.gossip(self.topology, X, out=out, n_threads=self.n_threads, t=t)
+
+    def exchange(self, compressor, payload, t: int) -> np.ndarray:
+        """Each peer sends its row's message to its out-neighbours; returns the decoded rows that
+        the receivers reconstruct. Bytes counted from ``payload.row_nbytes``."""
+        self.count(t, payload.row_nbytes)
+        return compressor.decompress(payload, n_threads=self.n_threads)
 
     def count(self, t: int, payload_nbytes) -> None:
         """Adds one send of ``payload_nbytes`` (scalar or per peer) to every out-neighbour."""

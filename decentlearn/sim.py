@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, metrics, topology
+from decentlearn import algorithms, compress, metrics, topology
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
 from decentlearn.nn import make_model
 from decentlearn.optim import SGD, SGDConfig
 
 # Independent random streams derived from the run's seed.
-_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA = range(5)
+(_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
+ _STREAM_COMPRESS) = range(6)
 
 
 def _stream_seed(seed: int, stream: int) -> int:
@@ -81,6 +82,8 @@ class RunConfig:
     model: str = "mlp"
     algorithm: str = "dpsgd"
     variant: str = "atc"
+    compress: str = "none"
+    gamma: float = 1.0
     rounds: int = 200
     local_steps: int = 1
     batch_size: int = 32
@@ -105,6 +108,8 @@ class RunConfig:
         positive_int("eval_samples", allow_none=True)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if not (isinstance(self.gamma, (int, float)) and 0 < self.gamma <= 1):
+            raise ValueError(f"gamma must be a number in (0, 1], got {self.gamma!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
         if self.threads is not None and (isinstance(self.threads, bool)
@@ -162,9 +167,12 @@ class Simulator:
         self.comm = SimComm(self.topology, n_threads=c.threads)
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
                                   weight_decay=c.weight_decay), params.shape)
+        extra = {"gamma": c.gamma} if c.algorithm == "choco" else {}
         self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
                                          optimizer=optimizer, params=params,
-                                         local_steps=c.local_steps, variant=c.variant)
+                                         local_steps=c.local_steps, variant=c.variant,
+                                         compressor=compress.make(c.compress),
+                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS), **extra)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
         if c.eval_samples is not None and c.eval_samples < len(d.y_test):
