@@ -28,10 +28,21 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .name = "generic",
         .gossip_csr_f32 = dl_gossip_csr_f32_generic,
         /* >>> table-generic natural */
+        .natural_encode_f32 = dl_natural_encode_f32_generic,
+        .natural_decode_f32 = dl_natural_decode_f32_generic,
+        .natural_dither_encode_f32 = dl_natural_dither_encode_f32_generic,
+        .natural_dither_decode_f32 = dl_natural_dither_decode_f32_generic,
         /* <<< table-generic natural */
         /* >>> table-generic topk */
+        .topk_filter_f32 = dl_topk_filter_f32_generic,
+        .topk_randfilter_u32 = dl_topk_randfilter_u32_generic,
+        .topk_count_f32 = dl_topk_count_f32_generic,
         /* <<< table-generic topk */
         /* >>> table-generic quant */
+        .qsgd_encode_f32 = dl_qsgd_encode_f32_generic,
+        .bucket_encode_f32 = dl_bucket_encode_f32_generic,
+        .sign_encode_f32 = dl_sign_encode_f32_generic,
+        .int8_encode_f32 = dl_int8_encode_f32_generic,
         /* <<< table-generic quant */
     },
     {
@@ -39,10 +50,21 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .name = "avx2",
         .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx2),
         /* >>> table-avx2 natural */
+        .natural_encode_f32 = DL_X86_ONLY(dl_natural_encode_f32_avx2),
+        .natural_decode_f32 = DL_X86_ONLY(dl_natural_decode_f32_avx2),
+        .natural_dither_encode_f32 = DL_X86_ONLY(dl_natural_dither_encode_f32_avx2),
+        .natural_dither_decode_f32 = DL_X86_ONLY(dl_natural_dither_decode_f32_avx2),
         /* <<< table-avx2 natural */
         /* >>> table-avx2 topk */
+        .topk_filter_f32 = DL_X86_ONLY(dl_topk_filter_f32_avx2),
+        .topk_randfilter_u32 = DL_X86_ONLY(dl_topk_randfilter_u32_avx2),
+        .topk_count_f32 = DL_X86_ONLY(dl_topk_count_f32_avx2),
         /* <<< table-avx2 topk */
         /* >>> table-avx2 quant */
+        .qsgd_encode_f32 = DL_X86_ONLY(dl_qsgd_encode_f32_avx2),
+        .bucket_encode_f32 = DL_X86_ONLY(dl_bucket_encode_f32_avx2),
+        .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx2),
+        .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx2),
         /* <<< table-avx2 quant */
     },
     {
@@ -50,10 +72,21 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .name = "avx512",
         .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx512),
         /* >>> table-avx512 natural */
+        .natural_encode_f32 = DL_X86_ONLY(dl_natural_encode_f32_avx512),
+        .natural_decode_f32 = DL_X86_ONLY(dl_natural_decode_f32_avx512),
+        .natural_dither_encode_f32 = DL_X86_ONLY(dl_natural_dither_encode_f32_avx512),
+        .natural_dither_decode_f32 = DL_X86_ONLY(dl_natural_dither_decode_f32_avx512),
         /* <<< table-avx512 natural */
         /* >>> table-avx512 topk */
+        .topk_filter_f32 = DL_X86_ONLY(dl_topk_filter_f32_avx512),
+        .topk_randfilter_u32 = DL_X86_ONLY(dl_topk_randfilter_u32_avx512),
+        .topk_count_f32 = DL_X86_ONLY(dl_topk_count_f32_avx512),
         /* <<< table-avx512 topk */
         /* >>> table-avx512 quant */
+        .qsgd_encode_f32 = DL_X86_ONLY(dl_qsgd_encode_f32_avx512),
+        .bucket_encode_f32 = DL_X86_ONLY(dl_bucket_encode_f32_avx512),
+        .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx512),
+        .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
         /* <<< table-avx512 quant */
     },
 };

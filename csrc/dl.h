@@ -45,10 +45,38 @@ typedef int (*dl_gossip_csr_f32_fn)(const dl_csr_f32_t *w, int64_t dim, const fl
 
 /* Function types of the kernels with ISA-specific builds, per family. */
 /* >>> dispatch-types natural */
+typedef int (*dl_natural_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x, uint64_t seed,
+                                        uint64_t step, int64_t peer0, uint8_t *codes,
+                                        int n_threads);
+typedef int (*dl_natural_decode_f32_fn)(int64_t n_rows, int64_t dim, const uint8_t *codes,
+                                        float *y, int n_threads);
+typedef int (*dl_natural_dither_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x, int s,
+                                               float p, uint64_t seed, uint64_t step,
+                                               int64_t peer0, float *norms, uint8_t *codes,
+                                               int n_threads);
+typedef int (*dl_natural_dither_decode_f32_fn)(int64_t n_rows, int64_t dim, const float *norms,
+                                               const uint8_t *codes, int s, float *y,
+                                               int n_threads);
 /* <<< dispatch-types natural */
 /* >>> dispatch-types topk */
+typedef int64_t (*dl_topk_filter_f32_fn)(const float *x, int64_t i0, int64_t i1, uint32_t t,
+                                        int64_t cap, int32_t *idx, uint32_t *bits);
+typedef int64_t (*dl_topk_randfilter_u32_fn)(uint64_t key, int64_t i0, int64_t i1, uint32_t t,
+                                            int64_t cap, int32_t *idx, uint32_t *score);
+typedef int64_t (*dl_topk_count_f32_fn)(const float *x, int64_t n, uint32_t t, int64_t *n_nan);
 /* <<< dispatch-types topk */
 /* >>> dispatch-types quant */
+typedef int (*dl_qsgd_encode_f32_fn)(int64_t n_rows, int64_t dim, int levels, const float *x,
+                                     uint64_t seed, uint64_t step, int64_t peer0, float *norm,
+                                     uint8_t *packed, int n_threads);
+typedef int (*dl_bucket_encode_f32_fn)(int64_t n_rows, int64_t dim, int bits, int64_t bucket,
+                                       const float *x, uint64_t seed, uint64_t step, int64_t peer0,
+                                       float *lo, float *scale, uint8_t *packed, int n_threads);
+typedef int (*dl_sign_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x, float *scale,
+                                     uint8_t *packed, int n_threads);
+typedef int (*dl_int8_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x, uint64_t seed,
+                                     uint64_t step, int64_t peer0, float *scale, int8_t *q,
+                                     int n_threads);
 /* <<< dispatch-types quant */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
@@ -57,10 +85,21 @@ typedef struct {
     const char *name;
     dl_gossip_csr_f32_fn gossip_csr_f32;
     /* >>> dispatch-members natural */
+    dl_natural_encode_f32_fn natural_encode_f32;
+    dl_natural_decode_f32_fn natural_decode_f32;
+    dl_natural_dither_encode_f32_fn natural_dither_encode_f32;
+    dl_natural_dither_decode_f32_fn natural_dither_decode_f32;
     /* <<< dispatch-members natural */
     /* >>> dispatch-members topk */
+    dl_topk_filter_f32_fn topk_filter_f32;
+    dl_topk_randfilter_u32_fn topk_randfilter_u32;
+    dl_topk_count_f32_fn topk_count_f32;
     /* <<< dispatch-members topk */
     /* >>> dispatch-members quant */
+    dl_qsgd_encode_f32_fn qsgd_encode_f32;
+    dl_bucket_encode_f32_fn bucket_encode_f32;
+    dl_sign_encode_f32_fn sign_encode_f32;
+    dl_int8_encode_f32_fn int8_encode_f32;
     /* <<< dispatch-members quant */
 } dl_dispatch_t;
 
@@ -131,15 +170,90 @@ int dl_bitunpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *packed
                     int n_threads);
 
 /* >>> section natural (natural.c) */
+/* Natural compression: one byte per value, bit 7 sign, bits 0-6 c (0 -> 0, else 2^(c - 64)).
+ * Natural dithering: per row a float32 norm and codes (level << 1) | sign, level 0..s. */
+DL_DECLARE_ISA(dl_natural_encode_f32, int,
+               (int64_t n_rows, int64_t dim, const float *x, uint64_t seed, uint64_t step,
+                int64_t peer0, uint8_t *codes, int n_threads))
+DL_DECLARE_ISA(dl_natural_decode_f32, int,
+               (int64_t n_rows, int64_t dim, const uint8_t *codes, float *y, int n_threads))
+DL_DECLARE_ISA(dl_natural_dither_encode_f32, int,
+               (int64_t n_rows, int64_t dim, const float *x, int s, float p, uint64_t seed,
+                uint64_t step, int64_t peer0, float *norms, uint8_t *codes, int n_threads))
+DL_DECLARE_ISA(dl_natural_dither_decode_f32, int,
+               (int64_t n_rows, int64_t dim, const float *norms, const uint8_t *codes, int s,
+                float *y, int n_threads))
+/* Bits per dithering code for s levels: 1 + ceil(log2(s + 1)); DL_E_ARG unless 1 <= s <= 31. */
+int dl_natural_dither_bits(int s);
 /* <<< section natural */
 
 /* >>> section topk (topk.c) */
+/* Filter passes (topk_impl.h, one build per ISA): scores |x| bits or ~rng, compared unsigned. */
+DL_DECLARE_ISA(dl_topk_filter_f32, int64_t,
+               (const float *x, int64_t i0, int64_t i1, uint32_t t, int64_t cap, int32_t *idx,
+                uint32_t *bits))
+DL_DECLARE_ISA(dl_topk_randfilter_u32, int64_t,
+               (uint64_t key, int64_t i0, int64_t i1, uint32_t t, int64_t cap, int32_t *idx,
+                uint32_t *score))
+DL_DECLARE_ISA(dl_topk_count_f32, int64_t,
+               (const float *x, int64_t n, uint32_t t, int64_t *n_nan))
+int dl_topk_exact_f32(int64_t n_rows, int64_t dim, int64_t k, const float *x, int32_t *idx,
+                      float *val, int n_threads);
+int dl_topk_random_f32(int64_t n_rows, int64_t dim, int64_t k, const float *x, uint64_t seed,
+                       uint64_t step, int64_t peer0, int32_t *idx, float *val, int n_threads);
+int64_t dl_topk_threshold_chunks(int64_t dim);
+int dl_topk_threshold_count_f32(int64_t n_rows, int64_t dim, float v, const float *x,
+                                int64_t *chunk_counts, int n_threads);
+int dl_topk_threshold_f32(int64_t n_rows, int64_t dim, float v, const float *x,
+                          const int64_t *chunk_counts, int32_t *idx, float *val, int n_threads);
 /* <<< section topk */
 
 /* >>> section stc (stc.c) */
+/* Golomb/Rice coder of kept positions + sign bits (Rice parameter b in [0, DL_STC_MAX_B]). */
+#define DL_STC_MAX_B 31
+/* Upper bound on a row's code length in bits (-1 if the arguments are out of range). */
+int64_t dl_stc_golomb_max_bits(int64_t k, int64_t dim, int b);
+int dl_stc_golomb_encode(int64_t n_rows, int64_t k, int64_t dim, int b, const int32_t *positions,
+                         const uint8_t *negative, uint8_t *data, int64_t row_bytes, int64_t *nbits,
+                         int n_threads);
+int dl_stc_golomb_decode(int64_t n_rows, int64_t k, int64_t dim, int b, const uint8_t *data,
+                         int64_t row_bytes, const int64_t *nbits, int32_t *positions,
+                         uint8_t *negative, int n_threads);
 /* <<< section stc */
 
 /* >>> section quant (quant.c) */
+/* Quantizers. Encoders have ISA builds (quant_impl.h, reached through dl_dispatch()); decoders
+ * validate untrusted messages and return DL_E_FORMAT. Sums over a row are float64 over chunks of
+ * DL_QUANT_CHUNK values in DL_QUANT_LANES lanes, combined in a fixed order (see quant_impl.h). */
+#define DL_QUANT_CHUNK 8192
+#define DL_QUANT_LANES 8
+/* Bits of a QSGD code for 1 <= levels <= 127: 1 sign bit + ceil(log2(levels + 1)). */
+static inline int dl_qsgd_bits(int levels) {
+    int b = 0;
+    while ((1 << b) < levels + 1) b++;
+    return 1 + b;
+}
+DL_DECLARE_ISA(dl_qsgd_encode_f32, int,
+               (int64_t n_rows, int64_t dim, int levels, const float *x, uint64_t seed,
+                uint64_t step, int64_t peer0, float *norm, uint8_t *packed, int n_threads))
+DL_DECLARE_ISA(dl_bucket_encode_f32, int,
+               (int64_t n_rows, int64_t dim, int bits, int64_t bucket, const float *x,
+                uint64_t seed, uint64_t step, int64_t peer0, float *lo, float *scale,
+                uint8_t *packed, int n_threads))
+DL_DECLARE_ISA(dl_sign_encode_f32, int,
+               (int64_t n_rows, int64_t dim, const float *x, float *scale, uint8_t *packed,
+                int n_threads))
+DL_DECLARE_ISA(dl_int8_encode_f32, int,
+               (int64_t n_rows, int64_t dim, const float *x, uint64_t seed, uint64_t step,
+                int64_t peer0, float *scale, int8_t *q, int n_threads))
+int dl_qsgd_decode_f32(int64_t n_rows, int64_t dim, int levels, const float *norm,
+                       const uint8_t *packed, float *out, int n_threads);
+int dl_bucket_decode_f32(int64_t n_rows, int64_t dim, int bits, int64_t bucket, const float *lo,
+                         const float *scale, const uint8_t *packed, float *out, int n_threads);
+int dl_sign_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const uint8_t *packed,
+                       float *out, int n_threads);
+int dl_int8_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const int8_t *q,
+                       float *out, int n_threads);
 /* <<< section quant */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -228,15 +228,678 @@ static PyObject *py_bitunpack(PyObject *self, PyObject *args) {
 }
 
 /* >>> glue natural */
+/* natural_encode(x (r, d) float32, seed, step, peer0, out (r, d) uint8, n_threads) -> out */
+static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *out;
+    unsigned long long seed, step;
+    long long peer0;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!KKLO!i:natural_encode", &PyArray_Type, &x, &seed, &step, &peer0,
+                          &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(x, "natural_encode", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(out, "natural_encode", "out", NPY_UINT8, 2, 1) ||
+        check_threads("natural_encode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (check_shape2(out, "natural_encode", "out", rows, dim)) return NULL;
+    if (peer0 < 0) return PyErr_Format(PyExc_ValueError, "natural_encode: peer0 must be >= 0");
+    if (overlaps(x, out))
+        return PyErr_Format(PyExc_ValueError, "natural_encode: out must not share memory with x");
+    dl_natural_encode_f32_fn fn = dl_dispatch()->natural_encode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("natural_encode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* natural_decode(codes (r, d) uint8, out (r, d) float32, n_threads) -> out */
+static PyObject *py_natural_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *codes, *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!i:natural_decode", &PyArray_Type, &codes, &PyArray_Type, &out,
+                          &n_threads))
+        return NULL;
+    if (check_array(codes, "natural_decode", "codes", NPY_UINT8, 2, 0) ||
+        check_array(out, "natural_decode", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("natural_decode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
+    if (check_shape2(out, "natural_decode", "out", rows, dim)) return NULL;
+    if (overlaps(codes, out))
+        return PyErr_Format(PyExc_ValueError,
+                            "natural_decode: out must not share memory with codes");
+    dl_natural_decode_f32_fn fn = dl_dispatch()->natural_decode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("natural_decode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* dither_encode(x (r, d) float32, s, p, seed, step, peer0, norms (r,) float32, codes (r, d) uint8,
+ * n_threads) -> (norms, codes) */
+static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *norms, *codes;
+    unsigned long long seed, step;
+    long long peer0;
+    int s, n_threads, status;
+    float p;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!ifKKLO!O!i:dither_encode", &PyArray_Type, &x, &s, &p, &seed,
+                          &step, &peer0, &PyArray_Type, &norms, &PyArray_Type, &codes, &n_threads))
+        return NULL;
+    if (check_array(x, "dither_encode", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(norms, "dither_encode", "norms", NPY_FLOAT32, 1, 1) ||
+        check_array(codes, "dither_encode", "codes", NPY_UINT8, 2, 1) ||
+        check_threads("dither_encode", n_threads))
+        return NULL;
+    if (s < 1 || s > 31)
+        return PyErr_Format(PyExc_ValueError, "dither_encode: s must be in [1, 31], got %d", s);
+    if (!(p == 1.0f || p == 2.0f || (p > 3.4e38f && p == p)))
+        return PyErr_Format(PyExc_ValueError, "dither_encode: p must be 1, 2 or inf, got %R",
+                            PyTuple_GET_ITEM(args, 2));
+    if (peer0 < 0) return PyErr_Format(PyExc_ValueError, "dither_encode: peer0 must be >= 0");
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (PyArray_DIM(norms, 0) != rows)
+        return PyErr_Format(PyExc_ValueError, "dither_encode: norms must have shape (%zd,), got (%zd,)",
+                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
+    if (check_shape2(codes, "dither_encode", "codes", rows, dim)) return NULL;
+    if (overlaps(x, norms) || overlaps(x, codes) || overlaps(norms, codes))
+        return PyErr_Format(PyExc_ValueError,
+                            "dither_encode: x, norms and codes must not share memory");
+    dl_natural_dither_encode_f32_fn fn = dl_dispatch()->natural_dither_encode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, PyArray_DATA(x), s, p, seed, step, peer0, PyArray_DATA(norms),
+                PyArray_DATA(codes), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("dither_encode", status);
+    return Py_BuildValue("(OO)", norms, codes);
+}
+
+/* dither_decode(norms (r,) float32, codes (r, d) uint8, s, out (r, d) float32, n_threads) -> out */
+static PyObject *py_dither_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *norms, *codes, *out;
+    int s, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!iO!i:dither_decode", &PyArray_Type, &norms, &PyArray_Type,
+                          &codes, &s, &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(norms, "dither_decode", "norms", NPY_FLOAT32, 1, 0) ||
+        check_array(codes, "dither_decode", "codes", NPY_UINT8, 2, 0) ||
+        check_array(out, "dither_decode", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("dither_decode", n_threads))
+        return NULL;
+    if (s < 1 || s > 31)
+        return PyErr_Format(PyExc_ValueError, "dither_decode: s must be in [1, 31], got %d", s);
+    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
+    if (PyArray_DIM(norms, 0) != rows)
+        return PyErr_Format(PyExc_ValueError, "dither_decode: norms must have shape (%zd,), got (%zd,)",
+                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
+    if (check_shape2(out, "dither_decode", "out", rows, dim)) return NULL;
+    if (overlaps(out, norms) || overlaps(out, codes))
+        return PyErr_Format(PyExc_ValueError,
+                            "dither_decode: out must not share memory with norms or codes");
+    dl_natural_dither_decode_f32_fn fn = dl_dispatch()->natural_dither_decode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, PyArray_DATA(norms), PyArray_DATA(codes), s, PyArray_DATA(out),
+                n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_FORMAT)
+        return PyErr_Format(PyExc_ValueError,
+                            "dither_decode: malformed encoded data (norms must be finite and "
+                            ">= 0, code levels (code >> 1) <= s=%d)", s);
+    if (status != DL_OK) return raise_status("dither_decode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
 /* <<< glue natural */
 
 /* >>> glue topk */
+/* Checks topk/randk arguments: x (n, dim) float32, 0 <= k <= dim < 2^31, out_idx int32 and
+ * out_val float32 of shape (n, k), none overlapping. */
+static int tk_check_args(const char *fn, PyArrayObject *x, Py_ssize_t k, PyArrayObject *out_idx,
+                         PyArrayObject *out_val, int n_threads) {
+    if (check_array(x, fn, "x", NPY_FLOAT32, 2, 0) ||
+        check_array(out_idx, fn, "out_idx", NPY_INT32, 2, 1) ||
+        check_array(out_val, fn, "out_val", NPY_FLOAT32, 2, 1) || check_threads(fn, n_threads))
+        return -1;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (dim > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: x rows must be shorter than 2^31, got dim=%zd", fn,
+                     (Py_ssize_t)dim);
+        return -1;
+    }
+    if (k < 0 || k > dim) {
+        PyErr_Format(PyExc_ValueError, "%s: k must be in [0, dim=%zd], got %zd", fn,
+                     (Py_ssize_t)dim, k);
+        return -1;
+    }
+    if (check_shape2(out_idx, fn, "out_idx", rows, k) ||
+        check_shape2(out_val, fn, "out_val", rows, k))
+        return -1;
+    if (overlaps(x, out_idx) || overlaps(x, out_val) || overlaps(out_idx, out_val)) {
+        PyErr_Format(PyExc_ValueError, "%s: out_idx, out_val and x must not share memory", fn);
+        return -1;
+    }
+    return 0;
+}
+
+/* topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): per row, the k largest |x|. */
+static PyObject *py_topk(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *out_idx, *out_val;
+    Py_ssize_t k;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nO!O!i:topk", &PyArray_Type, &x, &k, &PyArray_Type, &out_idx,
+                          &PyArray_Type, &out_val, &n_threads))
+        return NULL;
+    if (tk_check_args("topk", x, k, out_idx, out_val, n_threads)) return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_topk_exact_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x),
+                               PyArray_DATA(out_idx), PyArray_DATA(out_val), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_NONFINITE)
+        return PyErr_Format(PyExc_ValueError, "topk: x must not contain NaN");
+    if (status != DL_OK) return raise_status("topk", status);
+    return Py_BuildValue("(OO)", out_idx, out_val);
+}
+
+/* randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val). */
+static PyObject *py_randk(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *out_idx, *out_val;
+    Py_ssize_t k;
+    unsigned long long seed, step;
+    long long peer0;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nKKLO!O!i:randk", &PyArray_Type, &x, &k, &seed, &step, &peer0,
+                          &PyArray_Type, &out_idx, &PyArray_Type, &out_val, &n_threads))
+        return NULL;
+    if (tk_check_args("randk", x, k, out_idx, out_val, n_threads)) return NULL;
+    if (peer0 < 0) return PyErr_Format(PyExc_ValueError, "randk: peer0 must be >= 0");
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_topk_random_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x), seed,
+                                step, peer0, PyArray_DATA(out_idx), PyArray_DATA(out_val),
+                                n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("randk", status);
+    return Py_BuildValue("(OO)", out_idx, out_val);
+}
+
+/* threshold(x, v, n_threads) -> (counts int64 (n,), idx int32 (sum,), val float32 (sum,)). */
+static PyObject *py_threshold(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *counts = NULL, *idx = NULL, *val = NULL;
+    PyObject *result = NULL;
+    float v;
+    int n_threads, status;
+    int64_t *chunk = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!fi:threshold", &PyArray_Type, &x, &v, &n_threads)) return NULL;
+    if (check_array(x, "threshold", "x", NPY_FLOAT32, 2, 0) || check_threads("threshold", n_threads))
+        return NULL;
+    if (!(v >= 0.0f))
+        return PyErr_Format(PyExc_ValueError, "threshold: v must be a number >= 0, got %R",
+                            PyTuple_GET_ITEM(args, 1));
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (dim > INT32_MAX)
+        return PyErr_Format(PyExc_ValueError,
+                            "threshold: x rows must be shorter than 2^31, got dim=%zd",
+                            (Py_ssize_t)dim);
+    const int64_t nc = dl_topk_threshold_chunks(dim);
+    chunk = PyMem_RawMalloc((size_t)(rows * nc > 0 ? rows * nc : 1) * sizeof(int64_t));
+    if (chunk == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_topk_threshold_count_f32(rows, dim, v, PyArray_DATA(x), chunk, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_NONFINITE) {
+        PyErr_SetString(PyExc_ValueError, "threshold: x must not contain NaN");
+        goto done;
+    }
+    if (status != DL_OK) {
+        raise_status("threshold", status);
+        goto done;
+    }
+    npy_intp n_rows = rows, total = 0;
+    counts = (PyArrayObject *)PyArray_SimpleNew(1, &n_rows, NPY_INT64);
+    if (counts == NULL) goto done;
+    int64_t *cp = PyArray_DATA(counts);
+    for (npy_intp r = 0; r < rows; r++) {
+        cp[r] = 0;
+        for (int64_t c = 0; c < nc; c++) cp[r] += chunk[r * nc + c];
+        total += cp[r];
+    }
+    idx = (PyArrayObject *)PyArray_SimpleNew(1, &total, NPY_INT32);
+    val = (PyArrayObject *)PyArray_SimpleNew(1, &total, NPY_FLOAT32);
+    if (idx == NULL || val == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_topk_threshold_f32(rows, dim, v, PyArray_DATA(x), chunk, PyArray_DATA(idx),
+                                   PyArray_DATA(val), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) {
+        raise_status("threshold", status);
+        goto done;
+    }
+    result = Py_BuildValue("(OOO)", counts, idx, val);
+done:
+    PyMem_RawFree(chunk);
+    Py_XDECREF(counts);
+    Py_XDECREF(idx);
+    Py_XDECREF(val);
+    return result;
+}
 /* <<< glue topk */
 
 /* >>> glue stc */
+/* Checks the Golomb coder's sizes; sets ValueError and returns -1 when out of range. */
+static int check_golomb_args(const char *fn, npy_intp k, Py_ssize_t dim, int b) {
+    if (dim < k || dim > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: dim must be in [k, 2**31 - 1] = [%zd, 2147483647], got %zd", fn,
+                     (Py_ssize_t)k, dim);
+        return -1;
+    }
+    if (b < 0 || b > DL_STC_MAX_B) {
+        PyErr_Format(PyExc_ValueError, "%s: b must be in [0, %d], got %d", fn, DL_STC_MAX_B, b);
+        return -1;
+    }
+    return 0;
+}
+
+/* golomb_encode(positions (r, k) int32, negative (r, k) uint8, dim, b, data (r, w) uint8,
+ *               nbits (r,) int64, n_threads) -> None */
+static PyObject *py_golomb_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *positions, *negative, *data, *nbits;
+    Py_ssize_t dim;
+    int b, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!niO!O!i:golomb_encode", &PyArray_Type, &positions,
+                          &PyArray_Type, &negative, &dim, &b, &PyArray_Type, &data, &PyArray_Type,
+                          &nbits, &n_threads))
+        return NULL;
+    if (check_array(positions, "golomb_encode", "positions", NPY_INT32, 2, 0) ||
+        check_array(negative, "golomb_encode", "negative", NPY_UINT8, 2, 0) ||
+        check_array(data, "golomb_encode", "data", NPY_UINT8, 2, 1) ||
+        check_array(nbits, "golomb_encode", "nbits", NPY_INT64, 1, 1) ||
+        check_threads("golomb_encode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(positions, 0), k = PyArray_DIM(positions, 1);
+    if (check_golomb_args("golomb_encode", k, dim, b) ||
+        check_shape2(negative, "golomb_encode", "negative", rows, k))
+        return NULL;
+    const int64_t need = (dl_stc_golomb_max_bits(k, dim, b) + 7) / 8;
+    if (PyArray_DIM(data, 0) != rows || PyArray_DIM(data, 1) < need)
+        return PyErr_Format(PyExc_ValueError,
+                            "golomb_encode: data must have shape (%zd, >= %lld), got (%zd, %zd)",
+                            (Py_ssize_t)rows, (long long)need, (Py_ssize_t)PyArray_DIM(data, 0),
+                            (Py_ssize_t)PyArray_DIM(data, 1));
+    if (PyArray_DIM(nbits, 0) != rows)
+        return PyErr_Format(PyExc_ValueError,
+                            "golomb_encode: nbits must have shape (%zd,), got (%zd,)",
+                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
+    if (overlaps(data, positions) || overlaps(data, negative) || overlaps(data, nbits) ||
+        overlaps(nbits, positions) || overlaps(nbits, negative))
+        return PyErr_Format(PyExc_ValueError,
+                            "golomb_encode: data and nbits must not share memory with the inputs");
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_stc_golomb_encode(rows, k, dim, b, PyArray_DATA(positions), PyArray_DATA(negative),
+                                  PyArray_DATA(data), PyArray_DIM(data, 1), PyArray_DATA(nbits),
+                                  n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_ARG)
+        return PyErr_Format(PyExc_ValueError, "golomb_encode: positions must be strictly "
+                                              "increasing within each row and lie in [0, dim)");
+    if (status != DL_OK) return raise_status("golomb_encode", status);
+    Py_RETURN_NONE;
+}
+
+/* golomb_decode(data (r, w) uint8, nbits (r,) int64, dim, b, positions (r, k) int32,
+ *               negative (r, k) uint8, n_threads) -> None; data is untrusted. */
+static PyObject *py_golomb_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *data, *nbits, *positions, *negative;
+    Py_ssize_t dim;
+    int b, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!niO!O!i:golomb_decode", &PyArray_Type, &data, &PyArray_Type,
+                          &nbits, &dim, &b, &PyArray_Type, &positions, &PyArray_Type, &negative,
+                          &n_threads))
+        return NULL;
+    if (check_array(data, "golomb_decode", "data", NPY_UINT8, 2, 0) ||
+        check_array(nbits, "golomb_decode", "nbits", NPY_INT64, 1, 0) ||
+        check_array(positions, "golomb_decode", "positions", NPY_INT32, 2, 1) ||
+        check_array(negative, "golomb_decode", "negative", NPY_UINT8, 2, 1) ||
+        check_threads("golomb_decode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(data, 0), k = PyArray_DIM(positions, 1);
+    if (check_golomb_args("golomb_decode", k, dim, b) ||
+        check_shape2(positions, "golomb_decode", "positions", rows, k) ||
+        check_shape2(negative, "golomb_decode", "negative", rows, k))
+        return NULL;
+    if (PyArray_DIM(nbits, 0) != rows)
+        return PyErr_Format(PyExc_ValueError,
+                            "golomb_decode: nbits must have shape (%zd,), got (%zd,)",
+                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
+    if (overlaps(positions, negative) || overlaps(positions, data) || overlaps(negative, data))
+        return PyErr_Format(PyExc_ValueError,
+                            "golomb_decode: positions, negative and data must not share memory");
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_stc_golomb_decode(rows, k, dim, b, PyArray_DATA(data), PyArray_DIM(data, 1),
+                                  PyArray_DATA(nbits), PyArray_DATA(positions),
+                                  PyArray_DATA(negative), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("golomb_decode", status);
+    Py_RETURN_NONE;
+}
 /* <<< glue stc */
 
 /* >>> glue quant */
+/* Checks a 1-D array has exactly n entries. */
+static int q_check_len(PyArrayObject *a, const char *fn, const char *name, npy_intp n) {
+    if (PyArray_DIM(a, 0) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd,), got (%zd,)", fn, name,
+                     (Py_ssize_t)n, (Py_ssize_t)PyArray_DIM(a, 0));
+        return -1;
+    }
+    return 0;
+}
+
+/* Outputs must not share memory with the input or with each other (b, c may be NULL). */
+static int q_check_disjoint(const char *fn, PyArrayObject *in, PyArrayObject *a, PyArrayObject *b,
+                            PyArrayObject *c) {
+    PyArrayObject *arr[4] = {in, a, b, c};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (arr[i] != NULL && arr[j] != NULL && overlaps(arr[i], arr[j])) {
+                PyErr_Format(PyExc_ValueError, "%s: output arrays must not share memory with the "
+                                               "input or with each other", fn);
+                return -1;
+            }
+    return 0;
+}
+
+static int q_check_levels(const char *fn, int levels) {
+    if (levels < 1 || levels > 127) {
+        PyErr_Format(PyExc_ValueError, "%s: levels must be in [1, 127], got %d", fn, levels);
+        return -1;
+    }
+    return 0;
+}
+
+static int q_check_bucket(const char *fn, int bits, Py_ssize_t bucket, npy_intp dim) {
+    if (bits != 4 && bits != 8) {
+        PyErr_Format(PyExc_ValueError, "%s: bits must be 4 or 8, got %d", fn, bits);
+        return -1;
+    }
+    if (bucket < 1 || bucket > (1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "%s: bucket must be in [1, 2**24], got %zd", fn, bucket);
+        return -1;
+    }
+    if ((int64_t)dim > ((int64_t)1 << 32)) {
+        PyErr_Format(PyExc_ValueError, "%s: dim must be <= 2**32, got %zd", fn, (Py_ssize_t)dim);
+        return -1;
+    }
+    return 0;
+}
+
+/* qsgd_encode(x (r, d) f32, levels, seed, step, peer0, norm (r,) f32,
+ *             packed (r, ceil(d * bits / 8)) u8, n_threads) -> None; bits = qsgd_bits(levels). */
+static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *norm, *packed;
+    int levels, n_threads, status;
+    unsigned long long seed, step;
+    long long peer0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!iKKLO!O!i:qsgd_encode", &PyArray_Type, &x, &levels, &seed,
+                          &step, &peer0, &PyArray_Type, &norm, &PyArray_Type, &packed, &n_threads))
+        return NULL;
+    if (check_array(x, "qsgd_encode", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(norm, "qsgd_encode", "norm", NPY_FLOAT32, 1, 1) ||
+        check_array(packed, "qsgd_encode", "packed", NPY_UINT8, 2, 1) ||
+        check_threads("qsgd_encode", n_threads) || q_check_levels("qsgd_encode", levels))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (q_check_len(norm, "qsgd_encode", "norm", rows) ||
+        check_shape2(packed, "qsgd_encode", "packed", rows,
+                     dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
+        q_check_disjoint("qsgd_encode", x, norm, packed, NULL))
+        return NULL;
+    dl_qsgd_encode_f32_fn fn = dl_dispatch()->qsgd_encode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, levels, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(norm),
+                PyArray_DATA(packed), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("qsgd_encode", status);
+    Py_RETURN_NONE;
+}
+
+/* qsgd_decode(norm (r,) f32, packed (r, ceil(d * bits / 8)) u8, levels, out (r, d) f32,
+ *             n_threads) -> out; norm and packed are untrusted. */
+static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *norm, *packed, *out;
+    int levels, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!iO!i:qsgd_decode", &PyArray_Type, &norm, &PyArray_Type,
+                          &packed, &levels, &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(norm, "qsgd_decode", "norm", NPY_FLOAT32, 1, 0) ||
+        check_array(packed, "qsgd_decode", "packed", NPY_UINT8, 2, 0) ||
+        check_array(out, "qsgd_decode", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("qsgd_decode", n_threads) || q_check_levels("qsgd_decode", levels))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
+    if (q_check_len(norm, "qsgd_decode", "norm", rows) ||
+        check_shape2(packed, "qsgd_decode", "packed", rows,
+                     dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
+        q_check_disjoint("qsgd_decode", out, norm, packed, NULL))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_qsgd_decode_f32(rows, dim, levels, PyArray_DATA(norm), PyArray_DATA(packed),
+                                PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_FORMAT)
+        return PyErr_Format(PyExc_ValueError,
+                            "qsgd_decode: malformed message: norm must be finite and >= 0 and "
+                            "every level <= levels = %d", levels);
+    if (status != DL_OK) return raise_status("qsgd_decode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* bucket_encode(x (r, d) f32, bits, bucket, seed, step, peer0, lo (r, nb) f32, scale (r, nb) f32,
+ *               packed (r, ceil(d * bits / 8)) u8, n_threads) -> None; nb = ceil(d / bucket). */
+static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *lo, *scale, *packed;
+    int bits, n_threads, status;
+    Py_ssize_t bucket;
+    unsigned long long seed, step;
+    long long peer0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!inKKLO!O!O!i:bucket_encode", &PyArray_Type, &x, &bits, &bucket,
+                          &seed, &step, &peer0, &PyArray_Type, &lo, &PyArray_Type, &scale,
+                          &PyArray_Type, &packed, &n_threads))
+        return NULL;
+    if (check_array(x, "bucket_encode", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(lo, "bucket_encode", "lo", NPY_FLOAT32, 2, 1) ||
+        check_array(scale, "bucket_encode", "scale", NPY_FLOAT32, 2, 1) ||
+        check_array(packed, "bucket_encode", "packed", NPY_UINT8, 2, 1) ||
+        check_threads("bucket_encode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (q_check_bucket("bucket_encode", bits, bucket, dim)) return NULL;
+    const npy_intp nb = (dim + bucket - 1) / bucket;
+    if (check_shape2(lo, "bucket_encode", "lo", rows, nb) ||
+        check_shape2(scale, "bucket_encode", "scale", rows, nb) ||
+        check_shape2(packed, "bucket_encode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
+        q_check_disjoint("bucket_encode", x, lo, scale, packed))
+        return NULL;
+    dl_bucket_encode_f32_fn fn = dl_dispatch()->bucket_encode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, bits, bucket, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(lo),
+                PyArray_DATA(scale), PyArray_DATA(packed), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("bucket_encode", status);
+    Py_RETURN_NONE;
+}
+
+/* bucket_decode(lo (r, nb) f32, scale (r, nb) f32, packed (r, ceil(d * bits / 8)) u8, bits, bucket,
+ *               out (r, d) f32, n_threads) -> out; lo, scale and packed are untrusted. */
+static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *lo, *scale, *packed, *out;
+    int bits, n_threads, status;
+    Py_ssize_t bucket;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!inO!i:bucket_decode", &PyArray_Type, &lo, &PyArray_Type,
+                          &scale, &PyArray_Type, &packed, &bits, &bucket, &PyArray_Type, &out,
+                          &n_threads))
+        return NULL;
+    if (check_array(lo, "bucket_decode", "lo", NPY_FLOAT32, 2, 0) ||
+        check_array(scale, "bucket_decode", "scale", NPY_FLOAT32, 2, 0) ||
+        check_array(packed, "bucket_decode", "packed", NPY_UINT8, 2, 0) ||
+        check_array(out, "bucket_decode", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("bucket_decode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
+    if (q_check_bucket("bucket_decode", bits, bucket, dim)) return NULL;
+    const npy_intp nb = (dim + bucket - 1) / bucket;
+    if (check_shape2(lo, "bucket_decode", "lo", rows, nb) ||
+        check_shape2(scale, "bucket_decode", "scale", rows, nb) ||
+        check_shape2(packed, "bucket_decode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
+        q_check_disjoint("bucket_decode", out, lo, scale, packed))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_bucket_decode_f32(rows, dim, bits, bucket, PyArray_DATA(lo), PyArray_DATA(scale),
+                                  PyArray_DATA(packed), PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_FORMAT)
+        return PyErr_Format(PyExc_ValueError,
+                            "bucket_decode: malformed message: lo must be finite, scale finite and "
+                            ">= 0, and lo + %d * scale finite", (1 << bits) - 1);
+    if (status != DL_OK) return raise_status("bucket_decode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* sign_encode(x (r, d) f32, scale (r,) f32, packed (r, ceil(d / 8)) u8, n_threads) -> None */
+static PyObject *py_sign_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *scale, *packed;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!i:sign_encode", &PyArray_Type, &x, &PyArray_Type, &scale,
+                          &PyArray_Type, &packed, &n_threads))
+        return NULL;
+    if (check_array(x, "sign_encode", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(scale, "sign_encode", "scale", NPY_FLOAT32, 1, 1) ||
+        check_array(packed, "sign_encode", "packed", NPY_UINT8, 2, 1) ||
+        check_threads("sign_encode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (q_check_len(scale, "sign_encode", "scale", rows) ||
+        check_shape2(packed, "sign_encode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
+        q_check_disjoint("sign_encode", x, scale, packed, NULL))
+        return NULL;
+    dl_sign_encode_f32_fn fn = dl_dispatch()->sign_encode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, PyArray_DATA(x), PyArray_DATA(scale), PyArray_DATA(packed), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("sign_encode", status);
+    Py_RETURN_NONE;
+}
+
+/* sign_decode(scale (r,) f32, packed (r, ceil(d / 8)) u8, out (r, d) f32, n_threads) -> out */
+static PyObject *py_sign_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *scale, *packed, *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!i:sign_decode", &PyArray_Type, &scale, &PyArray_Type,
+                          &packed, &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(scale, "sign_decode", "scale", NPY_FLOAT32, 1, 0) ||
+        check_array(packed, "sign_decode", "packed", NPY_UINT8, 2, 0) ||
+        check_array(out, "sign_decode", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("sign_decode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
+    if (q_check_len(scale, "sign_decode", "scale", rows) ||
+        check_shape2(packed, "sign_decode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
+        q_check_disjoint("sign_decode", out, scale, packed, NULL))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_sign_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(packed),
+                                PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_FORMAT)
+        return PyErr_Format(PyExc_ValueError,
+                            "sign_decode: malformed message: scale must be finite and >= 0");
+    if (status != DL_OK) return raise_status("sign_decode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* int8_encode(x (r, d) f32, seed, step, peer0, scale (r,) f32, q (r, d) i8, n_threads) -> None */
+static PyObject *py_int8_encode(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *scale, *q;
+    int n_threads, status;
+    unsigned long long seed, step;
+    long long peer0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!KKLO!O!i:int8_encode", &PyArray_Type, &x, &seed, &step, &peer0,
+                          &PyArray_Type, &scale, &PyArray_Type, &q, &n_threads))
+        return NULL;
+    if (check_array(x, "int8_encode", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(scale, "int8_encode", "scale", NPY_FLOAT32, 1, 1) ||
+        check_array(q, "int8_encode", "q", NPY_INT8, 2, 1) || check_threads("int8_encode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (q_check_len(scale, "int8_encode", "scale", rows) ||
+        check_shape2(q, "int8_encode", "q", rows, dim) ||
+        q_check_disjoint("int8_encode", x, scale, q, NULL))
+        return NULL;
+    dl_int8_encode_f32_fn fn = dl_dispatch()->int8_encode_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(scale), PyArray_DATA(q),
+                n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("int8_encode", status);
+    Py_RETURN_NONE;
+}
+
+/* int8_decode(scale (r,) f32, q (r, d) i8, out (r, d) f32, n_threads) -> out; untrusted input. */
+static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
+    PyArrayObject *scale, *q, *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!i:int8_decode", &PyArray_Type, &scale, &PyArray_Type, &q,
+                          &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(scale, "int8_decode", "scale", NPY_FLOAT32, 1, 0) ||
+        check_array(q, "int8_decode", "q", NPY_INT8, 2, 0) ||
+        check_array(out, "int8_decode", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("int8_decode", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
+    if (q_check_len(scale, "int8_decode", "scale", rows) ||
+        check_shape2(q, "int8_decode", "q", rows, dim) ||
+        q_check_disjoint("int8_decode", out, scale, q, NULL))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_int8_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(q), PyArray_DATA(out),
+                                n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_FORMAT)
+        return PyErr_Format(PyExc_ValueError, "int8_decode: malformed message: scale must be finite "
+                                              "and >= 0 (127 * scale finite), q in [-127, 127]");
+    if (status != DL_OK) return raise_status("int8_decode", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
 /* <<< glue quant */
 
 /* config() -> dict describing the build and the active paths. */
@@ -296,12 +959,46 @@ static PyMethodDef methods[] = {
     {"bitpack", py_bitpack, METH_VARARGS, "bitpack(codes, bits, out, n_threads) -> out."},
     {"bitunpack", py_bitunpack, METH_VARARGS, "bitunpack(packed, bits, out, n_threads) -> out."},
     /* >>> methods natural */
+    {"natural_encode", py_natural_encode, METH_VARARGS,
+     "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes)."},
+    {"natural_decode", py_natural_decode, METH_VARARGS,
+     "natural_decode(codes, out, n_threads) -> out (float32)."},
+    {"dither_encode", py_dither_encode, METH_VARARGS,
+     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes)."},
+    {"dither_decode", py_dither_decode, METH_VARARGS,
+     "dither_decode(norms, codes, s, out, n_threads) -> out (float32)."},
     /* <<< methods natural */
     /* >>> methods topk */
+    {"topk", py_topk, METH_VARARGS,
+     "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row."},
+    {"randk", py_randk, METH_VARARGS,
+     "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val)."},
+    {"threshold", py_threshold, METH_VARARGS,
+     "threshold(x, v, n_threads) -> (counts, idx, val): every |x| >= v, rows concatenated."},
     /* <<< methods topk */
     /* >>> methods stc */
+    {"golomb_encode", py_golomb_encode, METH_VARARGS,
+     "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None."},
+    {"golomb_decode", py_golomb_decode, METH_VARARGS,
+     "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None."},
     /* <<< methods stc */
     /* >>> methods quant */
+    {"qsgd_encode", py_qsgd_encode, METH_VARARGS,
+     "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None."},
+    {"qsgd_decode", py_qsgd_decode, METH_VARARGS,
+     "qsgd_decode(norm, packed, levels, out, n_threads) -> out."},
+    {"bucket_encode", py_bucket_encode, METH_VARARGS,
+     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None."},
+    {"bucket_decode", py_bucket_decode, METH_VARARGS,
+     "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out."},
+    {"sign_encode", py_sign_encode, METH_VARARGS,
+     "sign_encode(x, scale, packed, n_threads) -> None."},
+    {"sign_decode", py_sign_decode, METH_VARARGS,
+     "sign_decode(scale, packed, out, n_threads) -> out."},
+    {"int8_encode", py_int8_encode, METH_VARARGS,
+     "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None."},
+    {"int8_decode", py_int8_decode, METH_VARARGS,
+     "int8_decode(scale, q, out, n_threads) -> out."},
     /* <<< methods quant */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2' or 'avx512'."},

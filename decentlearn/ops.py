@@ -133,13 +133,370 @@ def bitunpack(packed: np.ndarray, bits: int, dim: int, out: np.ndarray | None = 
 
 
 # >>> ops natural
+def _nat_out(out, shape: tuple, dtype, rows_shape: tuple) -> np.ndarray:
+    """A new array, or ``out`` checked to be a C-contiguous array of ``shape`` and ``dtype``, as
+    rows (a view: results are never written to a silent copy)."""
+    if out is None:
+        return np.empty(rows_shape, dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"out must have shape {tuple(shape)}, got {out.shape}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    return out.reshape(rows_shape)
+
+
+def natural_encode(x: np.ndarray, seed: int = 0, step: int = 0, peer0: int = 0,
+                   out: np.ndarray | None = None, n_threads: int | None = None) -> np.ndarray:
+    """Natural compression: uint8 codes of x's shape, each value rounded without bias to a signed
+    power of two (bit 7 sign, bits 0-6 c: 0 -> 0, c -> 2^(c - 64)). Row r draws from peer
+    ``peer0 + r`` at ``step``. ValueError for NaN/Inf. See decentlearn/_reference/natural.py."""
+    x2 = _as_rows("x", x, np.float32)
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    out2 = _nat_out(out, x.shape, np.uint8, x2.shape)
+    _core.natural_encode(x2, seed, step, peer0, out2, resolve_threads(n_threads, x2.size))
+    return out2.reshape(x.shape) if out is None else out
+
+
+def natural_decode(codes: np.ndarray, out: np.ndarray | None = None,
+                   n_threads: int | None = None) -> np.ndarray:
+    """float32 values of natural-compression codes (any byte decodes; 0 and 0x80 are 0)."""
+    c2 = _as_rows("codes", codes, np.uint8)
+    out2 = _nat_out(out, codes.shape, np.float32, c2.shape)
+    _core.natural_decode(c2, out2, resolve_threads(n_threads, c2.size))
+    return out2.reshape(codes.shape) if out is None else out
+
+
+def _dither_p(p) -> float:
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise TypeError(f"p must be a number (1, 2 or inf), got {type(p).__name__}")
+    if not (p == 1 or p == 2 or (np.isinf(p) and p > 0)):
+        raise ValueError(f"p must be 1, 2 or inf, got {p!r}")
+    return float(p)
+
+
+def _dither_s(s) -> int:
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or not 1 <= s <= 31:
+        raise ValueError(f"s must be an integer in [1, 31], got {s!r}")
+    return int(s)
+
+
+def dither_encode(x: np.ndarray, s: int, p: float = 2.0, seed: int = 0, step: int = 0,
+                  peer0: int = 0, n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Natural dithering with s levels (0, 2^(1-s), ..., 1/2, 1 of |x_i| / ||x||_p) per row:
+    (norms float32 (n_rows,), codes uint8 (n_rows, dim)), code = (level << 1) | sign with level in
+    0..s. p is 1, 2 or inf. Unbiased; ValueError for NaN/Inf."""
+    x2 = _as_rows("x", x, np.float32)
+    s, p = _dither_s(s), _dither_p(p)
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    norms = np.empty(x2.shape[0], np.float32)
+    codes = np.empty(x2.shape, np.uint8)
+    return _core.dither_encode(x2, s, p, seed, step, peer0, norms, codes,
+                               resolve_threads(n_threads, x2.size))
+
+
+def dither_decode(norms: np.ndarray, codes: np.ndarray, s: int, out: np.ndarray | None = None,
+                  n_threads: int | None = None) -> np.ndarray:
+    """(n_rows, dim) float32 from dithering norms and codes (untrusted: ValueError for a
+    negative/non-finite norm or a level above s)."""
+    if not isinstance(norms, np.ndarray):
+        raise TypeError(f"norms must be a numpy.ndarray, got {type(norms).__name__}")
+    c2 = _as_rows("codes", codes, np.uint8)
+    s = _dither_s(s)
+    out2 = _nat_out(out, c2.shape, np.float32, c2.shape)
+    return _core.dither_decode(norms, c2, s, out2, resolve_threads(n_threads, c2.size))
 # <<< ops natural
 
 # >>> ops topk
+def _k_out(name: str, out, rows: np.ndarray, k: int, dtype) -> np.ndarray:
+    """A caller's out array as (n_rows, k) (a 1-D (k,) one for a 1-D x), or a new one."""
+    if out is None:
+        return np.empty((rows.shape[0], k), dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(out).__name__}")
+    if out.ndim == 1 and rows.shape[0] == 1 and out.flags.c_contiguous:
+        return out.reshape(1, -1)
+    return out
+
+
+def _check_k(k, dim: int) -> int:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    if not 0 <= k <= dim:
+        raise ValueError(f"k must be in [0, dim={dim}], got {k}")
+    return int(k)
+
+
+def topk(x: np.ndarray, k: int, out_idx: np.ndarray | None = None,
+         out_val: np.ndarray | None = None,
+         n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest magnitudes of each row: ``(idx int32 (n_rows, k), val float32 (n_rows, k))``.
+
+    Indices ascend within a row and ``val = x[row, idx]``. Exact and deterministic: among equal
+    magnitudes at the k-th place, the lowest indices are kept. ``0 <= k <= dim``; a row holding NaN
+    raises ValueError (infinities are ordinary magnitudes). A 1-D x is one row. Never sorts the
+    row: a sampled threshold, one vectorized filter pass, and a radix select on the candidates.
+    Bit-identical for every thread count.
+    """
+    rows = _as_rows("x", x, np.float32)
+    k = _check_k(k, rows.shape[1])
+    oi = _k_out("out_idx", out_idx, rows, k, np.int32)
+    ov = _k_out("out_val", out_val, rows, k, np.float32)
+    _core.topk(rows, k, oi, ov, resolve_threads(n_threads, rows.size))
+    return (oi if out_idx is None else out_idx), (ov if out_val is None else out_val)
+
+
+def randk(x: np.ndarray, k: int, seed: int = 0, step: int = 0, peer0: int = 0,
+          n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """k distinct uniformly random indices of each row and their values, ``(idx, val)`` as topk.
+
+    Row r keeps the k indices i with the smallest counter-RNG numbers
+    ``dl_rng_u32(rng_key(seed, step, peer0 + r), i)`` (ties to the lowest index): a uniform random
+    k-subset, ascending, reproducible from (seed, step, peer), bit-identical for every thread
+    count. Values are copied as they are (no NaN check).
+    """
+    rows = _as_rows("x", x, np.float32)
+    k = _check_k(k, rows.shape[1])
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    oi = np.empty((rows.shape[0], k), dtype=np.int32)
+    ov = np.empty((rows.shape[0], k), dtype=np.float32)
+    return _core.randk(rows, k, seed, step, peer0, oi, ov, resolve_threads(n_threads, rows.size))
+
+
+def threshold(x: np.ndarray, v: float,
+              n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every element with ``|x| >= v`` (v rounded to float32, v >= 0):
+    ``(counts int64 (n_rows,), idx int32 (sum,), val float32 (sum,))``, indices ascending within
+    a row, rows concatenated. NaN in x raises ValueError. Bit-identical for every thread count."""
+    rows = _as_rows("x", x, np.float32)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"v must be a real number, got {type(v).__name__}")
+    if not v >= 0:
+        raise ValueError(f"v must be a number >= 0, got {v!r}")
+    with np.errstate(over="ignore"):  # beyond float32's range: infinity, as documented
+        v32 = float(np.float32(v))
+    return _core.threshold(rows, v32, resolve_threads(n_threads, rows.size))
 # <<< ops topk
 
 # >>> ops stc
+import math
+
+#: Largest Rice parameter of the Golomb position coder (a remainder and its sign fit 32 bits).
+GOLOMB_MAX_B = 31
+
+
+def golomb_param(k: int, dim: int) -> int:
+    """Sattler et al.'s Rice parameter for k of dim positions:
+    b* = max(0, 1 + floor(log2(log(phi - 1) / log(1 - p)))), p = k / dim, capped at 31; 0 when
+    k == 0 or k == dim."""
+    if not 0 <= k <= dim:
+        raise ValueError(f"k must be in [0, dim] = [0, {dim}], got {k}")
+    if k == 0 or k == dim:
+        return 0
+    ratio = math.log((math.sqrt(5.0) - 1.0) / 2.0) / math.log1p(-k / dim)
+    return min(GOLOMB_MAX_B, max(0, 1 + math.floor(math.log2(ratio))))
+
+
+def golomb_max_bytes(k: int, dim: int, b: int) -> int:
+    """Bytes that hold any row's Golomb code of k positions in [0, dim) with parameter b."""
+    if not 0 <= k <= dim or not 0 <= b <= GOLOMB_MAX_B:
+        raise ValueError(f"need 0 <= k <= dim and 0 <= b <= {GOLOMB_MAX_B}, got k={k}, "
+                         f"dim={dim}, b={b}")
+    return (((dim - k) >> b) + k * (b + 2) + 7) // 8
+
+
+def _check_golomb(k, dim, b) -> tuple[int, int, int]:
+    for name, v in (("k", k), ("dim", dim), ("b", b)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if not 0 <= k <= dim <= 2**31 - 1:
+        raise ValueError(f"need 0 <= k <= dim <= 2**31 - 1, got k={k}, dim={dim}")
+    if not 0 <= b <= GOLOMB_MAX_B:
+        raise ValueError(f"b must be in [0, {GOLOMB_MAX_B}], got {b}")
+    return int(k), int(dim), int(b)
+
+
+def golomb_encode(positions: np.ndarray, negative: np.ndarray, dim: int, b: int,
+                  n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Golomb/Rice code of each row's kept positions and sign bits (see csrc/stc.c).
+
+    positions: (n_rows, k) int32, strictly increasing within a row, in [0, dim); negative:
+    (n_rows, k) bool or uint8 (non-zero = negative). Returns ``(data, nbits)``: data (n_rows,
+    golomb_max_bytes(k, dim, b)) uint8, row r's code in its first ceil(nbits[r] / 8) bytes and
+    zeros after; nbits (n_rows,) int64. A 1-D input is one row and gives data (max_bytes,) and a
+    0-d nbits.
+    """
+    pos2 = _as_rows("positions", positions, np.int32)
+    if isinstance(negative, np.ndarray) and negative.dtype == np.bool_:
+        negative = negative.view(np.uint8)
+    neg2 = _as_rows("negative", negative, np.uint8)
+    k, dim, b = _check_golomb(pos2.shape[1], dim, b)
+    data = np.empty((pos2.shape[0], golomb_max_bytes(k, dim, b)), dtype=np.uint8)
+    nbits = np.empty(pos2.shape[0], dtype=np.int64)
+    _core.golomb_encode(pos2, neg2, dim, b, data, nbits, resolve_threads(n_threads, pos2.size))
+    if positions.ndim == 1:
+        return data[0], nbits.reshape(())
+    return data, nbits
+
+
+def golomb_decode(data: np.ndarray, nbits, k: int, dim: int, b: int,
+                  n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of golomb_encode on untrusted bytes: ``(positions (n_rows, k) int32, negative
+    (n_rows, k) uint8 0/1)`` from data (n_rows, width) uint8 and nbits (n_rows,) int64. Raises
+    ValueError unless each row holds exactly k positions in [0, dim) coded in exactly nbits[r]
+    <= 8 * width bits with zero pad bits (bytes after the code are ignored)."""
+    data2 = _as_rows("data", data, np.uint8)
+    nbits2 = np.asarray(nbits)
+    if nbits2.dtype != np.int64:
+        raise TypeError(f"nbits must have dtype int64, got {nbits2.dtype}")
+    nbits2 = np.ascontiguousarray(nbits2.reshape(-1))
+    k, dim, b = _check_golomb(k, dim, b)
+    positions = np.empty((data2.shape[0], k), dtype=np.int32)
+    negative = np.empty((data2.shape[0], k), dtype=np.uint8)
+    _core.golomb_decode(data2, nbits2, dim, b, positions, negative,
+                        resolve_threads(n_threads, positions.size))
+    if data.ndim == 1:
+        return positions[0], negative[0]
+    return positions, negative
 # <<< ops stc
 
 # >>> ops quant
+def _check_int(name: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def qsgd_bits(levels: int) -> int:
+    """Bits of one QSGD code: 1 sign bit + ceil(log2(levels + 1)) level bits."""
+    levels = _check_int("levels", levels, 1, 127)
+    return 1 + levels.bit_length()
+
+
+def _out_tuple(out, shapes_dtypes: list[tuple[tuple[int, ...], type]]) -> tuple:
+    if out is None:
+        return tuple(np.empty(s, dtype=d) for s, d in shapes_dtypes)
+    if not isinstance(out, tuple) or len(out) != len(shapes_dtypes):
+        raise TypeError(f"out must be a tuple of {len(shapes_dtypes)} arrays or None")
+    return out
+
+
+def qsgd_encode(x: np.ndarray, levels: int, seed: int = 0, step: int = 0, peer0: int = 0,
+                out: tuple | None = None, n_threads: int | None = None):
+    """QSGD with ``levels`` = S in [1, 127] (Alistarh et al. 2017), each row of x on its own.
+
+    Returns ``(norm, packed)``: norm (n_rows,) float32 = ||row||_2, and packed (n_rows,
+    ceil(dim * qsgd_bits(S) / 8)) uint8, code j = level_j << 1 | (x_j < 0) at qsgd_bits(S) bits,
+    little-endian (as ``bitpack``); level_j = floor(t) + (u_j < t - floor t), t = min(|x_j| * S /
+    norm, S), u_j the counter RNG's unit float. A 1-D x is one row. NaN/inf -> ValueError.
+    """
+    x2 = _as_rows("x", x, np.float32)
+    levels = _check_int("levels", levels, 1, 127)
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    rows, dim = x2.shape
+    norm, packed = _out_tuple(out, [((rows,), np.float32),
+                                    ((rows, (dim * qsgd_bits(levels) + 7) // 8), np.uint8)])
+    _core.qsgd_encode(x2, levels, seed, step, peer0, norm, packed,
+                      resolve_threads(n_threads, x2.size))
+    return norm, packed
+
+
+def qsgd_decode(norm: np.ndarray, packed: np.ndarray, levels: int, dim: int,
+                out: np.ndarray | None = None, n_threads: int | None = None) -> np.ndarray:
+    """(n_rows, dim) float32 from qsgd_encode's output: +-level * (norm / S). Untrusted input:
+    ValueError unless every norm is finite and >= 0 and every level <= S."""
+    levels = _check_int("levels", levels, 1, 127)
+    packed2 = _as_rows("packed", packed, np.uint8)
+    _check_int("dim", dim, 0, 2**62)
+    if out is None:
+        out = np.empty((packed2.shape[0], dim), dtype=np.float32)
+    return _core.qsgd_decode(norm, packed2, levels, out, resolve_threads(n_threads, out.size))
+
+
+def bucket_encode(x: np.ndarray, bits: int, bucket: int, seed: int = 0, step: int = 0,
+                  peer0: int = 0, out: tuple | None = None, n_threads: int | None = None):
+    """Bucketed min/max quantization (as in CGX): bits in {4, 8}, bucket values per scale.
+
+    Returns ``(lo, scale, packed)``: lo and scale (n_rows, ceil(dim / bucket)) float32 (bucket
+    min and (max - min) / (2^bits - 1); the last bucket may be short), packed (n_rows,
+    ceil(dim * bits / 8)) uint8 codes q = floor(t) + (u < t - floor t), t = min((x - lo) / scale,
+    2^bits - 1) (all 0 when scale is 0). NaN/inf -> ValueError.
+    """
+    x2 = _as_rows("x", x, np.float32)
+    if bits not in (4, 8) or isinstance(bits, (bool, np.bool_)):
+        raise ValueError(f"bits must be 4 or 8, got {bits!r}")
+    bucket = _check_int("bucket", bucket, 1, 1 << 24)
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    rows, dim = x2.shape
+    nb = -(-dim // bucket)
+    lo, scale, packed = _out_tuple(out, [((rows, nb), np.float32), ((rows, nb), np.float32),
+                                         ((rows, (dim * bits + 7) // 8), np.uint8)])
+    _core.bucket_encode(x2, int(bits), bucket, seed, step, peer0, lo, scale, packed,
+                        resolve_threads(n_threads, x2.size))
+    return lo, scale, packed
+
+
+def bucket_decode(lo: np.ndarray, scale: np.ndarray, packed: np.ndarray, bits: int, bucket: int,
+                  dim: int, out: np.ndarray | None = None,
+                  n_threads: int | None = None) -> np.ndarray:
+    """(n_rows, dim) float32 = lo + q * scale per bucket. Untrusted input: ValueError unless lo is
+    finite, scale finite and >= 0, and lo + (2^bits - 1) * scale finite."""
+    if bits not in (4, 8) or isinstance(bits, (bool, np.bool_)):
+        raise ValueError(f"bits must be 4 or 8, got {bits!r}")
+    bucket = _check_int("bucket", bucket, 1, 1 << 24)
+    _check_int("dim", dim, 0, 2**32)
+    packed2 = _as_rows("packed", packed, np.uint8)
+    if out is None:
+        out = np.empty((packed2.shape[0], dim), dtype=np.float32)
+    return _core.bucket_decode(_as_rows("lo", lo, np.float32), _as_rows("scale", scale, np.float32),
+                               packed2, int(bits), bucket, out, resolve_threads(n_threads, out.size))
+
+
+def sign_encode(x: np.ndarray, out: tuple | None = None, n_threads: int | None = None):
+    """Scaled sign (EF-signSGD): returns ``(scale, packed)``, scale (n_rows,) float32 =
+    ||row||_1 / dim (float64 sums), packed (n_rows, ceil(dim / 8)) uint8, bit j = x_j < 0,
+    little-endian. NaN/inf -> ValueError."""
+    x2 = _as_rows("x", x, np.float32)
+    rows, dim = x2.shape
+    scale, packed = _out_tuple(out, [((rows,), np.float32), ((rows, (dim + 7) // 8), np.uint8)])
+    _core.sign_encode(x2, scale, packed, resolve_threads(n_threads, x2.size))
+    return scale, packed
+
+
+def sign_decode(scale: np.ndarray, packed: np.ndarray, dim: int, out: np.ndarray | None = None,
+                n_threads: int | None = None) -> np.ndarray:
+    """(n_rows, dim) float32 = -scale where the bit is set, +scale elsewhere; ValueError unless
+    every scale is finite and >= 0."""
+    packed2 = _as_rows("packed", packed, np.uint8)
+    _check_int("dim", dim, 0, 2**62)
+    if out is None:
+        out = np.empty((packed2.shape[0], dim), dtype=np.float32)
+    return _core.sign_decode(scale, packed2, out, resolve_threads(n_threads, out.size))
+
+
+def int8_encode(x: np.ndarray, seed: int = 0, step: int = 0, peer0: int = 0,
+                out: tuple | None = None, n_threads: int | None = None):
+    """int8 with stochastic rounding: returns ``(scale, q)``, scale (n_rows,) float32 =
+    max|row| / 127, q (n_rows, dim) int8 = sign(x) (floor a + (u < a - floor a)),
+    a = min(|x| / scale, 127) (stochastic rounding of the magnitude). NaN/inf -> ValueError."""
+    x2 = _as_rows("x", x, np.float32)
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    rows, dim = x2.shape
+    scale, q = _out_tuple(out, [((rows,), np.float32), ((rows, dim), np.int8)])
+    _core.int8_encode(x2, seed, step, peer0, scale, q, resolve_threads(n_threads, x2.size))
+    return scale, q
+
+
+def int8_decode(scale: np.ndarray, q: np.ndarray, out: np.ndarray | None = None,
+                n_threads: int | None = None) -> np.ndarray:
+    """(n_rows, dim) float32 = q * scale; ValueError unless every scale is finite and >= 0 and
+    every q in [-127, 127]."""
+    q2 = _as_rows("q", q, np.int8)
+    if out is None:
+        out = np.empty(q2.shape, dtype=np.float32)
+    return _core.int8_decode(scale, q2, out, resolve_threads(n_threads, out.size))
 # <<< ops quant

@@ -287,4 +287,8 @@ class ErrorFeedback:
 
 # Compressor families register themselves on import.
 # >>> families
+from decentlearn.compress import stc  # noqa: E402,F401
+from decentlearn.compress import quant  # noqa: E402,F401
+from decentlearn.compress import sparse  # noqa: E402,F401
+from decentlearn.compress import natural  # noqa: E402,F401
 # <<< families

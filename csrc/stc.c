@@ -1,0 +1,171 @@
+/* stc.c: the Golomb/Rice position coder of Sparse Ternary Compression (Sattler et al., 2019).
+ *
+ * A row's kept positions (strictly increasing, in [0, dim)) and their sign bits become one bit
+ * string. With Rice parameter b (M = 2^b), each position in turn writes gap = pos - prev - 1
+ * (prev = -1 before the first): the quotient q = gap >> b in unary (q one-bits, then a zero-bit),
+ * the remainder gap & (M - 1) in b bits (least significant first), then one sign bit (1 means
+ * negative). Bits go LSB-first into bytes, as in bitpack.c; pad bits after the last are zero. Sum
+ * of the quotients is at most (dim - k) >> b, so dl_stc_golomb_max_bits bounds every row. Rows are
+ * independent and coded in parallel; the decoder treats its input as untrusted and returns
+ * DL_E_FORMAT for anything but exactly k valid positions that use exactly nbits bits.
+ */
+#include <string.h>
+
+#include "dl.h"
+
+int64_t dl_stc_golomb_max_bits(int64_t k, int64_t dim, int b) {
+    if (k < 0 || dim < 0 || k > dim || b < 0 || b > DL_STC_MAX_B) return -1;
+    return ((dim - k) >> b) + k * (int64_t)(b + 2);
+}
+
+/* Little-endian bit writer into a bounded buffer; `over` is set instead of writing past `cap`. */
+typedef struct {
+    uint8_t *out;
+    int64_t cap, o;
+    uint64_t acc;
+    int fill, over;
+} bitw_t;
+
+/* Appends the low n (<= 32) bits of v. */
+static inline void bitw_put(bitw_t *w, uint64_t v, int n) {
+    w->acc |= v << w->fill;
+    w->fill += n;
+    if (w->fill >= 32) {
+        if (w->o + 4 <= w->cap) {
+            w->out[w->o] = (uint8_t)w->acc;
+            w->out[w->o + 1] = (uint8_t)(w->acc >> 8);
+            w->out[w->o + 2] = (uint8_t)(w->acc >> 16);
+            w->out[w->o + 3] = (uint8_t)(w->acc >> 24);
+        } else {
+            w->over = 1;
+        }
+        w->o += 4;
+        w->acc >>= 32;
+        w->fill -= 32;
+    }
+}
+
+static int encode_row(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t dim, int b,
+                      uint8_t *out, int64_t row_bytes, int64_t *nbits) {
+    bitw_t w = {out, row_bytes, 0, 0, 0, 0};
+    int64_t prev = -1, total = 0;
+    const uint64_t rmask = ((uint64_t)1 << b) - 1;
+    for (int64_t i = 0; i < k; i++) {
+        const int64_t p = pos[i];
+        if (p <= prev || p >= dim) return DL_E_ARG;
+        const uint64_t gap = (uint64_t)(p - prev - 1);
+        uint64_t q = gap >> b;
+        total += (int64_t)q + b + 2;
+        for (; q >= 32; q -= 32) bitw_put(&w, 0xffffffffu, 32);
+        bitw_put(&w, ((uint64_t)1 << q) - 1, (int)q + 1); /* q ones, then the zero */
+        bitw_put(&w, (gap & rmask) | ((uint64_t)(neg[i] != 0) << b), b + 1);
+        prev = p;
+    }
+    /* flush the partial word, then zero the rest of the row */
+    if (w.over || w.o + (w.fill + 7) / 8 > row_bytes) return DL_E_SPACE;
+    for (; w.fill > 0; w.fill -= 8, w.acc >>= 8) out[w.o++] = (uint8_t)w.acc;
+    memset(out + w.o, 0, (size_t)(row_bytes - w.o));
+    *nbits = total;
+    return DL_OK;
+}
+
+/* data (n_rows x row_bytes) and nbits (n_rows) from positions and negative (n_rows x k, uint8 0/1
+ * or any non-zero for negative); DL_E_ARG if a row's positions are not strictly increasing in
+ * [0, dim), DL_E_SPACE if a row does not fit (never with row_bytes >= ceil(max_bits / 8)). Bytes
+ * after each row's code are zeroed. Rows in parallel. */
+int dl_stc_golomb_encode(int64_t n_rows, int64_t k, int64_t dim, int b, const int32_t *positions,
+                         const uint8_t *negative, uint8_t *data, int64_t row_bytes, int64_t *nbits,
+                         int n_threads) {
+    if (n_rows < 0 || k < 0 || dim < 0 || k > dim || b < 0 || b > DL_STC_MAX_B ||
+        row_bytes < 0 || n_threads < 1)
+        return DL_E_ARG;
+    int status = DL_OK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)                        \
+    if (n_rows > 1 && n_rows * k > (1 << 16)) reduction(min : status)
+#endif
+    for (int64_t r = 0; r < n_rows; r++) {
+        int s = encode_row(positions + r * k, negative + r * k, k, dim, b, data + r * row_bytes,
+                           row_bytes, nbits + r);
+        if (s < status) status = s;
+    }
+    return status;
+}
+
+/* 64 bits of `in` (n bytes) starting at bit `bit`; bytes past n read as zero. At least 57 of the
+ * returned bits come from the stream (the top ones may be zeros from shifting). */
+static inline uint64_t load_bits(const uint8_t *in, int64_t n, int64_t bit) {
+    const int64_t byte = bit >> 3;
+    uint64_t v = 0;
+    if (byte + 8 <= n) {
+        for (int j = 0; j < 8; j++) v |= (uint64_t)in[byte + j] << (8 * j);
+    } else {
+        for (int64_t j = 0; byte + j < n; j++) v |= (uint64_t)in[byte + j] << (8 * j);
+    }
+    return v >> (bit & 7);
+}
+
+static int decode_row(const uint8_t *in, int64_t row_bytes, int64_t nbits, int64_t k, int64_t dim,
+                      int b, int32_t *pos, uint8_t *neg) {
+    if (nbits < 0 || nbits > 8 * row_bytes) return DL_E_FORMAT;
+    const int64_t max_bits = dl_stc_golomb_max_bits(k, dim, b);
+    if (nbits > max_bits) return DL_E_FORMAT;
+    const int64_t n = (nbits + 7) / 8; /* the code's bytes; later ones are not looked at */
+    if (nbits & 7) {
+        if (in[n - 1] >> (nbits & 7)) return DL_E_FORMAT; /* non-zero pad bits */
+    }
+    const uint64_t rmask = ((uint64_t)1 << b) - 1;
+    int64_t bit = 0, prev = -1;
+    for (int64_t i = 0; i < k; i++) {
+        if (prev + 1 >= dim) return DL_E_FORMAT;
+        /* the largest quotient that keeps this position below dim */
+        const int64_t qmax = (dim - prev - 2) >> b;
+        int64_t q = 0;
+        for (;;) {
+            const int64_t avail = dl_min_i64(57, nbits - bit);
+            if (avail <= 0) return DL_E_FORMAT;
+            const uint64_t window = load_bits(in, n, bit);
+            const int64_t ones = ~window ? (int64_t)__builtin_ctzll(~window) : 64;
+            if (ones < avail) {
+                q += ones;
+                bit += ones + 1;
+                break;
+            }
+            q += avail;
+            bit += avail;
+            if (q > qmax) return DL_E_FORMAT;
+        }
+        if (q > qmax || nbits - bit < b + 1) return DL_E_FORMAT;
+        const uint64_t tail = load_bits(in, n, bit); /* b + 1 <= 32 bits */
+        bit += b + 1;
+        const int64_t p = prev + 1 + (int64_t)(((uint64_t)q << b) | (tail & rmask));
+        if (p >= dim) return DL_E_FORMAT;
+        pos[i] = (int32_t)p;
+        neg[i] = (uint8_t)((tail >> b) & 1);
+        prev = p;
+    }
+    return bit == nbits ? DL_OK : DL_E_FORMAT;
+}
+
+/* positions (n_rows x k int32) and negative (n_rows x k, 0/1) from data (n_rows x row_bytes) and
+ * nbits (n_rows): untrusted input, DL_E_FORMAT unless every row holds exactly k positions in
+ * [0, dim) that use exactly nbits[r] <= 8 * row_bytes bits with zero pad bits. Rows in parallel;
+ * outputs of a malformed row are unspecified. */
+int dl_stc_golomb_decode(int64_t n_rows, int64_t k, int64_t dim, int b, const uint8_t *data,
+                         int64_t row_bytes, const int64_t *nbits, int32_t *positions,
+                         uint8_t *negative, int n_threads) {
+    if (n_rows < 0 || k < 0 || dim < 0 || k > dim || dim > INT32_MAX || b < 0 ||
+        b > DL_STC_MAX_B || row_bytes < 0 || n_threads < 1)
+        return DL_E_ARG;
+    int status = DL_OK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)                        \
+    if (n_rows > 1 && n_rows * k > (1 << 16)) reduction(min : status)
+#endif
+    for (int64_t r = 0; r < n_rows; r++) {
+        int s = decode_row(data + r * row_bytes, row_bytes, nbits[r], k, dim, b, positions + r * k,
+                           negative + r * k);
+        if (s < status) status = s;
+    }
+    return status;
+}

@@ -1,0 +1,127 @@
+"""Sparse Ternary Compression (Sattler et al., "Robust and Communication-Efficient Federated
+Learning from Non-IID Data", IEEE TNNLS 2019): top-k by magnitude, every kept value replaced by
++-mu (mu = mean kept magnitude), positions Golomb/Rice coded (csrc/stc.c).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from decentlearn import ops
+from decentlearn.compress import Compressor, Reader, parse_ratio, register
+
+_HEADER = struct.Struct("<IfI")
+
+
+@register("stc")
+@dataclass(frozen=True, repr=False)
+class STC(Compressor):
+    """Sparse Ternary Compression, spec ``stc:R`` (0 < R <= 1). Biased: use with ErrorFeedback
+    (the paper accumulates the residual the same way).
+
+    Each row keeps k = max(1, ceil(R * dim)) positions (0 for dim = 0), those of the k largest
+    magnitudes (ops.topk: ties to the lowest index), and sends each as sign * mu, mu = mean of
+    the kept magnitudes (summed in float64, sent as float32). The positions are coded with the
+    Rice parameter b = ops.golomb_param(k, dim), which both sides derive from (k, dim).
+
+    Wire format of one row, little-endian: uint32 k, float32 mu, uint32 nbits, then
+    ceil(nbits / 8) bytes of Golomb/Rice code (for each position: the gap to the previous one in
+    unary quotient + b-bit remainder, then a sign bit, 1 = negative; bits LSB-first, zero pad
+    bits). A row is 12 + ceil(nbits / 8) bytes. Parsing rejects (ValueError) a k other than this
+    compressor's k for dim, a mu that is negative or not finite, an nbits longer than any valid
+    code, and a code that is not exactly k positions in [0, dim) using exactly nbits bits.
+    """
+
+    ratio: float
+    unbiased = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ratio, (bool, np.bool_)) or not isinstance(
+                self.ratio, (int, float, np.integer, np.floating)):
+            raise TypeError(f"ratio must be a number in (0, 1], got {type(self.ratio).__name__}")
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
+        object.__setattr__(self, "ratio", float(self.ratio))
+
+    @classmethod
+    def from_args(cls, args: tuple[str, ...]) -> STC:
+        spec = ":".join(("stc",) + args)
+        if len(args) != 1:
+            raise ValueError(f"{spec!r}: expected 'stc:R' with a ratio R in (0, 1]")
+        return cls(parse_ratio(args[0], spec))
+
+    @property
+    def spec(self) -> str:
+        return f"stc:{self.ratio!r}"
+
+    def k(self, dim: int) -> int:
+        """Kept positions per row of length dim."""
+        return min(dim, max(1, math.ceil(self.ratio * dim)))
+
+    def _compress(self, x, seed, step, peer0, n_threads):
+        n, dim = x.shape
+        k = self.k(dim)
+        b = ops.golomb_param(k, dim)
+        if n == 0 or k == 0:
+            idx = np.zeros((n, k), np.int32)
+            val = np.zeros((n, k), np.float32)
+        else:
+            idx, val = ops.topk(x, k, n_threads=n_threads)
+            idx = np.ascontiguousarray(idx, dtype=np.int32)
+        mu = np.zeros(n, np.float32)
+        if k:
+            mu = (np.abs(val).sum(axis=1, dtype=np.float64) / k).astype(np.float32)
+        if not np.isfinite(mu).all():
+            raise ValueError("x must be finite (no NaN or infinity)")
+        negative = (val < 0).view(np.uint8)
+        data, nbits = ops.golomb_encode(idx, negative, dim, b, n_threads=n_threads)
+        arrays = {"positions": idx, "negative": negative, "mu": mu, "data": data, "nbits": nbits}
+        return arrays, 12 + (nbits + 7) // 8
+
+    def _decompress(self, payload, n_threads):
+        a = payload.arrays
+        out = np.zeros((payload.n_rows, payload.dim), np.float32)
+        if a["positions"].size:
+            mu = a["mu"][:, None]
+            signed = np.where(a["negative"] != 0, -mu, mu)
+            np.put_along_axis(out, a["positions"].astype(np.intp), signed, axis=1)
+        return out
+
+    def _row_to_bytes(self, payload, row):
+        a = payload.arrays
+        nbits = int(a["nbits"][row])
+        header = _HEADER.pack(a["positions"].shape[1], float(a["mu"][row]), nbits)
+        return header + a["data"][row, :(nbits + 7) // 8].tobytes()
+
+    def _parse_row(self, reader: Reader, dim: int) -> dict:
+        k, mu, nbits = reader.u32(), reader.f32(), reader.u32()
+        want = self.k(dim)
+        if k != want:
+            raise ValueError(f"{reader.what}: k must be {want} for dim={dim}, got {k}")
+        if not (math.isfinite(mu) and mu >= 0):
+            raise ValueError(f"{reader.what}: mu must be finite and >= 0, got {mu}")
+        max_bytes = ops.golomb_max_bytes(k, dim, ops.golomb_param(k, dim))
+        if nbits > 8 * max_bytes:
+            raise ValueError(f"{reader.what}: nbits={nbits} exceeds the longest code "
+                             f"({8 * max_bytes} bits) of k={k} positions in dim={dim}")
+        return {"mu": mu, "nbits": nbits, "code": reader.take((nbits + 7) // 8)}
+
+    def _join_rows(self, rows, n_rows, dim):
+        k = self.k(dim)
+        b = ops.golomb_param(k, dim)
+        data = np.zeros((n_rows, ops.golomb_max_bytes(k, dim, b)), np.uint8)
+        nbits = np.zeros(n_rows, np.int64)
+        mu = np.zeros(n_rows, np.float32)
+        for r, row in enumerate(rows):
+            code = np.frombuffer(row["code"], dtype=np.uint8)
+            data[r, :code.size] = code
+            nbits[r] = row["nbits"]
+            mu[r] = row["mu"]
+        positions, negative = ops.golomb_decode(data, nbits, k, dim, b)
+        arrays = {"positions": positions, "negative": negative, "mu": mu, "data": data,
+                  "nbits": nbits}
+        return arrays, 12 + (nbits + 7) // 8
