@@ -211,9 +211,10 @@ def cmd_bench(args) -> int:
     if args.what == "gossip":
         report = bench.bench_gossip(n_peers=args.peers, dim=args.dim, repeat=args.repeat,
                                     n_threads=args.threads, graphs=args.graphs)
-    else:  # argparse restricts choices
-        raise UsageError(f"bench: unknown benchmark {args.what!r}")
-    print(bench.format_report(report))
+        print(bench.format_report(report))
+    else:
+        report = bench.bench_compress(n=args.n, repeat=args.repeat, n_threads=args.threads)
+        print(bench.format_compress_report(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
@@ -254,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     _add_run_parser(sub)
     b = sub.add_parser("bench", help="measure the C kernels against NumPy/SciPy baselines")
-    b.add_argument("what", nargs="?", default="gossip", choices=["gossip"])
+    b.add_argument("what", nargs="?", default="gossip", choices=["gossip", "compress"])
+    b.add_argument("--n", type=int, default=25_000_000, help="values (bench compress)")
     b.add_argument("--peers", type=int, default=1000)
     b.add_argument("--dim", type=int, default=25_600)
     b.add_argument("--repeat", type=int, default=5)

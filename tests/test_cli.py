@@ -105,3 +105,10 @@ def test_bench_small(capsys):
     code, out, _ = run_cli(["bench", "--peers", "16", "--dim", "512", "--repeat", "1"], capsys)
     assert code == 0
     assert "numpy_neighbor_loop" in out and "scipy_csr" in out and "dense_blas" in out
+
+
+def test_bench_compress_small(capsys):
+    code, out, _ = run_cli(["bench", "compress", "--n", "200000", "--repeat", "1"], capsys)
+    assert code == 0
+    assert "natural encode" in out and "np.argpartition" in out and "STC encode" in out
+    assert "closed form" in out
