@@ -130,11 +130,14 @@ static PyObject *py_gossip(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
+/* decentlearn._core.NonFiniteError: a ValueError for NaN/inf input (training that diverged). */
+static PyObject *NonFiniteError = NULL;
+
 /* Raises the Python exception for a kernel status; `fn` names the function. Returns NULL. */
 static PyObject *raise_status(const char *fn, int status) {
     switch (status) {
     case DL_E_NONFINITE:
-        return PyErr_Format(PyExc_ValueError, "%s: x must be finite (no NaN or infinity)", fn);
+        return PyErr_Format(NonFiniteError, "%s: x must be finite (no NaN or infinity)", fn);
     case DL_E_FORMAT:
         return PyErr_Format(PyExc_ValueError, "%s: malformed encoded data", fn);
     case DL_E_SPACE:
@@ -405,7 +408,7 @@ static PyObject *py_topk(PyObject *self, PyObject *args) {
                                PyArray_DATA(out_idx), PyArray_DATA(out_val), n_threads);
     Py_END_ALLOW_THREADS;
     if (status == DL_E_NONFINITE)
-        return PyErr_Format(PyExc_ValueError, "topk: x must not contain NaN");
+        return PyErr_Format(NonFiniteError, "topk: x must not contain NaN");
     if (status != DL_OK) return raise_status("topk", status);
     return Py_BuildValue("(OO)", out_idx, out_val);
 }
@@ -461,7 +464,7 @@ static PyObject *py_threshold(PyObject *self, PyObject *args) {
     status = dl_topk_threshold_count_f32(rows, dim, v, PyArray_DATA(x), chunk, n_threads);
     Py_END_ALLOW_THREADS;
     if (status == DL_E_NONFINITE) {
-        PyErr_SetString(PyExc_ValueError, "threshold: x must not contain NaN");
+        PyErr_SetString(NonFiniteError, "threshold: x must not contain NaN");
         goto done;
     }
     if (status != DL_OK) {
@@ -1030,5 +1033,15 @@ PyMODINIT_FUNC PyInit__core(void) {
         }
     }
     (void)dl_dispatch();
-    return PyModule_Create(&moduledef);
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    NonFiniteError = PyErr_NewExceptionWithDoc(
+        "decentlearn._core.NonFiniteError",
+        "A kernel was given NaN or infinity where finite values are required.", PyExc_ValueError,
+        NULL);
+    if (NonFiniteError == NULL || PyModule_AddObjectRef(m, "NonFiniteError", NonFiniteError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from decentlearn import algorithms, compress, metrics, topology
+from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
 from decentlearn.nn import make_model
@@ -137,6 +138,17 @@ class Result:
     params: np.ndarray | None = None
 
 
+class DivergenceError(ValueError):
+    """Training blew up: the peers' loss or parameters stopped being finite."""
+
+    def __init__(self, t: int, config: RunConfig) -> None:
+        hint = "lower --lr" + (", or --gamma" if config.algorithm == "choco" else "")
+        if config.algorithm == "dpsgd" and config.compress != "none":
+            hint += ", or use a lower-variance compressor (compressed D-PSGD needs one) or choco"
+        super().__init__(f"training diverged at round {t + 1}: the peers' loss or parameters are "
+                         f"not finite ({hint})")
+
+
 class Callback:
     """Hooks called by the simulator. Subclass and override what you need."""
 
@@ -215,7 +227,14 @@ class Simulator:
         start = time.perf_counter()
         loss_sum, loss_rounds = 0.0, 0
         for t in range(c.rounds):
-            losses = self.algorithm.round(self.sample, t)
+            try:
+                # Overflow shows up as a non-finite loss or parameter, reported below in one line.
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    losses = self.algorithm.round(self.sample, t)
+            except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
+                raise DivergenceError(t, c) from e
+            if not np.isfinite(losses).all():
+                raise DivergenceError(t, c)
             loss_sum += float(losses.mean())
             loss_rounds += 1
             for cb in callbacks:

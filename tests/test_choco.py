@@ -143,3 +143,12 @@ def test_choco_config_errors():
 def test_payload_type():
     p = KeepHalf().compress(np.arange(5, dtype=np.float32))
     assert isinstance(p, Payload) and p.nbytes == len(p.to_bytes()) == 12
+
+
+def test_divergence_is_reported_clearly():
+    from decentlearn.sim import DivergenceError
+
+    with pytest.raises(DivergenceError, match="training diverged at round"):
+        simulate(base(rounds=50, lr=1e30, eval_every=50))
+    with pytest.raises(DivergenceError, match="lower-variance compressor"):
+        simulate(base(compress="qsgd:2", rounds=100, eval_every=100))
