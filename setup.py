@@ -22,6 +22,8 @@ ISA_FLAGS = {
     "_avx2.c": ["-mavx2", "-mfma", "-ffp-contract=fast"],
     "_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx2", "-ffp-contract=fast",
                   "-mprefer-vector-width=512"],
+    "_avx512vnni.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
+                      "-mavx2", "-ffp-contract=fast", "-mprefer-vector-width=512"],
 }
 
 
@@ -50,7 +52,8 @@ class BuildExt(build_ext):
         omp = ["-fopenmp"] if openmp else []
         generic, objects = [], []
         for src in ext.sources:
-            isa = next((flags for suffix, flags in ISA_FLAGS.items() if src.endswith(suffix)), None)
+            isa = next((flags for suffix, flags in sorted(ISA_FLAGS.items(), key=lambda kv: -len(kv[0]))
+                        if src.endswith(suffix)), None)
             if isa is None:
                 generic.append(src)
                 continue

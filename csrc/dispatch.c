@@ -1,5 +1,6 @@
 /* dispatch.c: chooses each kernel's instruction-set path once, at import.
  *
+ * avx512vnni runs every kernel's AVX-512 build except those with a VNNI build of their own.
  * The best path the CPU supports is taken (asked with __builtin_cpu_supports, which also checks
  * that the OS saves the wider registers); DECENTLEARN_ISA=generic|avx2|avx512 or dl_set_isa()
  * forces one, so tests can cover every path on one machine.
@@ -12,7 +13,7 @@
 #define DL_X86 1
 #endif
 
-static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512"};
+static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512", "avx512vnni"};
 
 /* Each ISA's table lists its kernels with designated initializers; a family adds its members to
  * all three tables in its own sections (X86 builds only for the avx2/avx512 symbols). */
@@ -44,6 +45,8 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .sign_encode_f32 = dl_sign_encode_f32_generic,
         .int8_encode_f32 = dl_int8_encode_f32_generic,
         /* <<< table-generic quant */
+        /* >>> table-generic gemm */
+        /* <<< table-generic gemm */
     },
     {
         .isa = DL_ISA_AVX2,
@@ -66,6 +69,8 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx2),
         .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx2),
         /* <<< table-avx2 quant */
+        /* >>> table-avx2 gemm */
+        /* <<< table-avx2 gemm */
     },
     {
         .isa = DL_ISA_AVX512,
@@ -88,6 +93,32 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx512),
         .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
         /* <<< table-avx512 quant */
+        /* >>> table-avx512 gemm */
+        /* <<< table-avx512 gemm */
+    },
+    {
+        .isa = DL_ISA_AVX512VNNI,
+        .name = "avx512vnni",
+        .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx512),
+        /* >>> table-avx512vnni-reuses-avx512 natural */
+        .natural_encode_f32 = DL_X86_ONLY(dl_natural_encode_f32_avx512),
+        .natural_decode_f32 = DL_X86_ONLY(dl_natural_decode_f32_avx512),
+        .natural_dither_encode_f32 = DL_X86_ONLY(dl_natural_dither_encode_f32_avx512),
+        .natural_dither_decode_f32 = DL_X86_ONLY(dl_natural_dither_decode_f32_avx512),
+        /* <<< table-avx512vnni-reuses-avx512 natural */
+        /* >>> table-avx512vnni-reuses-avx512 topk */
+        .topk_filter_f32 = DL_X86_ONLY(dl_topk_filter_f32_avx512),
+        .topk_randfilter_u32 = DL_X86_ONLY(dl_topk_randfilter_u32_avx512),
+        .topk_count_f32 = DL_X86_ONLY(dl_topk_count_f32_avx512),
+        /* <<< table-avx512vnni-reuses-avx512 topk */
+        /* >>> table-avx512vnni-reuses-avx512 quant */
+        .qsgd_encode_f32 = DL_X86_ONLY(dl_qsgd_encode_f32_avx512),
+        .bucket_encode_f32 = DL_X86_ONLY(dl_bucket_encode_f32_avx512),
+        .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx512),
+        .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
+        /* <<< table-avx512vnni-reuses-avx512 quant */
+        /* >>> table-avx512vnni gemm */
+        /* <<< table-avx512vnni gemm */
     },
 };
 
@@ -110,6 +141,8 @@ int dl_isa_supported(dl_isa_t isa) {
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("fma");
+    case DL_ISA_AVX512VNNI:
+        return dl_isa_supported(DL_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
 #endif
     default:
         return 0;

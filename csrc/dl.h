@@ -38,7 +38,13 @@ typedef struct {
 } dl_csr_f32_t;
 
 /* Instruction-set paths, best last. */
-typedef enum { DL_ISA_GENERIC = 0, DL_ISA_AVX2 = 1, DL_ISA_AVX512 = 2, DL_ISA_COUNT = 3 } dl_isa_t;
+typedef enum {
+    DL_ISA_GENERIC = 0,
+    DL_ISA_AVX2 = 1,
+    DL_ISA_AVX512 = 2,     /* F, BW, VL, DQ */
+    DL_ISA_AVX512VNNI = 3, /* the above + VNNI (vpdpbusd): int8 dot products */
+    DL_ISA_COUNT = 4
+} dl_isa_t;
 
 typedef int (*dl_gossip_csr_f32_fn)(const dl_csr_f32_t *w, int64_t dim, const float *x, float *y,
                                     int n_threads);
@@ -78,6 +84,8 @@ typedef int (*dl_int8_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x
                                      uint64_t step, int64_t peer0, float *scale, int8_t *q,
                                      int n_threads);
 /* <<< dispatch-types quant */
+/* >>> dispatch-types gemm */
+/* <<< dispatch-types gemm */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
 typedef struct {
@@ -101,6 +109,10 @@ typedef struct {
     dl_sign_encode_f32_fn sign_encode_f32;
     dl_int8_encode_f32_fn int8_encode_f32;
     /* <<< dispatch-members quant */
+    /* >>> dispatch-members gemm */
+    /* <<< dispatch-members gemm */
+/* >>> dispatch-members gemm */
+/* <<< dispatch-members gemm */
 } dl_dispatch_t;
 
 /* dispatch.c */
@@ -255,6 +267,8 @@ int dl_sign_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const ui
 int dl_int8_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const int8_t *q,
                        float *out, int n_threads);
 /* <<< section quant */
+/* >>> section gemm */
+/* <<< section gemm */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t dl_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -905,6 +905,9 @@ static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
 }
 /* <<< glue quant */
 
+/* >>> glue gemm */
+/* <<< glue gemm */
+
 /* config() -> dict describing the build and the active paths. */
 static PyObject *py_config(PyObject *self, PyObject *unused) {
     (void)self;
@@ -950,7 +953,7 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
         }
         Py_RETURN_NONE;
     }
-    PyErr_Format(PyExc_ValueError, "set_isa: isa must be one of 'generic', 'avx2', 'avx512', got '%s'",
+    PyErr_Format(PyExc_ValueError, "set_isa: isa must be one of 'generic', 'avx2', 'avx512', 'avx512vnni', got '%s'",
                  name);
     return NULL;
 }
@@ -1003,8 +1006,10 @@ static PyMethodDef methods[] = {
     {"int8_decode", py_int8_decode, METH_VARARGS,
      "int8_decode(scale, q, out, n_threads) -> out."},
     /* <<< methods quant */
+    /* >>> methods gemm */
+    /* <<< methods gemm */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
-    {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2' or 'avx512'."},
+    {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1028,7 +1033,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         }
         if (!found) {
             PyErr_Format(PyExc_ImportError,
-                         "DECENTLEARN_ISA must be 'generic', 'avx2' or 'avx512', got '%s'", forced);
+                         "DECENTLEARN_ISA must be 'generic', 'avx2', 'avx512' or 'avx512vnni', got '%s'", forced);
             return NULL;
         }
     }

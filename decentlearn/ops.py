@@ -500,3 +500,6 @@ def int8_decode(scale: np.ndarray, q: np.ndarray, out: np.ndarray | None = None,
         out = np.empty(q2.shape, dtype=np.float32)
     return _core.int8_decode(scale, q2, out, resolve_threads(n_threads, out.size))
 # <<< ops quant
+
+# >>> ops gemm
+# <<< ops gemm
