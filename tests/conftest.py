@@ -14,3 +14,20 @@ def isa(request):
     _core.set_isa(request.param)
     yield request.param
     _core.set_isa(_DEFAULT_ISA)
+
+
+@pytest.fixture
+def record_batches():
+    """record_batches(sim) makes the simulator keep a copy of every per-peer minibatch it draws
+    and returns the list they are appended to."""
+    def attach(sim):
+        draws, draw = [], sim.sample
+
+        def sample():
+            x, y = draw()
+            draws.append((x.copy(), y.copy()))
+            return x, y
+
+        sim.sample = sample
+        return draws
+    return attach

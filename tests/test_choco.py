@@ -37,18 +37,6 @@ class KeepHalf(Compressor):
         return {"x": out}, np.full(n_rows, 4 * ((dim + 1) // 2))
 
 
-def recording(sim):
-    draws, draw = [], sim.sample
-
-    def sample():
-        x, y = draw()
-        draws.append((x.copy(), y.copy()))
-        return x, y
-
-    sim.sample = sample
-    return draws
-
-
 def base(**kw):
     cfg = dict(peers=6, topology="ring", partition="dirichlet:0.5", rounds=4, lr=0.1,
                momentum=0.0, eval_every=4, seed=2)
@@ -56,12 +44,12 @@ def base(**kw):
     return RunConfig(**cfg)
 
 
-def test_choco_matches_dense_paper_algorithm():
+def test_choco_matches_dense_paper_algorithm(record_batches):
     """Koloskova et al., Algorithm 2, written densely: x_half = x - lr g; q = C(x_half - x_hat);
     x_hat += q; x = x_half + gamma (W - I) x_hat."""
     sim = Simulator(base(algorithm="choco", gamma=0.4))
     sim.algorithm.compressor = KeepHalf()
-    draws = recording(sim)
+    draws = record_batches(sim)
     x = sim.params.astype(np.float64).copy()
     sim.run()
     W = sim.topology.mixing_matrix()
@@ -84,13 +72,13 @@ def test_choco_without_compression_and_gamma_1_is_dpsgd():
     assert a.summary["bytes_sent_total"] == b.summary["bytes_sent_total"]
 
 
-def test_dcd_matches_dense_formula():
+def test_dcd_matches_dense_formula(record_batches):
     """Tang et al. (DCD-PSGD): x_half = W x - lr g(x); x <- x + C(x_half - x)."""
     sim = Simulator(base(algorithm="dpsgd"))
     sim.algorithm = type(sim.algorithm)(
         model=sim.model, comm=sim.comm, optimizer=sim.algorithm.optimizer,
         params=sim.params, compressor=KeepHalf(), variant="cta")
-    draws = recording(sim)
+    draws = record_batches(sim)
     x = sim.params.astype(np.float64).copy()
     sim.run()
     W = sim.topology.mixing_matrix()

@@ -10,23 +10,9 @@ from decentlearn.optim import SGD, SGDConfig
 from decentlearn.sim import PeerSampler, RunConfig, Simulator, simulate
 
 
-def recording(sim):
-    """Makes ``sim`` record every per-peer minibatch it draws."""
-    draws = []
-    draw = sim.sample
-
-    def sample():
-        x, y = draw()
-        draws.append((x.copy(), y.copy()))
-        return x, y
-
-    sim.sample = sample
-    return draws
-
-
 @pytest.mark.parametrize("momentum,nesterov,wd", [(0.0, False, 0.0), (0.9, False, 1e-3),
                                                   (0.9, True, 0.0)])
-def test_complete_graph_is_centralized_minibatch_sgd(momentum, nesterov, wd):
+def test_complete_graph_is_centralized_minibatch_sgd(momentum, nesterov, wd, record_batches):
     """D-PSGD (ATC) on the complete graph with W = 11^T/n is minibatch SGD on the union of the
     peers' minibatches: same parameters after every round, to float32 tolerance."""
     cfg = RunConfig(peers=8, topology="complete", partition="iid", rounds=30, batch_size=16,
@@ -34,7 +20,7 @@ def test_complete_graph_is_centralized_minibatch_sgd(momentum, nesterov, wd):
                     eval_every=30, seed=3)
     sim = Simulator(cfg)
     np.testing.assert_allclose(sim.topology.mixing_matrix(), np.full((8, 8), 1 / 8), atol=1e-15)
-    draws = recording(sim)
+    draws = record_batches(sim)
     init = sim.params[:1].copy()
     result = sim.run()
 
@@ -53,7 +39,7 @@ def test_complete_graph_is_centralized_minibatch_sgd(momentum, nesterov, wd):
 
 
 @pytest.mark.parametrize("variant", ["atc", "cta"])
-def test_one_round_matches_dense_formula(variant):
+def test_one_round_matches_dense_formula(variant, record_batches):
     """One round of D-PSGD on a ring equals the dense-matrix formula of each variant."""
     cfg = RunConfig(peers=6, topology="ring", partition="dirichlet:0.5", rounds=1, lr=0.1,
                     momentum=0.0, variant=variant, eval_every=1, seed=1)
@@ -61,7 +47,7 @@ def test_one_round_matches_dense_formula(variant):
     rng = np.random.default_rng(0)  # peers start from different points
     sim.algorithm.params[...] += 0.05 * rng.standard_normal(sim.params.shape, dtype=np.float32)
     X0 = sim.params.copy()
-    draws = recording(sim)
+    draws = record_batches(sim)
     sim.run()
     (x, y), = draws
     _, grad = sim.model.loss_and_grad(X0, x, y)
