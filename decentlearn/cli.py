@@ -138,7 +138,8 @@ def _format_table(summary: dict) -> str:
         ("consensus distance", f"{summary['consensus_distance']:.4g}"),
         ("bytes sent, total", _human_bytes(summary["bytes_sent_total"])),
         ("bytes sent, busiest peer", _human_bytes(summary["bytes_sent_max_peer"])),
-        ("spectral gap of W", f"{summary['spectral_gap']:.4f}"),
+        ("spectral gap of W", "not computed (n > 2048)" if summary["spectral_gap"] is None
+         else f"{summary['spectral_gap']:.4f}"),
         ("rounds", str(summary["rounds"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
     ]

@@ -27,6 +27,10 @@ from decentlearn.optim import SGD, SGDConfig
  _STREAM_COMPRESS) = range(6)
 
 
+#: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
+SPECTRAL_GAP_MAX_PEERS = 2048
+
+
 def _stream_seed(seed: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
 
@@ -250,7 +254,8 @@ class Simulator:
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
-                              spectral_gap=self.topology.spectral_gap(),
+                              spectral_gap=(self.topology.spectral_gap()
+                                            if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),
                               n_params=self.model.dim, config=c.to_dict())
         result.params = self.params
         return result
