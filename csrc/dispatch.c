@@ -46,6 +46,11 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .int8_encode_f32 = dl_int8_encode_f32_generic,
         /* <<< table-generic quant */
         /* >>> table-generic gemm */
+        .gemm_s8_layout = &dl_gemm_s8_layout_s16,
+        .gemm_s8_pack_b = dl_gemm_s8_pack_b_generic,
+        .gemm_s8 = dl_gemm_s8_generic,
+        .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
+        .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
         /* <<< table-generic gemm */
     },
     {
@@ -70,6 +75,11 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx2),
         /* <<< table-avx2 quant */
         /* >>> table-avx2 gemm */
+        .gemm_s8_layout = &dl_gemm_s8_layout_s16,
+        .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx2),
+        .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx2),
+        .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
+        .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
         /* <<< table-avx2 gemm */
     },
     {
@@ -94,6 +104,12 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
         /* <<< table-avx512 quant */
         /* >>> table-avx512 gemm */
+        /* no VNNI: the AVX2 build (vpmaddwd on int16) is the exact int8 GEMM here */
+        .gemm_s8_layout = &dl_gemm_s8_layout_s16,
+        .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx2),
+        .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx2),
+        .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
+        .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
         /* <<< table-avx512 gemm */
     },
     {
@@ -118,6 +134,11 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
         /* <<< table-avx512vnni-reuses-avx512 quant */
         /* >>> table-avx512vnni gemm */
+        .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
+        .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
+        .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx512vnni),
+        .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
+        .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
         /* <<< table-avx512vnni gemm */
     },
 };

@@ -85,6 +85,31 @@ typedef int (*dl_int8_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x
                                      int n_threads);
 /* <<< dispatch-types quant */
 /* >>> dispatch-types gemm */
+/* Where a packed B's bytes go (one layout per microkernel family; see gemm_s8_impl.h). */
+typedef struct {
+    const char *name; /* "s16" (generic, avx2, avx512) or "vnni" (avx512vnni) */
+    int mr, nr, kg;   /* register tile rows x columns; k values per group */
+    int b_elem;       /* bytes per packed B value */
+} dl_gemm_s8_layout_t;
+/* How gemm_s8 stores its tile: exact int32 into c, or c_f32 = c * a_scale * b_scale[j] + bias[j]. */
+typedef struct {
+    int32_t *c;          /* (m, n) int32 output, or NULL when c_f32 is used */
+    float *c_f32;        /* (m, n) float32 output, or NULL */
+    float a_scale;       /* per-tensor scale of A */
+    const float *b_scale; /* b_scale_n values: 1 (per tensor) or n (per output column) */
+    int64_t b_scale_n;
+    const float *bias; /* n values or NULL */
+} dl_gemm_s8_out_t;
+typedef int (*dl_gemm_s8_pack_b_fn)(int64_t k, int64_t n, const int8_t *b, uint8_t *packed,
+                                    int32_t *colsum, int n_threads);
+typedef int (*dl_gemm_s8_fn)(int64_t m, int64_t k, int64_t n, const int8_t *a,
+                             const uint8_t *packed, const int32_t *colsum,
+                             const dl_gemm_s8_out_t *out, int n_threads);
+/* Row-segment cores of the quantizer: nearest-even codes of x[j] * (inv ? inv[j] : inv0), and the
+ * largest |x| bit pattern (>= 0x7f800000: NaN or infinity). */
+typedef uint32_t (*dl_gemm_qnearest_f32_fn)(const float *x, const float *inv, float inv0,
+                                            int64_t n, int8_t *q);
+typedef uint32_t (*dl_gemm_absmax_bits_f32_fn)(const float *x, int64_t n);
 /* <<< dispatch-types gemm */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
@@ -110,9 +135,12 @@ typedef struct {
     dl_int8_encode_f32_fn int8_encode_f32;
     /* <<< dispatch-members quant */
     /* >>> dispatch-members gemm */
+    const dl_gemm_s8_layout_t *gemm_s8_layout;
+    dl_gemm_s8_pack_b_fn gemm_s8_pack_b;
+    dl_gemm_s8_fn gemm_s8;
+    dl_gemm_qnearest_f32_fn gemm_qnearest_f32;
+    dl_gemm_absmax_bits_f32_fn gemm_absmax_bits_f32;
     /* <<< dispatch-members gemm */
-/* >>> dispatch-members gemm */
-/* <<< dispatch-members gemm */
 } dl_dispatch_t;
 
 /* dispatch.c */
@@ -268,6 +296,49 @@ int dl_int8_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const in
                        float *out, int n_threads);
 /* <<< section quant */
 /* >>> section gemm */
+/* Exact int8 GEMM: C (m, n) int32 = A (m, k) int8 @ B (k, n) int8, B packed once for the active
+ * layout (dl_gemm_s8_layout_t). Every |product| <= 128 * 128 = 2^14, so int32 sums are exact
+ * while k <= DL_GEMM_S8_MAX_K = floor((2^31 - 1) / 2^14). */
+#define DL_GEMM_S8_MAX_K 131071
+extern const dl_gemm_s8_layout_t dl_gemm_s8_layout_s16;  /* gemm_s8.c */
+extern const dl_gemm_s8_layout_t dl_gemm_s8_layout_vnni; /* gemm_s8_avx512vnni.c (x86-64) */
+/* Bytes of a packed B for a layout: ceil(n / nr) * nr * ceil(k / kg) * kg * b_elem (-1 if
+ * k or n is out of range); its colsum has ceil(n / nr) * nr int32 values. */
+int64_t dl_gemm_s8_packed_bytes(const dl_gemm_s8_layout_t *layout, int64_t k, int64_t n);
+int dl_gemm_s8_pack_b_generic(int64_t k, int64_t n, const int8_t *b, uint8_t *packed,
+                              int32_t *colsum, int n_threads);
+int dl_gemm_s8_pack_b_avx2(int64_t k, int64_t n, const int8_t *b, uint8_t *packed,
+                           int32_t *colsum, int n_threads);
+int dl_gemm_s8_pack_b_avx512vnni(int64_t k, int64_t n, const int8_t *b, uint8_t *packed,
+                                 int32_t *colsum, int n_threads);
+int dl_gemm_s8_generic(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8_t *packed,
+                       const int32_t *colsum, const dl_gemm_s8_out_t *out, int n_threads);
+int dl_gemm_s8_avx2(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8_t *packed,
+                    const int32_t *colsum, const dl_gemm_s8_out_t *out, int n_threads);
+int dl_gemm_s8_avx512vnni(int64_t m, int64_t k, int64_t n, const int8_t *a,
+                          const uint8_t *packed, const int32_t *colsum,
+                          const dl_gemm_s8_out_t *out, int n_threads);
+uint32_t dl_gemm_qnearest_f32_generic(const float *x, const float *inv, float inv0, int64_t n,
+                                      int8_t *q);
+uint32_t dl_gemm_qnearest_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
+                                         int8_t *q);
+uint32_t dl_gemm_absmax_bits_f32_generic(const float *x, int64_t n);
+uint32_t dl_gemm_absmax_bits_f32_avx512vnni(const float *x, int64_t n);
+/* Quantization (gemm_s8.c; the nearest-rounding and absmax cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
+ * tensor (scale_n == 1), per row (axis 0, scale_n == n_rows) or per column (axis 1, scale_n ==
+ * dim); rounding 0 = nearest even, 1 = stochastic floor(v) + (u < v - floor(v)) with u from the
+ * counter RNG (seed, step, peer0 + row, column). DL_E_NONFINITE for NaN/inf x, DL_E_ARG for a
+ * scale that is not finite and > 0. */
+int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, const float *scale,
+                        int64_t scale_n, int axis, int rounding, uint64_t seed, uint64_t step,
+                        int64_t peer0, int8_t *q, int n_threads);
+/* y = q * scale (scale laid out as for dl_gemm_quantize_s8). */
+int dl_gemm_dequantize_s8(int64_t n_rows, int64_t dim, const int8_t *q, const float *scale,
+                          int64_t scale_n, int axis, float *y, int n_threads);
+/* scale = max|x| / 127 (1 where every |x| is 0) over the whole matrix (axis -1, 1 value), per
+ * row (axis 0, n_rows values) or per column (axis 1, dim values). DL_E_NONFINITE for NaN/inf. */
+int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int axis, float *scale,
+                             int n_threads);
 /* <<< section gemm */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

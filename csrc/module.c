@@ -906,6 +906,272 @@ static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
 /* <<< glue quant */
 
 /* >>> glue gemm */
+/* gemm_s8_layout() -> dict: the packed-B layout of the active path (name, mr, nr, kg, b_elem). */
+static PyObject *py_gemm_s8_layout(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    const dl_gemm_s8_layout_t *l = dl_dispatch()->gemm_s8_layout;
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i}", "name", l->name, "mr", l->mr, "nr", l->nr,
+                         "kg", l->kg, "b_elem", l->b_elem, "max_k", DL_GEMM_S8_MAX_K);
+}
+
+/* Checks a packed B (data uint8 1-D, colsum int32 1-D, layout name, k, n) against the active
+ * layout; ValueError naming what does not match. */
+static int gemm_check_packed(const char *fn, PyArrayObject *data, PyArrayObject *colsum,
+                             const char *layout, Py_ssize_t k, Py_ssize_t n) {
+    const dl_gemm_s8_layout_t *l = dl_dispatch()->gemm_s8_layout;
+    if (check_array(data, fn, "packed_b.data", NPY_UINT8, 1, 0) ||
+        check_array(colsum, fn, "packed_b.colsum", NPY_INT32, 1, 0))
+        return -1;
+    if (strcmp(layout, l->name) != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: packed_b was packed for layout '%s' but the active path '%s' needs "
+                     "layout '%s'; pack B again with ops.pack_b_s8",
+                     fn, layout, dl_dispatch()->name, l->name);
+        return -1;
+    }
+    if (k < 0 || k > DL_GEMM_S8_MAX_K || n < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: packed_b has k=%zd, n=%zd; need 0 <= k <= %d, n >= 0",
+                     fn, k, n, DL_GEMM_S8_MAX_K);
+        return -1;
+    }
+    const int64_t bytes = dl_gemm_s8_packed_bytes(l, k, n), n_pad = dl_cdiv_i64(n, l->nr) * l->nr;
+    if (bytes < 0 || PyArray_DIM(data, 0) != bytes || PyArray_DIM(colsum, 0) != n_pad) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: packed_b.data must have %lld bytes and packed_b.colsum %lld values for "
+                     "k=%zd, n=%zd, got %zd and %zd",
+                     fn, (long long)bytes, (long long)n_pad, k, n, (Py_ssize_t)PyArray_DIM(data, 0),
+                     (Py_ssize_t)PyArray_DIM(colsum, 0));
+        return -1;
+    }
+    return 0;
+}
+
+/* gemm_s8_pack_b(b (k, n) int8, data (bytes,) uint8, colsum (n_pad,) int32, n_threads) -> None */
+static PyObject *py_gemm_s8_pack_b(PyObject *self, PyObject *args) {
+    PyArrayObject *b, *data, *colsum;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!i:pack_b_s8", &PyArray_Type, &b, &PyArray_Type, &data,
+                          &PyArray_Type, &colsum, &n_threads))
+        return NULL;
+    if (check_array(b, "pack_b_s8", "b", NPY_INT8, 2, 0) ||
+        check_array(data, "pack_b_s8", "data", NPY_UINT8, 1, 1) ||
+        check_array(colsum, "pack_b_s8", "colsum", NPY_INT32, 1, 1) ||
+        check_threads("pack_b_s8", n_threads))
+        return NULL;
+    const npy_intp k = PyArray_DIM(b, 0), n = PyArray_DIM(b, 1);
+    if (k > DL_GEMM_S8_MAX_K)
+        return PyErr_Format(PyExc_ValueError,
+                            "pack_b_s8: b has k=%zd rows; int32 accumulation is exact only for k "
+                            "<= %d",
+                            (Py_ssize_t)k, DL_GEMM_S8_MAX_K);
+    const dl_dispatch_t *d = dl_dispatch();
+    const int64_t bytes = dl_gemm_s8_packed_bytes(d->gemm_s8_layout, k, n);
+    const int64_t n_pad = dl_cdiv_i64(n, d->gemm_s8_layout->nr) * d->gemm_s8_layout->nr;
+    if (PyArray_DIM(data, 0) != bytes || PyArray_DIM(colsum, 0) != n_pad)
+        return PyErr_Format(PyExc_ValueError,
+                            "pack_b_s8: data must have %lld bytes and colsum %lld values, got %zd "
+                            "and %zd",
+                            (long long)bytes, (long long)n_pad, (Py_ssize_t)PyArray_DIM(data, 0),
+                            (Py_ssize_t)PyArray_DIM(colsum, 0));
+    if (overlaps(b, data) || overlaps(b, colsum) || overlaps(data, colsum))
+        return PyErr_Format(PyExc_ValueError, "pack_b_s8: b, data and colsum must not overlap");
+    dl_gemm_s8_pack_b_fn fn = d->gemm_s8_pack_b;
+    Py_BEGIN_ALLOW_THREADS;
+    status = fn(k, n, PyArray_DATA(b), PyArray_DATA(data), PyArray_DATA(colsum), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("pack_b_s8", status);
+    Py_RETURN_NONE;
+}
+
+/* Shared by gemm_s8 and gemm_s8_f32: checks a against the packed B and out, runs the kernel. */
+static PyObject *gemm_run(const char *fn, PyArrayObject *a, PyArrayObject *data,
+                          PyArrayObject *colsum, const char *layout, Py_ssize_t k, Py_ssize_t n,
+                          PyArrayObject *out, dl_gemm_s8_out_t *o, int n_threads) {
+    int status;
+    if (check_array(a, fn, "a", NPY_INT8, 2, 0) || check_threads(fn, n_threads) ||
+        gemm_check_packed(fn, data, colsum, layout, k, n))
+        return NULL;
+    if (PyArray_DIM(a, 1) != k)
+        return PyErr_Format(PyExc_ValueError,
+                            "%s: a has %zd columns but packed_b has k=%zd rows (shapes (m, k) @ "
+                            "(k, n))",
+                            fn, (Py_ssize_t)PyArray_DIM(a, 1), k);
+    if (check_shape2(out, fn, "out", PyArray_DIM(a, 0), n)) return NULL;
+    if (overlaps(out, a) || overlaps(out, data) || overlaps(out, colsum))
+        return PyErr_Format(PyExc_ValueError, "%s: out must not overlap a or packed_b", fn);
+    dl_gemm_s8_fn kern = dl_dispatch()->gemm_s8;
+    Py_BEGIN_ALLOW_THREADS;
+    status = kern(PyArray_DIM(a, 0), k, n, PyArray_DATA(a), PyArray_DATA(data),
+                  PyArray_DATA(colsum), o, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* gemm_s8(a (m, k) int8, data, colsum, layout, k, n, out (m, n) int32, n_threads) -> out */
+static PyObject *py_gemm_s8(PyObject *self, PyObject *args) {
+    PyArrayObject *a, *data, *colsum, *out;
+    const char *layout;
+    Py_ssize_t k, n;
+    int n_threads;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!snnO!i:gemm_s8", &PyArray_Type, &a, &PyArray_Type, &data,
+                          &PyArray_Type, &colsum, &layout, &k, &n, &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(out, "gemm_s8", "out", NPY_INT32, 2, 1)) return NULL;
+    dl_gemm_s8_out_t o = {PyArray_DATA(out), NULL, 0.0f, NULL, 0, NULL};
+    return gemm_run("gemm_s8", a, data, colsum, layout, k, n, out, &o, n_threads);
+}
+
+/* gemm_s8_f32(a, data, colsum, layout, k, n, a_scale, b_scale (1 or n,) f32, bias (n,) f32 or
+ * None, out (m, n) f32, n_threads) -> out = (a @ b) * a_scale * b_scale + bias */
+static PyObject *py_gemm_s8_f32(PyObject *self, PyObject *args) {
+    PyArrayObject *a, *data, *colsum, *b_scale, *out;
+    PyObject *bias_obj;
+    const char *layout;
+    Py_ssize_t k, n;
+    float a_scale;
+    int n_threads;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!snnfO!OO!i:gemm_s8_f32", &PyArray_Type, &a, &PyArray_Type,
+                          &data, &PyArray_Type, &colsum, &layout, &k, &n, &a_scale, &PyArray_Type,
+                          &b_scale, &bias_obj, &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(out, "gemm_s8_f32", "out", NPY_FLOAT32, 2, 1) ||
+        check_array(b_scale, "gemm_s8_f32", "b_scale", NPY_FLOAT32, 1, 0))
+        return NULL;
+    const npy_intp ns = PyArray_DIM(b_scale, 0);
+    if (ns != 1 && ns != n)
+        return PyErr_Format(PyExc_ValueError,
+                            "gemm_s8_f32: b_scale must have 1 or n=%zd values, got %zd", n,
+                            (Py_ssize_t)ns);
+    const float *bias = NULL;
+    if (bias_obj != Py_None) {
+        if (!PyArray_Check(bias_obj))
+            return PyErr_Format(PyExc_TypeError, "gemm_s8_f32: bias must be a numpy.ndarray or None");
+        PyArrayObject *ba = (PyArrayObject *)bias_obj;
+        if (check_array(ba, "gemm_s8_f32", "bias", NPY_FLOAT32, 1, 0)) return NULL;
+        if (PyArray_DIM(ba, 0) != n)
+            return PyErr_Format(PyExc_ValueError, "gemm_s8_f32: bias must have n=%zd values, got %zd",
+                                n, (Py_ssize_t)PyArray_DIM(ba, 0));
+        if (overlaps(out, ba))
+            return PyErr_Format(PyExc_ValueError, "gemm_s8_f32: out must not overlap bias");
+        bias = PyArray_DATA(ba);
+    }
+    if (overlaps(out, b_scale))
+        return PyErr_Format(PyExc_ValueError, "gemm_s8_f32: out must not overlap b_scale");
+    dl_gemm_s8_out_t o = {NULL, PyArray_DATA(out), a_scale, PyArray_DATA(b_scale), ns, bias};
+    return gemm_run("gemm_s8_f32", a, data, colsum, layout, k, n, out, &o, n_threads);
+}
+
+/* Checks a scale array for a (rows, dim) matrix and channel axis (-1: 1 value). */
+static int gemm_check_scale(const char *fn, PyArrayObject *scale, int axis, npy_intp rows,
+                            npy_intp dim) {
+    if (check_array(scale, fn, "scale", NPY_FLOAT32, 1, 0)) return -1;
+    if (axis < -1 || axis > 1) {
+        PyErr_Format(PyExc_ValueError, "%s: axis must be None, 0 or 1, got %d", fn, axis);
+        return -1;
+    }
+    const npy_intp want = axis < 0 ? 1 : axis == 0 ? rows : dim;
+    if (PyArray_DIM(scale, 0) != want) {
+        PyErr_Format(PyExc_ValueError, "%s: scale must have %zd values for axis %d, got %zd", fn,
+                     (Py_ssize_t)want, axis, (Py_ssize_t)PyArray_DIM(scale, 0));
+        return -1;
+    }
+    return 0;
+}
+
+/* quantize_s8(x (r, d) f32, scale f32, axis, rounding, seed, step, peer0, out (r, d) i8,
+ * n_threads) -> out */
+static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *scale, *out;
+    int axis, rounding, n_threads, status;
+    unsigned long long seed, step;
+    long long peer0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!iiKKLO!i:quantize_s8", &PyArray_Type, &x, &PyArray_Type,
+                          &scale, &axis, &rounding, &seed, &step, &peer0, &PyArray_Type, &out,
+                          &n_threads))
+        return NULL;
+    if (check_array(x, "quantize_s8", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(out, "quantize_s8", "out", NPY_INT8, 2, 1) ||
+        check_threads("quantize_s8", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (gemm_check_scale("quantize_s8", scale, axis, rows, dim) ||
+        check_shape2(out, "quantize_s8", "out", rows, dim))
+        return NULL;
+    if (overlaps(out, x) || overlaps(out, scale))
+        return PyErr_Format(PyExc_ValueError, "quantize_s8: out must not overlap x or scale");
+    if (rounding != 0 && rounding != 1)
+        return PyErr_Format(PyExc_ValueError, "quantize_s8: rounding must be 0 or 1");
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_gemm_quantize_s8(rows, dim, PyArray_DATA(x), PyArray_DATA(scale),
+                                 PyArray_DIM(scale, 0), axis, rounding, seed, step, peer0,
+                                 PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_ARG)
+        return PyErr_Format(PyExc_ValueError,
+                            "quantize_s8: every scale must be finite and > 0 (peer0 >= 0)");
+    if (status != DL_OK) return raise_status("quantize_s8", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* dequantize_s8(q (r, d) i8, scale f32, axis, out (r, d) f32, n_threads) -> out */
+static PyObject *py_dequantize_s8(PyObject *self, PyObject *args) {
+    PyArrayObject *q, *scale, *out;
+    int axis, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!iO!i:dequantize_s8", &PyArray_Type, &q, &PyArray_Type, &scale,
+                          &axis, &PyArray_Type, &out, &n_threads))
+        return NULL;
+    if (check_array(q, "dequantize_s8", "q", NPY_INT8, 2, 0) ||
+        check_array(out, "dequantize_s8", "out", NPY_FLOAT32, 2, 1) ||
+        check_threads("dequantize_s8", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(q, 0), dim = PyArray_DIM(q, 1);
+    if (gemm_check_scale("dequantize_s8", scale, axis, rows, dim) ||
+        check_shape2(out, "dequantize_s8", "out", rows, dim))
+        return NULL;
+    if (overlaps(out, q) || overlaps(out, scale))
+        return PyErr_Format(PyExc_ValueError, "dequantize_s8: out must not overlap q or scale");
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_gemm_dequantize_s8(rows, dim, PyArray_DATA(q), PyArray_DATA(scale),
+                                   PyArray_DIM(scale, 0), axis, PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("dequantize_s8", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* absmax_scale(x (r, d) f32, axis, out f32 (1, r or d values), n_threads) -> out */
+static PyObject *py_absmax_scale(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *out;
+    int axis, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!iO!i:absmax_scale", &PyArray_Type, &x, &axis, &PyArray_Type,
+                          &out, &n_threads))
+        return NULL;
+    if (check_array(x, "absmax_scale", "x", NPY_FLOAT32, 2, 0) ||
+        check_array(out, "absmax_scale", "out", NPY_FLOAT32, 1, 1) ||
+        check_threads("absmax_scale", n_threads))
+        return NULL;
+    if (gemm_check_scale("absmax_scale", out, axis, PyArray_DIM(x, 0), PyArray_DIM(x, 1)))
+        return NULL;
+    if (overlaps(out, x))
+        return PyErr_Format(PyExc_ValueError, "absmax_scale: out must not overlap x");
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_gemm_absmax_scale_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), PyArray_DATA(x), axis,
+                                      PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("absmax_scale", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
 /* <<< glue gemm */
 
 /* config() -> dict describing the build and the active paths. */
@@ -1007,6 +1273,20 @@ static PyMethodDef methods[] = {
      "int8_decode(scale, q, out, n_threads) -> out."},
     /* <<< methods quant */
     /* >>> methods gemm */
+    {"gemm_s8_layout", py_gemm_s8_layout, METH_NOARGS,
+     "gemm_s8_layout() -> dict: packed-B layout of the active path."},
+    {"gemm_s8_pack_b", py_gemm_s8_pack_b, METH_VARARGS,
+     "gemm_s8_pack_b(b, data, colsum, n_threads) -> None."},
+    {"gemm_s8", py_gemm_s8, METH_VARARGS,
+     "gemm_s8(a, data, colsum, layout, k, n, out, n_threads) -> out (int32, exact)."},
+    {"gemm_s8_f32", py_gemm_s8_f32, METH_VARARGS,
+     "gemm_s8_f32(a, data, colsum, layout, k, n, a_scale, b_scale, bias, out, n_threads) -> out."},
+    {"quantize_s8", py_quantize_s8, METH_VARARGS,
+     "quantize_s8(x, scale, axis, rounding, seed, step, peer0, out, n_threads) -> out."},
+    {"dequantize_s8", py_dequantize_s8, METH_VARARGS,
+     "dequantize_s8(q, scale, axis, out, n_threads) -> out."},
+    {"absmax_scale", py_absmax_scale, METH_VARARGS,
+     "absmax_scale(x, axis, out, n_threads) -> out."},
     /* <<< methods gemm */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},

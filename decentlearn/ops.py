@@ -502,4 +502,212 @@ def int8_decode(scale: np.ndarray, q: np.ndarray, out: np.ndarray | None = None,
 # <<< ops quant
 
 # >>> ops gemm
+from dataclasses import dataclass
+
+#: int32 accumulation of int8 products is exact while k * 128 * 128 <= 2^31 - 1.
+GEMM_S8_MAX_K = (2**31 - 1) // (128 * 128)
+
+
+@dataclass(frozen=True, eq=False)
+class PackedB:
+    """B (k, n) int8 packed once for the microkernel of one layout, reusable across calls.
+
+    data: the packed panels (uint8 bytes, 64-byte aligned, read-only); colsum: int32 column sums
+    of B (padded to whole panels; the VNNI kernel subtracts 128 * colsum). layout: "s16" (generic,
+    avx2 and avx512 paths) or "vnni" (avx512vnni). A PackedB is rejected by a path of another
+    layout: pack again with :func:`pack_b_s8`.
+    """
+
+    data: np.ndarray
+    colsum: np.ndarray
+    k: int
+    n: int
+    layout: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.k, self.n)
+
+    def __repr__(self) -> str:
+        return f"PackedB(k={self.k}, n={self.n}, layout={self.layout!r}, nbytes={self.data.nbytes})"
+
+
+def _gemm_check_k(k: int, name: str) -> None:
+    if k > GEMM_S8_MAX_K:
+        raise ValueError(f"{name}: k={k} exceeds {GEMM_S8_MAX_K}, the largest k for which int32 "
+                         "accumulation of int8 products is exact")
+
+
+def _gemm_int8_matrix(name: str, x) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype != np.int8:
+        raise TypeError(f"{name} must have dtype int8, got {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-dimensional, got shape {x.shape}")
+    return x
+
+
+def pack_b_s8(b: np.ndarray, n_threads: int | None = None) -> PackedB:
+    """Packs B (k, n) int8, C-contiguous, for the active path's microkernel (see PackedB)."""
+    b = _gemm_int8_matrix("b", b)
+    k, n = b.shape
+    _gemm_check_k(k, "pack_b_s8")
+    lay = _core.gemm_s8_layout()
+    nbytes = -(-n // lay["nr"]) * lay["nr"] * -(-k // lay["kg"]) * lay["kg"] * lay["b_elem"]
+    buf = np.empty(nbytes + 64, dtype=np.uint8)
+    off = (-buf.ctypes.data) % 64
+    data = buf[off:off + nbytes]
+    colsum = np.empty(-(-n // lay["nr"]) * lay["nr"], dtype=np.int32)
+    _core.gemm_s8_pack_b(b, data, colsum, resolve_threads(n_threads, b.size))
+    data.flags.writeable = False
+    colsum.flags.writeable = False
+    return PackedB(data, colsum, int(k), int(n), lay["name"])
+
+
+def _gemm_packed(b, n_threads) -> PackedB:
+    if isinstance(b, PackedB):
+        return b
+    if isinstance(b, np.ndarray):
+        return pack_b_s8(b, n_threads)
+    raise TypeError(f"b must be a numpy.ndarray or a PackedB, got {type(b).__name__}")
+
+
+def _gemm_a(a) -> tuple[np.ndarray, bool]:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"a must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype != np.int8:
+        raise TypeError(f"a must have dtype int8, got {a.dtype}")
+    if a.ndim == 1:
+        return a.reshape(1, -1), True
+    if a.ndim != 2:
+        raise ValueError(f"a must be 1-D (k,) or 2-D (m, k), got shape {a.shape}")
+    return a, False
+
+
+def gemm_s8(a: np.ndarray, b, out: np.ndarray | None = None,
+            n_threads: int | None = None) -> np.ndarray:
+    """Exact int8 GEMM: int32 (m, n) = a (m, k) int8 @ b, b a (k, n) int8 array (packed on the fly)
+    or a :class:`PackedB`. Equal to ``a.astype(np.int64) @ b.astype(np.int64)`` for k <=
+    GEMM_S8_MAX_K (131071; larger k -> ValueError). a: C-contiguous (a 1-D a is one row and gives
+    a 1-D result). out: optional (m, n) int32, not overlapping a. Any thread count, same result."""
+    a2, vec = _gemm_a(a)
+    _gemm_check_k(a2.shape[1], "gemm_s8")
+    pb = _gemm_packed(b, n_threads)
+    if out is None:
+        out = np.empty((pb.n,) if vec else (a2.shape[0], pb.n), dtype=np.int32)
+    elif not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    out2 = out.reshape(1, -1) if (vec and out.ndim == 1) else out
+    _core.gemm_s8(a2, pb.data, pb.colsum, pb.layout, pb.k, pb.n, out2, resolve_threads(n_threads))
+    return out
+
+
+def gemm_s8_f32(a: np.ndarray, packed_b, a_scale: float, b_scale, bias: np.ndarray | None = None,
+                out: np.ndarray | None = None, n_threads: int | None = None) -> np.ndarray:
+    """Int8 GEMM with fused dequantization: float32 (m, n) = (a @ b as exact int32) * a_scale *
+    b_scale[col] + bias[col]. b_scale: a float (per tensor) or an (n,) float32 array (per output
+    column); bias: (n,) float32 or None. Applied to each int32 tile before it is stored."""
+    a2, vec = _gemm_a(a)
+    _gemm_check_k(a2.shape[1], "gemm_s8_f32")
+    pb = _gemm_packed(packed_b, n_threads)
+    a_scale = float(a_scale)
+    if not np.isfinite(a_scale):
+        raise ValueError(f"a_scale must be finite, got {a_scale}")
+    if isinstance(b_scale, np.ndarray):
+        bs = b_scale
+    elif isinstance(b_scale, (float, int, np.floating, np.integer)) and not isinstance(b_scale, bool):
+        bs = np.array([b_scale], dtype=np.float32)
+    else:
+        raise TypeError(f"b_scale must be a float or a float32 array, got {type(b_scale).__name__}")
+    if out is None:
+        out = np.empty((pb.n,) if vec else (a2.shape[0], pb.n), dtype=np.float32)
+    elif not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    out2 = out.reshape(1, -1) if (vec and out.ndim == 1) else out
+    _core.gemm_s8_f32(a2, pb.data, pb.colsum, pb.layout, pb.k, pb.n, a_scale, bs, bias, out2,
+                      resolve_threads(n_threads))
+    return out
+
+
+_GEMM_ROUNDING = {"nearest": 0, "stochastic": 1}
+
+
+def _gemm_axis(x: np.ndarray, axis) -> int:
+    """The C axis (-1 per tensor, 0 per row, 1 per column) of the 2-D view of x."""
+    if axis is None:
+        return -1
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be None or an int, got {type(axis).__name__}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of shape {x.shape}")
+    return 1 if x.ndim == 1 else int(axis) % 2
+
+
+def _gemm_scale(scale, c_axis: int) -> np.ndarray:
+    if c_axis < 0:
+        if isinstance(scale, np.ndarray) and scale.size == 1:
+            scale = scale.reshape(())
+        if isinstance(scale, (np.ndarray, bool, np.bool_)) or \
+                not isinstance(scale, (float, int, np.floating, np.integer)):
+            raise TypeError("scale must be a float when axis is None, or a 1-D float32 array with "
+                            f"axis set, got {type(scale).__name__}")
+        return np.array([scale], dtype=np.float32)
+    if not isinstance(scale, np.ndarray):
+        raise TypeError(f"scale must be a float32 array when axis is set, got {type(scale).__name__}")
+    return scale
+
+
+def quantize_s8(x: np.ndarray, scale, axis: int | None = None, rounding: str = "nearest",
+                seed: int = 0, step: int = 0, peer0: int = 0, out: np.ndarray | None = None,
+                n_threads: int | None = None) -> np.ndarray:
+    """int8 codes q = clamp(round(x * (1 / scale)), -127, 127) of float32 x (1-D or 2-D), in float32
+    with the reciprocal rounded once.
+
+    scale: a float (per tensor, axis None) or a float32 array of length x.shape[axis] (per channel:
+    axis 0 one scale per row, axis 1 one per column), every value finite and > 0. rounding:
+    "nearest" (half to even) or "stochastic" (floor(v) + (u < v - floor(v)), u from the counter RNG
+    keyed by (seed, step, peer0 + row, column); unbiased, thread-count independent). NaN/inf in x
+    -> ValueError."""
+    x2 = _as_rows("x", x, np.float32)
+    c_axis = _gemm_axis(x, axis)
+    sc = _gemm_scale(scale, c_axis)
+    if rounding not in _GEMM_ROUNDING:
+        raise ValueError(f"rounding must be 'nearest' or 'stochastic', got {rounding!r}")
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    if out is None:
+        out = np.empty(x.shape, dtype=np.int8)
+    elif not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    out2 = out.reshape(x2.shape) if out.shape == x.shape and out.flags.c_contiguous else out
+    _core.quantize_s8(x2, sc, c_axis, _GEMM_ROUNDING[rounding], seed, step, peer0, out2,
+                      resolve_threads(n_threads, x2.size))
+    return out
+
+
+def dequantize_s8(q: np.ndarray, scale, axis: int | None = None, out: np.ndarray | None = None,
+                  n_threads: int | None = None) -> np.ndarray:
+    """float32 = q * scale, scale as for :func:`quantize_s8`."""
+    q2 = _as_rows("q", q, np.int8)
+    c_axis = _gemm_axis(q, axis)
+    sc = _gemm_scale(scale, c_axis)
+    if out is None:
+        out = np.empty(q.shape, dtype=np.float32)
+    elif not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    out2 = out.reshape(q2.shape) if out.shape == q.shape and out.flags.c_contiguous else out
+    _core.dequantize_s8(q2, sc, c_axis, out2, resolve_threads(n_threads, q2.size))
+    return out
+
+
+def absmax_scale(x: np.ndarray, axis: int | None = None, n_threads: int | None = None):
+    """max|x| / 127 (float32; 1 where every |x| is 0): a np.float32 for the whole x (axis None), or
+    an array of length x.shape[axis] with one scale per channel along axis, ready for
+    :func:`quantize_s8` with the same axis. NaN/inf -> ValueError."""
+    x2 = _as_rows("x", x, np.float32)
+    c_axis = _gemm_axis(x, axis)
+    n = 1 if c_axis < 0 else x2.shape[c_axis]
+    out = np.empty(n, dtype=np.float32)
+    _core.absmax_scale(x2, c_axis, out, resolve_threads(n_threads, x2.size))
+    return out[0] if c_axis < 0 else out
 # <<< ops gemm

@@ -1,0 +1,102 @@
+/* gemm_s8_avx512vnni.c: the exact int8 GEMM on AVX-512 VNNI (vpdpbusd), layout "vnni".
+ *
+ * vpdpbusd multiplies unsigned by signed bytes, so A is packed as A + 128 (u8) and the tile starts
+ * from -128 colsum(B) (colsum computed when B is packed): (A + 128) B - 128 colsum = A B. The
+ * accumulation wraps modulo 2^32 (vpdpbusd, not the saturating vpdpbusds), and since the exact
+ * result fits in int32 for k <= DL_GEMM_S8_MAX_K, the wrapped value is the exact one.
+ * Register tile: 6 rows x 64 columns = 24 zmm accumulators, 4 zmm of B per group of 4 k values
+ * (one 256-byte group of the packed panel), A broadcast 4 bytes at a time. Compiled to an empty
+ * unit off x86-64.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "dl.h"
+
+#define DL_SUFFIX avx512vnni
+#define DL_GEMM_MR 6
+#define DL_GEMM_NR 64
+#define DL_GEMM_KG 4
+typedef uint8_t dl_gemm_a_t;
+typedef int8_t dl_gemm_b_t;
+static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return (uint8_t)(v ^ 0x80); }
+
+/* tile (6 x 64) = packed A tile @ packed B panel over kgn groups of 4 k values. */
+static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t *bp,
+                                   const int32_t *colsum, int32_t *tile) {
+    __m512i c[DL_GEMM_MR][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i cs = _mm512_loadu_si512((const void *)(colsum + 16 * j));
+        const __m512i z = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(cs, 7));
+#pragma GCC unroll 6
+        for (int r = 0; r < DL_GEMM_MR; r++) c[r][j] = z;
+    }
+    for (int64_t g = 0; g < kgn; g++) {
+        const __m512i b0 = _mm512_loadu_si512((const void *)bp);
+        const __m512i b1 = _mm512_loadu_si512((const void *)(bp + 64));
+        const __m512i b2 = _mm512_loadu_si512((const void *)(bp + 128));
+        const __m512i b3 = _mm512_loadu_si512((const void *)(bp + 192));
+#pragma GCC unroll 6
+        for (int r = 0; r < DL_GEMM_MR; r++) {
+            int32_t quad;
+            __builtin_memcpy(&quad, ap + 4 * r, 4);
+            const __m512i a = _mm512_set1_epi32(quad);
+            c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
+            c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+            c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
+            c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
+        }
+        ap += DL_GEMM_MR * 4;
+        bp += DL_GEMM_NR * 4;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < DL_GEMM_MR; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) _mm512_store_si512((void *)(tile + r * 64 + 16 * j), c[r][j]);
+}
+
+#include "gemm_s8_impl.h"
+
+/* Quantizer cores (see dl.h), 16 lanes with masked tails; the same IEEE operations as the
+ * portable code: product with the reciprocal, vmaxps/vminps clamp (NaN -> -127), round half to even
+ * through 1.5 * 2^23, truncation of the now integral value. */
+uint32_t dl_gemm_qnearest_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
+                                         int8_t *q) {
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512 mg = _mm512_set1_ps(0x1.8p23f), s16 = _mm512_set1_ps(inv0);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    __m512i mx = _mm512_setzero_si512();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(k, x + j);
+        const __m512 sc = inv != NULL ? _mm512_maskz_loadu_ps(k, inv + j) : s16;
+        mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(xv), absm));
+        __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, sc), lo), hi);
+        v = _mm512_sub_ps(_mm512_add_ps(v, mg), mg);
+        _mm_mask_storeu_epi8(q + j, k, _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v)));
+    }
+    return (uint32_t)_mm512_reduce_max_epu32(mx);
+}
+
+uint32_t dl_gemm_absmax_bits_f32_avx512vnni(const float *x, int64_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + j), absm));
+        m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + j + 16), absm));
+    }
+    for (; j < n; j += 16) {
+        const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + j), absm));
+    }
+    return (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1));
+}
+
+const dl_gemm_s8_layout_t dl_gemm_s8_layout_vnni = {"vnni", DL_GEMM_MR, DL_GEMM_NR, DL_GEMM_KG,
+                                                    1};
+#else
+typedef int dl_gemm_s8_avx512vnni_unused;
+#endif

@@ -1,0 +1,88 @@
+"""NumPy reference (the spec) of the int8 GEMM and quantization kernels in csrc/gemm_s8.c.
+
+``gemm_s8`` is the exact integer product; ``gemm_s8_f32`` is its dequantization computed in
+float64 (the C kernel rounds a few times in float32, so tests compare with a relative tolerance);
+``quantize_s8`` / ``dequantize_s8`` / ``absmax_scale`` use the same float32 operations as C, so
+they are bit-identical (stochastic rounding draws from ``_reference/rng.py``).
+
+Scales: a Python/NumPy scalar is per tensor; a 1-D array is per channel along ``axis`` (its length
+is ``x.shape[axis]``; 0 = one scale per row, 1 = one per column of a 2-D x).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decentlearn._reference import rng as ref_rng
+
+#: int32 accumulation is exact while k * 128 * 128 <= 2^31 - 1.
+MAX_K = (2**31 - 1) // (128 * 128)
+
+
+def gemm_s8(a: np.ndarray, b: np.ndarray, out=None, n_threads=None) -> np.ndarray:
+    """int32 (m, n) = a (m, k) int8 @ b (k, n) int8, exactly."""
+    if a.shape[-1] > MAX_K:
+        raise ValueError(f"k must be <= {MAX_K}")
+    return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+
+
+def gemm_s8_f32(a, b, a_scale, b_scale, bias=None, out=None, n_threads=None) -> np.ndarray:
+    """float32 (m, n) = (a @ b) * a_scale * b_scale[col] + bias[col], computed in float64."""
+    c = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float64)
+    s = np.float64(a_scale) * np.asarray(b_scale, dtype=np.float64).reshape(-1)
+    y = c * s
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64)
+    return y.astype(np.float32)
+
+
+def _scale_view(x2: np.ndarray, scale, axis) -> np.ndarray:
+    """The float32 scale broadcast against the 2-D view x2 (axis in x2's terms: None, 0 or 1)."""
+    s = np.asarray(scale, dtype=np.float32)
+    if axis is None:
+        return s.reshape(1, 1)
+    return s.reshape(-1, 1) if axis == 0 else s.reshape(1, -1)
+
+
+def _as2d(x: np.ndarray, axis):
+    if x.ndim == 1:
+        return x.reshape(1, -1), (None if axis is None else 1)
+    return x, (None if axis is None else axis % 2)
+
+
+def quantize_s8(x, scale, axis=None, rounding="nearest", seed=0, step=0, peer0=0, out=None,
+                n_threads=None) -> np.ndarray:
+    """int8 = clamp(round(x * (1 / scale)), -127, 127) in float32; nearest = half to even, stochastic =
+    floor(v) + (u < v - floor(v)) with u = rng_unit(seed, step, peer0 + row)[column]."""
+    x2, ax = _as2d(np.asarray(x, dtype=np.float32), axis)
+    if not np.all(np.isfinite(x2)):
+        raise ValueError("x must be finite")
+    v = x2 * (np.float32(1) / _scale_view(x2, scale, ax))  # the float32 reciprocal, as C
+    v = np.minimum(np.maximum(v, np.float32(-127)), np.float32(127))
+    if rounding == "nearest":
+        q = np.rint(v)
+    else:
+        u = ref_rng.rng_unit(seed, step, peer0, x2.shape[0], x2.shape[1])
+        f = np.floor(v)
+        q = f + (u < (v - f)).astype(np.float32)
+    return q.astype(np.int8).reshape(np.shape(x))
+
+
+def dequantize_s8(q, scale, axis=None, out=None, n_threads=None) -> np.ndarray:
+    """float32 = q * scale (scale per tensor or per channel along axis)."""
+    q2, ax = _as2d(np.asarray(q), axis)
+    return (q2.astype(np.float32) * _scale_view(q2, scale, ax)).reshape(np.shape(q))
+
+
+def absmax_scale(x, axis=None, n_threads=None):
+    """max|x| / 127 in float32 over the whole x (axis None) or per channel along axis (reduced
+    over the other axis); 1 where every |x| is 0."""
+    x = np.asarray(x, dtype=np.float32)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("x must be finite")
+    if axis is None:
+        m = np.abs(x).max() if x.size else np.float32(0)
+        return np.float32(m / np.float32(127)) if m > 0 else np.float32(1)
+    x2, ax = _as2d(x, axis)
+    m = np.abs(x2).max(axis=1 - ax) if x2.shape[1 - ax] else np.zeros(x2.shape[ax], np.float32)
+    return np.where(m > 0, m / np.float32(127), np.float32(1)).astype(np.float32)
