@@ -51,6 +51,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .gemm_s8 = dl_gemm_s8_generic,
         .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
         .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
+        .gemm_s8_batched = dl_gemm_s8_batched_generic,
         /* <<< table-generic gemm */
     },
     {
@@ -80,6 +81,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx2),
         .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
         .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
+        .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx2),
         /* <<< table-avx2 gemm */
     },
     {
@@ -110,6 +112,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx2),
         .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
         .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
+        .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx2),
         /* <<< table-avx512 gemm */
     },
     {
@@ -139,6 +142,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
         .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx512vnni),
         .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
         .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
+        .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni),
         /* <<< table-avx512vnni gemm */
     },
 };

@@ -110,6 +110,26 @@ typedef int (*dl_gemm_s8_fn)(int64_t m, int64_t k, int64_t n, const int8_t *a,
 typedef uint32_t (*dl_gemm_qnearest_f32_fn)(const float *x, const float *inv, float inv0,
                                             int64_t n, int8_t *q);
 typedef uint32_t (*dl_gemm_absmax_bits_f32_fn)(const float *x, int64_t n);
+/* One batched int8 GEMM over P peers: C_p = A_p @ B_p for p < P (see dl_gemm_s8_batched_*).
+ * Strides are in elements; the last axis of every stored operand is contiguous. A stored
+ * transposed (a_trans) is (k, m) with row stride a_rs, else (m, k); B likewise (n, k) or (k, n). */
+typedef struct {
+    int64_t p, m, k, n;
+    const int8_t *a;
+    int64_t a_ps, a_rs; /* peer stride (0: one A shared by every peer), row stride */
+    int a_trans;
+    const int8_t *b;
+    int64_t b_ps, b_rs;
+    int b_trans;
+    const float *a_scale; /* (P,) per-peer scale of A (float output only) */
+    const float *b_scale; /* (P, b_scale_n): b_scale_n 1 (per tensor) or n (per output column) */
+    int64_t b_scale_n;
+    const float *bias; /* (P, n) contiguous or NULL (float output only) */
+    int32_t *c;        /* exact int32 output, or NULL */
+    float *c_f32;      /* c * a_scale[p] * b_scale[p][j] + bias[p][j], or NULL */
+    int64_t c_ps, c_rs;
+} dl_gemm_s8_batch_t;
+typedef int (*dl_gemm_s8_batched_fn)(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* <<< dispatch-types gemm */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
@@ -140,6 +160,7 @@ typedef struct {
     dl_gemm_s8_fn gemm_s8;
     dl_gemm_qnearest_f32_fn gemm_qnearest_f32;
     dl_gemm_absmax_bits_f32_fn gemm_absmax_bits_f32;
+    dl_gemm_s8_batched_fn gemm_s8_batched;
     /* <<< dispatch-members gemm */
 } dl_dispatch_t;
 
@@ -339,6 +360,10 @@ int dl_gemm_dequantize_s8(int64_t n_rows, int64_t dim, const int8_t *q, const fl
  * row (axis 0, n_rows values) or per column (axis 1, dim values). DL_E_NONFINITE for NaN/inf. */
 int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int axis, float *scale,
                              int n_threads);
+/* Batched exact int8 GEMM over peers (gemm_s8_impl.h, one build per layout). */
+int dl_gemm_s8_batched_generic(const dl_gemm_s8_batch_t *bt, int n_threads);
+int dl_gemm_s8_batched_avx2(const dl_gemm_s8_batch_t *bt, int n_threads);
+int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* <<< section gemm */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

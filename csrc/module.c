@@ -1172,6 +1172,153 @@ static PyObject *py_absmax_scale(PyObject *self, PyObject *args) {
     Py_INCREF(out);
     return (PyObject *)out;
 }
+/* Checks a peer-batched 3-D operand: dtype, contiguous last axis, non-negative aligned strides. */
+static int gemm_check_batch3(PyArrayObject *a, const char *fn, const char *name, int type_num,
+                             int writeable) {
+    if (PyArray_TYPE(a) != type_num) {
+        PyArray_Descr *want = PyArray_DescrFromType(type_num);
+        PyErr_Format(PyExc_TypeError, "%s: %s must have dtype %S, got %S", fn, name,
+                     (PyObject *)want, (PyObject *)PyArray_DESCR(a));
+        Py_XDECREF(want);
+        return -1;
+    }
+    if (PyArray_NDIM(a) != 3) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be 3-dimensional (P, rows, cols), got %d "
+                     "dimensions", fn, name, PyArray_NDIM(a));
+        return -1;
+    }
+    const npy_intp it = PyArray_ITEMSIZE(a);
+    if (PyArray_SIZE(a) > 0 && /* an empty operand is never read: any strides */
+        ((PyArray_DIM(a, 2) > 1 && PyArray_STRIDE(a, 2) != it) || PyArray_STRIDE(a, 0) < 0 ||
+         PyArray_STRIDE(a, 1) < 0 || PyArray_STRIDE(a, 0) % it || PyArray_STRIDE(a, 1) % it ||
+         !PyArray_ISALIGNED(a))) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s must have a contiguous last axis and non-negative, aligned peer and "
+                     "row strides", fn, name);
+        return -1;
+    }
+    if (writeable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be writeable", fn, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Byte range [lo, hi) touched by an array with non-negative strides (lo == hi when empty). */
+static void gemm_extent(PyArrayObject *a, const char **lo, const char **hi) {
+    *lo = *hi = PyArray_BYTES(a);
+    for (int d = 0; d < PyArray_NDIM(a); d++)
+        if (PyArray_DIM(a, d) == 0) return;
+    npy_intp end = PyArray_ITEMSIZE(a);
+    for (int d = 0; d < PyArray_NDIM(a); d++) end += (PyArray_DIM(a, d) - 1) * PyArray_STRIDE(a, d);
+    *hi = *lo + end;
+}
+
+static int gemm_disjoint(PyArrayObject *a, PyArrayObject *b) {
+    const char *a0, *a1, *b0, *b1;
+    gemm_extent(a, &a0, &a1);
+    gemm_extent(b, &b0, &b1);
+    return a0 == a1 || b0 == b1 || a1 <= b0 || b1 <= a0;
+}
+
+/* gemm_s8_batched(a, b, trans_a, trans_b, a_scale|None, b_scale|None, bias|None, out, n_threads)
+ * -> out: out[p] = a[p] @ b[p] (a[p] or b[p] read transposed when trans_*), int32 exact when out
+ * is int32, else float32 * a_scale[p] * b_scale[p][j] + bias[p][j]. */
+static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
+    const char *fn = "gemm_s8_batched";
+    PyArrayObject *a, *b, *out;
+    PyObject *as_obj, *bs_obj, *bias_obj;
+    int trans_a, trans_b, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!ppOOOO!i:gemm_s8_batched", &PyArray_Type, &a, &PyArray_Type,
+                          &b, &trans_a, &trans_b, &as_obj, &bs_obj, &bias_obj, &PyArray_Type, &out,
+                          &n_threads))
+        return NULL;
+    const int is_f32 = PyArray_TYPE(out) == NPY_FLOAT32;
+    if (gemm_check_batch3(a, fn, "a", NPY_INT8, 0) || gemm_check_batch3(b, fn, "b", NPY_INT8, 0) ||
+        gemm_check_batch3(out, fn, "out", is_f32 ? NPY_FLOAT32 : NPY_INT32, 1) ||
+        check_threads(fn, n_threads))
+        return NULL;
+    const npy_intp P = PyArray_DIM(out, 0), m = PyArray_DIM(out, 1), n = PyArray_DIM(out, 2);
+    const npy_intp am = PyArray_DIM(a, trans_a ? 2 : 1), k = PyArray_DIM(a, trans_a ? 1 : 2);
+    const npy_intp bk = PyArray_DIM(b, trans_b ? 2 : 1), bn = PyArray_DIM(b, trans_b ? 1 : 2);
+    if (PyArray_DIM(a, 0) != P || PyArray_DIM(b, 0) != P || am != m || bn != n || bk != k)
+        return PyErr_Format(PyExc_ValueError,
+                            "%s: shapes do not match: a (P=%zd, m=%zd, k=%zd) @ b (P=%zd, k=%zd, "
+                            "n=%zd) -> out (%zd, %zd, %zd)",
+                            fn, (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)am, (Py_ssize_t)k,
+                            (Py_ssize_t)PyArray_DIM(b, 0), (Py_ssize_t)bk, (Py_ssize_t)bn,
+                            (Py_ssize_t)P, (Py_ssize_t)m, (Py_ssize_t)n);
+    if (k > DL_GEMM_S8_MAX_K)
+        return PyErr_Format(PyExc_ValueError, "%s: k=%zd exceeds %d, the largest exact k", fn,
+                            (Py_ssize_t)k, DL_GEMM_S8_MAX_K);
+    const npy_intp it = PyArray_ITEMSIZE(out);
+    const npy_intp c_rs = m > 1 ? PyArray_STRIDE(out, 1) / it : n;
+    const npy_intp c_ps = P > 1 ? PyArray_STRIDE(out, 0) / it : m * c_rs;
+    if ((m > 1 && c_rs < n) || (P > 1 && m > 0 && n > 0 && c_ps < m * c_rs))
+        return PyErr_Format(PyExc_ValueError, "%s: out's rows and peers must not overlap", fn);
+    if (!gemm_disjoint(out, a) || !gemm_disjoint(out, b))
+        return PyErr_Format(PyExc_ValueError, "%s: out must not overlap a or b", fn);
+    dl_gemm_s8_batch_t bt;
+    memset(&bt, 0, sizeof bt);
+    bt.p = P, bt.m = m, bt.k = k, bt.n = n;
+    bt.a = PyArray_DATA(a), bt.a_ps = PyArray_STRIDE(a, 0), bt.a_trans = trans_a;
+    bt.a_rs = PyArray_DIM(a, 1) > 1 ? PyArray_STRIDE(a, 1) : PyArray_DIM(a, 2);
+    bt.b = PyArray_DATA(b), bt.b_ps = PyArray_STRIDE(b, 0), bt.b_trans = trans_b;
+    bt.b_rs = PyArray_DIM(b, 1) > 1 ? PyArray_STRIDE(b, 1) : PyArray_DIM(b, 2);
+    bt.c_ps = c_ps, bt.c_rs = c_rs;
+    if (P == 1) bt.a_ps = PyArray_DIM(a, 1) * bt.a_rs, bt.b_ps = PyArray_DIM(b, 1) * bt.b_rs;
+    if (!is_f32) {
+        if (as_obj != Py_None || bs_obj != Py_None || bias_obj != Py_None)
+            return PyErr_Format(PyExc_ValueError,
+                                "%s: an int32 out takes no a_scale, b_scale or bias", fn);
+        bt.c = PyArray_DATA(out);
+    } else {
+        if (!PyArray_Check(as_obj) || !PyArray_Check(bs_obj))
+            return PyErr_Format(PyExc_TypeError,
+                                "%s: a float32 out needs a_scale and b_scale float32 arrays", fn);
+        PyArrayObject *as = (PyArrayObject *)as_obj, *bs = (PyArrayObject *)bs_obj;
+        if (check_array(as, fn, "a_scale", NPY_FLOAT32, 1, 0)) return NULL;
+        if (PyArray_TYPE(bs) != NPY_FLOAT32 || !PyArray_IS_C_CONTIGUOUS(bs) ||
+            !PyArray_ISALIGNED(bs))
+            return PyErr_Format(PyExc_TypeError, "%s: b_scale must be a C-contiguous float32 "
+                                "array", fn);
+        if (PyArray_DIM(as, 0) != P)
+            return PyErr_Format(PyExc_ValueError, "%s: a_scale must have P=%zd values, got %zd", fn,
+                                (Py_ssize_t)P, (Py_ssize_t)PyArray_DIM(as, 0));
+        npy_intp bsn;
+        if (PyArray_NDIM(bs) == 1 && PyArray_DIM(bs, 0) == P)
+            bsn = 1;
+        else if (PyArray_NDIM(bs) == 2 && PyArray_DIM(bs, 0) == P && PyArray_DIM(bs, 1) == n)
+            bsn = n;
+        else
+            return PyErr_Format(PyExc_ValueError,
+                                "%s: b_scale must have shape (P,) = (%zd,) or (P, n) = (%zd, %zd)",
+                                fn, (Py_ssize_t)P, (Py_ssize_t)P, (Py_ssize_t)n);
+        if (!gemm_disjoint(out, as) || !gemm_disjoint(out, bs))
+            return PyErr_Format(PyExc_ValueError, "%s: out must not overlap the scales", fn);
+        bt.a_scale = PyArray_DATA(as), bt.b_scale = PyArray_DATA(bs), bt.b_scale_n = bsn;
+        if (bias_obj != Py_None) {
+            if (!PyArray_Check(bias_obj))
+                return PyErr_Format(PyExc_TypeError, "%s: bias must be a numpy.ndarray or None",
+                                    fn);
+            PyArrayObject *ba = (PyArrayObject *)bias_obj;
+            if (check_array(ba, fn, "bias", NPY_FLOAT32, 2, 0) || check_shape2(ba, fn, "bias", P, n))
+                return NULL;
+            if (!gemm_disjoint(out, ba))
+                return PyErr_Format(PyExc_ValueError, "%s: out must not overlap bias", fn);
+            bt.bias = PyArray_DATA(ba);
+        }
+        bt.c_f32 = PyArray_DATA(out);
+    }
+    dl_gemm_s8_batched_fn kern = dl_dispatch()->gemm_s8_batched;
+    Py_BEGIN_ALLOW_THREADS;
+    status = kern(&bt, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
 /* <<< glue gemm */
 
 /* config() -> dict describing the build and the active paths. */
@@ -1287,6 +1434,8 @@ static PyMethodDef methods[] = {
      "dequantize_s8(q, scale, axis, out, n_threads) -> out."},
     {"absmax_scale", py_absmax_scale, METH_VARARGS,
      "absmax_scale(x, axis, out, n_threads) -> out."},
+    {"gemm_s8_batched", py_gemm_s8_batched, METH_VARARGS,
+     "gemm_s8_batched(a, b, trans_a, trans_b, a_scale, b_scale, bias, out, n_threads) -> out."},
     /* <<< methods gemm */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},

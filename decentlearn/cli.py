@@ -61,6 +61,9 @@ def _add_run_parser(sub) -> None:
     a("--partition", help="iid, shards:K, dirichlet:ALPHA, classes:C, natural "
                           "(default dirichlet:0.1)")
     a("--model", help="linear, mlp, mlp:H1,H2, cnn, cnn:gn")
+    a("--precision", choices=["fp32", "int8"],
+      help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
+           "stochastic rounding of gradients, float32 master weights)")
     a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD) "
                            "or choco (CHOCO-SGD)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
@@ -140,6 +143,7 @@ def _format_table(summary: dict) -> str:
         ("bytes sent, busiest peer", _human_bytes(summary["bytes_sent_max_peer"])),
         ("spectral gap of W", "not computed (n > 2048)" if summary["spectral_gap"] is None
          else f"{summary['spectral_gap']:.4f}"),
+        ("precision", str(summary.get("precision", "fp32"))),
         ("rounds", str(summary["rounds"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
     ]

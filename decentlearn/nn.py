@@ -13,6 +13,7 @@ scratch buffers reused from call to call. Models are built from a spec string th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -21,6 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from decentlearn import lowp
 
 __all__ = [
     "INITIALIZERS",
@@ -86,10 +89,13 @@ class Scratch:
     array taken from here is valid until the same role is taken again, i.e. until the next pass.
     """
 
-    __slots__ = ("_bufs",)
+    __slots__ = ("_bufs", "rng")
 
     def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
+        #: (seed, step) of the counter RNG for stochastic layers (int8 rounding of gradients), set
+        #: by the model before each backward pass.
+        self.rng: tuple[int, int] = (0, 0)
 
     def empty(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         n = math.prod(shape)
@@ -167,17 +173,22 @@ def _is_shared(x: np.ndarray) -> bool:
 
 @dataclass(frozen=True)
 class Dense(Layer):
-    """Fully connected layer on (P, B, in_features); weight per peer is (in_features, out_features)."""
+    """Fully connected layer on (P, B, in_features); weight per peer is (in_features, out_features).
+
+    ``precision="int8"`` runs the forward and both backward products as int8 GEMMs (see
+    decentlearn.lowp) on float32 master weights."""
 
     in_features: int
     out_features: int
     init: str = "he_normal"
+    precision: str = "fp32"
     kind: ClassVar[str] = "fc"
 
     def __post_init__(self) -> None:
         _check_positive_int(self.in_features, "in_features")
         _check_positive_int(self.out_features, "out_features")
         _check_init(self.init)
+        lowp.check_precision(self.precision)
 
     def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         return (("weight", (self.in_features, self.out_features)), ("bias", (self.out_features,)))
@@ -195,6 +206,8 @@ class Dense(Layer):
         self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
     ) -> tuple[np.ndarray, Any]:
         weight, bias = w
+        if self.precision == "int8":
+            return lowp.dense_forward(x, weight, bias, train, _is_shared(x))
         y = np.matmul(x, weight)  # (P, B, out); a stride-0 shared x is not copied
         y += bias[:, None, :]
         return y, (x if train else None)
@@ -204,6 +217,8 @@ class Dense(Layer):
     ) -> np.ndarray | None:
         weight, _ = w
         g_weight, g_bias = g
+        if self.precision == "int8":
+            return lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng)
         np.matmul(ctx.transpose(0, 2, 1), dy, out=g_weight)
         np.sum(dy, axis=1, out=g_bias)
         return np.matmul(dy, weight.transpose(0, 2, 1)) if need_dx else None
@@ -580,9 +595,10 @@ class Model:
     """A sequence of layers with one flat parameter vector of ``dim`` floats per peer.
 
     Parameters of P peers are a ``(P, dim)`` array; ``layout()`` says which slice of a row holds
-    which tensor. A model holds no parameters; its only state is per-thread scratch buffers (the
-    largest intermediates of the last call, kept to avoid page faults), so one instance serves any
-    number of peers and threads.
+    which tensor. A model holds no parameters. Its state is per-thread scratch buffers (the
+    largest intermediates of the last call, kept to avoid page faults) and, for int8 layers, a step
+    counter that keys the stochastic rounding of gradients (``loss_and_grad(..., step=)`` sets it
+    explicitly), so one instance serves any number of peers and threads.
     """
 
     def __init__(
@@ -591,6 +607,7 @@ class Model:
         input_shape: tuple[int, ...],
         n_classes: int,
         spec: str = "custom",
+        seed: int = 0,
     ) -> None:
         if not isinstance(input_shape, tuple):
             raise TypeError(f"input_shape must be a tuple of ints, got {input_shape!r}")
@@ -607,6 +624,11 @@ class Model:
         self.input_shape: tuple[int, ...] = tuple(int(s) for s in input_shape)
         self.n_classes: int = n_classes
         self.spec: str = spec
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        #: Seeds the stochastic rounding of int8 layers; ``steps`` counts loss_and_grad calls.
+        self.seed: int = int(seed)
+        self.steps: int = 0
         self._spatial_input = layers[0].spatial
         shape = self.input_shape if self._spatial_input else (math.prod(self.input_shape),)
         names: list[str] = []
@@ -645,6 +667,13 @@ class Model:
                 widest = max(widest, s[0] * s[1] * (s[2] + layer.kernel_size - 1))
         self._widest = widest
         self._local = threading.local()  # per-thread Scratch of every layer
+        self._layer_seeds = tuple(lowp.layer_seed(self.seed, i) for i in range(len(layers)))
+
+    @property
+    def precision(self) -> str:
+        """"int8" when any layer computes its products in int8, else "fp32"."""
+        return "int8" if any(getattr(ly, "precision", "fp32") == "int8" for ly in self._layers) \
+            else "fp32"
 
     def _scratch(self) -> list[Scratch]:
         scratch = getattr(self._local, "scratch", None)
@@ -778,12 +807,15 @@ class Model:
         x: np.ndarray,
         y: np.ndarray,
         grad: np.ndarray | None = None,
+        step: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Mean softmax cross-entropy of each peer's batch and its gradient.
 
         ``x`` is (P, B, *input_shape) (or (B, *input_shape) shared by all peers) and ``y`` is
         (P, B) (or (B,) with a shared x). Returns ``loss`` (P,) float64 and ``grad`` (P, dim) in
         ``params.dtype``, written into ``grad`` when given (C-contiguous, fully overwritten).
+        ``step`` keys the stochastic rounding of int8 layers (with the model's seed and the
+        peer); None takes the model's call counter ``steps`` (which is then incremented).
         """
         params = self._check_params(params)
         n_peers = params.shape[0]
@@ -808,9 +840,15 @@ class Model:
                 raise ValueError("grad must be a writable C-contiguous array")
             if np.may_share_memory(grad, params):
                 raise ValueError("grad must not share memory with params")
+        if step is None:
+            step, self.steps = self.steps, self.steps + 1
+        elif isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValueError(f"step must be None or a non-negative int, got {step!r}")
         logits, ctxs = self._forward(params, xb, train=True)
         loss, dlogits = _cross_entropy(logits, y, want_grad=True)
         w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
+        for sc, layer_seed in zip(scratch, self._layer_seeds):
+            sc.rng = (layer_seed, int(step))
         h: np.ndarray | None = dlogits
         for i in range(len(self._layers) - 1, -1, -1):
             h = self._layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > 0, scratch[i])
@@ -904,8 +942,17 @@ def available_models() -> tuple[str, ...]:
     return tuple(sorted(_MODELS))
 
 
-def make_model(spec: str, input_shape: tuple[int, ...], n_classes: int) -> Model:
-    """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``."""
+def make_model(
+    spec: str,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    precision: str = "fp32",
+    seed: int = 0,
+) -> Model:
+    """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``.
+
+    ``precision="int8"`` makes every Dense layer compute in int8 (decentlearn.lowp) with
+    stochastic gradient rounding seeded by ``seed``; Conv2d layers stay float32."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
     name, sep, arg = spec.partition(":")
@@ -913,8 +960,14 @@ def make_model(spec: str, input_shape: tuple[int, ...], n_classes: int) -> Model
         raise ValueError(f"spec must name one of {list(available_models())}, got {spec!r}")
     if not isinstance(input_shape, tuple):
         raise TypeError(f"input_shape must be a tuple of ints, got {input_shape!r}")
+    precision = lowp.check_precision(precision)
     layers = _MODELS[name](arg if sep else None, input_shape, n_classes)
-    return Model(layers, input_shape, n_classes, spec=spec)
+    if precision != "fp32":
+        layers = [
+            dataclasses.replace(ly, precision=precision) if isinstance(ly, Dense) else ly
+            for ly in layers
+        ]
+    return Model(layers, input_shape, n_classes, spec=spec, seed=seed)
 
 
 def _flat_features(input_shape: tuple[int, ...]) -> int:

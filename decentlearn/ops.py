@@ -710,4 +710,98 @@ def absmax_scale(x: np.ndarray, axis: int | None = None, n_threads: int | None =
     out = np.empty(n, dtype=np.float32)
     _core.absmax_scale(x2, c_axis, out, resolve_threads(n_threads, x2.size))
     return out[0] if c_axis < 0 else out
+def _gemm_batch_a(a, n_peers: int) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"a must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype != np.int8:
+        raise TypeError(f"a must have dtype int8, got {a.dtype}")
+    if a.ndim == 2:  # shared by every peer: a stride-0 view, never a copy
+        return np.broadcast_to(a, (n_peers, *a.shape))
+    if a.ndim != 3:
+        raise ValueError(f"a must be 2-D (m, k) shared or 3-D (P, m, k), got shape {a.shape}")
+    return a
+
+
+def _gemm_batch_b(b) -> np.ndarray:
+    if not isinstance(b, np.ndarray):
+        raise TypeError(f"b must be a numpy.ndarray, got {type(b).__name__}")
+    if b.dtype != np.int8:
+        raise TypeError(f"b must have dtype int8, got {b.dtype}")
+    if b.ndim != 3:
+        raise ValueError(f"b must be 3-D (P, k, n), got shape {b.shape}")
+    return b
+
+
+def _gemm_batch_out(out, shape, dtype) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
+    if out.shape != shape:
+        raise ValueError(f"out must have shape {shape}, got {out.shape}")
+    return out
+
+
+def gemm_s8_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+                    n_threads: int | None = None, *, trans_a: bool = False,
+                    trans_b: bool = False) -> np.ndarray:
+    """Exact int8 GEMM per peer: int32 (P, m, n) with out[p] = a[p] @ b[p].
+
+    a: (P, m, k) int8, or (m, k) shared by every peer (read once, never copied); b: (P, k, n) int8.
+    trans_a / trans_b: a is stored (P, k, m) / b is stored (P, n, k) and read transposed (no copy).
+    Every operand and out may be a strided view (peer and row strides >= 0) whose last axis is
+    contiguous, e.g. a peer-batched slice of a parameter matrix. B is packed per peer inside the
+    call. Bit-identical for every thread count and ISA path."""
+    b = _gemm_batch_b(b)
+    a = _gemm_batch_a(a, b.shape[0])
+    m = a.shape[2] if trans_a else a.shape[1]
+    n = b.shape[1] if trans_b else b.shape[2]
+    out = _gemm_batch_out(out, (b.shape[0], m, n), np.int32)
+    return _core.gemm_s8_batched(a, b, bool(trans_a), bool(trans_b), None, None, None, out,
+                                 resolve_threads(n_threads))
+
+
+def _gemm_peer_scale(name: str, s, n_peers: int, n: int | None) -> np.ndarray:
+    arr = np.asarray(s)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must be a float or a float32 array, got dtype {arr.dtype}")
+    if arr.ndim == 0:
+        arr = np.full(n_peers, arr, dtype=np.float32)
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    shapes = [(n_peers,)] + ([(n_peers, n)] if n is not None else [])
+    if arr.shape not in shapes:
+        raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite")
+    return arr
+
+
+def gemm_s8_batched_f32(a: np.ndarray, b: np.ndarray, a_scale, b_scale,
+                        out: np.ndarray | None = None, n_threads: int | None = None, *,
+                        bias: np.ndarray | None = None, trans_a: bool = False,
+                        trans_b: bool = False) -> np.ndarray:
+    """Batched int8 GEMM with fused dequantization: float32 (P, m, n) with
+    out[p] = float32(a[p] @ b[p] as exact int32) * (a_scale[p] * b_scale[p][col]) + bias[p][col].
+
+    a_scale: (P,) per-peer scales of A (a float: the same for every peer); b_scale: (P,) per peer
+    and tensor, or (P, n) per peer and output column; bias: (P, n) float32 or None. Operands as
+    for :func:`gemm_s8_batched`; out may be a strided view (e.g. the gradient rows of a layer)."""
+    b = _gemm_batch_b(b)
+    n_peers = b.shape[0]
+    a = _gemm_batch_a(a, n_peers)
+    m = a.shape[2] if trans_a else a.shape[1]
+    n = b.shape[1] if trans_b else b.shape[2]
+    a_s = _gemm_peer_scale("a_scale", a_scale, n_peers, None)
+    b_s = _gemm_peer_scale("b_scale", b_scale, n_peers, n)
+    if bias is not None:
+        if not isinstance(bias, np.ndarray):
+            raise TypeError(f"bias must be a numpy.ndarray or None, got {type(bias).__name__}")
+        if bias.dtype != np.float32:
+            raise TypeError(f"bias must have dtype float32, got {bias.dtype}")
+        bias = np.ascontiguousarray(bias)
+    out = _gemm_batch_out(out, (n_peers, m, n), np.float32)
+    return _core.gemm_s8_batched(a, b, bool(trans_a), bool(trans_b), a_s, b_s, bias, out,
+                                 resolve_threads(n_threads))
 # <<< ops gemm

@@ -19,12 +19,13 @@ from decentlearn import algorithms, compress, metrics, topology
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
+from decentlearn.lowp import PRECISIONS
 from decentlearn.nn import make_model
 from decentlearn.optim import SGD, SGDConfig
 
 # Independent random streams derived from the run's seed.
 (_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
- _STREAM_COMPRESS) = range(6)
+ _STREAM_COMPRESS, _STREAM_LOWP) = range(7)
 
 
 #: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
@@ -85,6 +86,7 @@ class RunConfig:
     weights: str = "metropolis"
     partition: str = "dirichlet:0.1"
     model: str = "mlp"
+    precision: str = "fp32"
     algorithm: str = "dpsgd"
     variant: str = "atc"
     compress: str = "none"
@@ -121,6 +123,8 @@ class RunConfig:
                                          or not isinstance(self.threads, int)
                                          or (self.threads < 1 and self.threads != -1)):
             raise ValueError(f"threads must be None, -1 or >= 1, got {self.threads!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.algorithm not in algorithms.available():
             raise ValueError(f"unknown algorithm {self.algorithm!r}; expected one of "
                              f"{algorithms.available()}")
@@ -177,7 +181,8 @@ class Simulator:
         self.topology = topology.make(c.topology, c.peers,
                                       seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
                                       weights=c.weights)
-        self.model = make_model(c.model, d.input_shape, d.n_classes)
+        self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
+                                seed=_stream_seed(c.seed, _STREAM_LOWP))
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
         self.comm = SimComm(self.topology, n_threads=c.threads)
@@ -256,7 +261,8 @@ class Simulator:
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=(self.topology.spectral_gap()
                                             if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),
-                              n_params=self.model.dim, config=c.to_dict())
+                              n_params=self.model.dim, precision=c.precision,
+                              config=c.to_dict())
         result.params = self.params
         return result
 

@@ -86,3 +86,37 @@ def absmax_scale(x, axis=None, n_threads=None):
     x2, ax = _as2d(x, axis)
     m = np.abs(x2).max(axis=1 - ax) if x2.shape[1 - ax] else np.zeros(x2.shape[ax], np.float32)
     return np.where(m > 0, m / np.float32(127), np.float32(1)).astype(np.float32)
+
+
+def _batch_operands(a, b, trans_a, trans_b):
+    a = np.asarray(a).astype(np.int64)
+    b = np.asarray(b).astype(np.int64)
+    if trans_a:
+        a = np.swapaxes(a, -1, -2)
+    if trans_b:
+        b = np.swapaxes(b, -1, -2)
+    return np.broadcast_to(a, (b.shape[0], *a.shape[-2:])), b
+
+
+def gemm_s8_batched(a, b, out=None, n_threads=None, *, trans_a=False, trans_b=False):
+    """int32 (P, m, n): a[p] @ b[p] exactly; a (m, k) is shared by every peer; trans_* read the
+    stored (P, k, m) / (P, n, k) operand transposed."""
+    a64, b64 = _batch_operands(a, b, trans_a, trans_b)
+    return np.matmul(a64, b64).astype(np.int32)
+
+
+def gemm_s8_batched_f32(a, b, a_scale, b_scale, out=None, n_threads=None, *, bias=None,
+                        trans_a=False, trans_b=False):
+    """float32 (P, m, n) = float32(a[p] @ b[p]) * float32(a_scale[p] * b_scale[p][col])
+    + bias[p][col]: the C kernel's float32 operations (bit-identical without bias; with a bias the
+    multiply-add may be fused, so compare with a tolerance of one rounding)."""
+    a64, b64 = _batch_operands(a, b, trans_a, trans_b)
+    n_peers = b64.shape[0]
+    c = np.matmul(a64, b64).astype(np.float32)
+    a_s = np.broadcast_to(np.asarray(a_scale, np.float32), (n_peers,))
+    b_s = np.asarray(b_scale, np.float32)
+    b_s = b_s.reshape(n_peers, -1) if b_s.ndim else np.broadcast_to(b_s, (n_peers, 1))
+    y = c * (a_s[:, None] * b_s)[:, None, :]
+    if bias is not None:
+        y = y + np.asarray(bias, np.float32)[:, None, :]
+    return y.astype(np.float32)
