@@ -50,7 +50,8 @@ class Algorithm(ABC):
     name = "base"
 
     def __init__(self, *, model, comm, optimizer: SGD, params: np.ndarray,
-                 local_steps: int = 1, compressor=None, seed: int = 0) -> None:
+                 local_steps: int = 1, compressor=None, seed: int = 0,
+                 frozen: np.ndarray | None = None) -> None:
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
         if params.ndim != 2 or params.shape != (comm.n_peers, model.dim):
@@ -66,6 +67,17 @@ class Algorithm(ABC):
         self.compressor = compressor
         self.seed = seed
         self._grad = np.empty_like(params)
+        #: Layers with parameters that each peer freezes (CoCoFL, decentlearn.cocofl), and the
+        #: matching prefix of its parameter row that the optimizer must not move.
+        self.frozen: np.ndarray | None = None
+        self._frozen_cut: np.ndarray | None = None
+        if frozen is not None:
+            frozen = np.asarray(frozen, dtype=np.int64)
+            if frozen.shape != (comm.n_peers,):
+                raise ValueError(f"frozen must have shape ({comm.n_peers},), got {frozen.shape}")
+            cuts = {int(k): model.frozen_cut(int(k)) for k in np.unique(frozen)}
+            self.frozen = frozen
+            self._frozen_cut = np.array([cuts[int(k)] for k in frozen], dtype=np.int64)
 
     def compress(self, X: np.ndarray, t: int):
         """Every peer's message for round t (row r is peer r), keyed by the run's seed."""
@@ -76,11 +88,20 @@ class Algorithm(ABC):
     def compressed(self) -> bool:
         return self.compressor is not None and self.compressor.spec != "none"
 
+    def gradient(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple:
+        """(losses, grad) of every peer at ``params``; frozen layers get no gradient."""
+        frozen = 0 if self.frozen is None else self.frozen
+        return self.model.loss_and_grad(params, x, y, grad=self._grad, frozen=frozen)
+
+    def apply(self, params: np.ndarray, grad: np.ndarray) -> None:
+        """The optimizer's step in place on ``params``, frozen prefixes left untouched."""
+        self.optimizer.step(params, grad, frozen=self._frozen_cut)
+
     def local_step(self, sample: Sampler) -> np.ndarray:
         """One SGD step on every peer's next minibatch; returns the peers' losses (P,)."""
         x, y = sample()
-        losses, grad = self.model.loss_and_grad(self.params, x, y, grad=self._grad)
-        self.optimizer.step(self.params, grad)
+        losses, grad = self.gradient(self.params, x, y)
+        self.apply(self.params, grad)
         return losses
 
     @abstractmethod
@@ -131,10 +152,10 @@ class DPSGD(Algorithm):
             self.params = self.comm.mix(self.params, t)
         else:
             x, y = sample()
-            step_losses, grad = self.model.loss_and_grad(self.params, x, y, grad=self._grad)
+            step_losses, grad = self.gradient(self.params, x, y)
             losses += step_losses
             self.params = self.comm.mix(self.params, t)
-            self.optimizer.step(self.params, grad)
+            self.apply(self.params, grad)
             for _ in range(steps - 1):
                 losses += self.local_step(sample)
         return losses / steps
@@ -143,10 +164,10 @@ class DPSGD(Algorithm):
         x = self.params  # x_t, of which every neighbour holds an exact replica
         losses = np.zeros(self.comm.n_peers)
         inputs, labels = sample()
-        step_losses, grad = self.model.loss_and_grad(x, inputs, labels, grad=self._grad)
+        step_losses, grad = self.gradient(x, inputs, labels)
         losses += step_losses
         self.params = half = self.comm.combine(x, t, out=self._half)
-        self.optimizer.step(half, grad)
+        self.apply(half, grad)
         for _ in range(self.local_steps - 1):
             losses += self.local_step(sample)
         self.params = x

@@ -198,3 +198,88 @@ def format_compress_report(report: dict) -> str:
                   f"closed form; wire {100 * r['wire_fraction_of_float32']:.2f}% of float32")
         lines.append(s)
     return "\n".join(lines)
+
+
+#: int8 VNNI peak measured on the project's 2-core machine (GOP/s, 2 ops per multiply-add).
+VNNI_PEAK_GOPS = float(os.environ.get("DECENTLEARN_VNNI_PEAK_GOPS", "934"))
+
+#: (name, m, k, n) of bench_gemm: a large square product, a mid-size one and the three products
+#: of an MLP layer 784 -> 128 at batch 512 (forward, dX, dW).
+GEMM_SHAPES = (("1024^3", 1024, 1024, 1024), ("256x784x256", 256, 784, 256),
+               ("mlp fwd XW", 512, 784, 128), ("mlp bwd dYW^T", 512, 128, 784),
+               ("mlp bwd X^TdY", 784, 512, 128))
+
+
+def bench_gemm(shapes=GEMM_SHAPES, repeat: int = 15, n_threads: int | None = None,
+               vnni_peak_gops: float = VNNI_PEAK_GOPS) -> dict:
+    """The int8 GEMM against NumPy float32 matmul on each (name, m, k, n) of ``shapes``.
+
+    Variants per shape: ``numpy`` (np.matmul float32, the baseline); ``pipeline`` (absmax +
+    quantize + pack of A, fused dequantizing gemm_s8_f32 against a B quantized and packed once);
+    ``pipeline+packB`` (B quantized and packed inside every call too); ``kernel`` (gemm_s8 alone,
+    int32 out); ``kernel_f32`` (the fused dequantizing kernel alone). GOP/s counts 2 m n k;
+    ``fraction_of_vnni_peak`` divides by ``vnni_peak_gops``.
+    """
+    from decentlearn import config, ops
+
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    threads = ops.resolve_threads(n_threads)
+    cfg = config()
+    report = {"benchmark": "gemm", "threads": threads, "isa": cfg["isa"],
+              "numpy_blas": cfg["numpy_blas"], "numpy": cfg["numpy"],
+              "vnni_peak_gops": vnni_peak_gops, "repeat": repeat, "rows": []}
+    rng = np.random.default_rng(0)
+    for name, m, k, n in shapes:
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((k, n), dtype=np.float32)
+        y = np.empty((m, n), np.float32)
+        w_scale = ops.absmax_scale(w, axis=1)
+        pb = ops.pack_b_s8(ops.quantize_s8(w, w_scale, axis=1), n_threads=threads)
+        xq = np.empty((m, k), np.int8)
+        c = np.empty((m, n), np.int32)
+        s0 = ops.absmax_scale(x)
+        ops.quantize_s8(x, s0, out=xq)
+
+        def pipeline(x=x, xq=xq, pb=pb, w_scale=w_scale, y=y):
+            s = ops.absmax_scale(x, n_threads=threads)
+            ops.quantize_s8(x, s, out=xq, n_threads=threads)
+            ops.gemm_s8_f32(xq, pb, s, w_scale, out=y, n_threads=threads)
+
+        def pipeline_pack_b(x=x, w=w, xq=xq, y=y):
+            ws = ops.absmax_scale(w, axis=1, n_threads=threads)
+            pbb = ops.pack_b_s8(ops.quantize_s8(w, ws, axis=1, n_threads=threads), threads)
+            s = ops.absmax_scale(x, n_threads=threads)
+            ops.quantize_s8(x, s, out=xq, n_threads=threads)
+            ops.gemm_s8_f32(xq, pbb, s, ws, out=y, n_threads=threads)
+
+        variants = [("numpy", lambda x=x, w=w, y=y: np.matmul(x, w, out=y)),
+                    ("pipeline", pipeline), ("pipeline+packB", pipeline_pack_b),
+                    ("kernel", lambda xq=xq, pb=pb, c=c: ops.gemm_s8(xq, pb, out=c,
+                                                                     n_threads=threads)),
+                    ("kernel_f32", lambda xq=xq, pb=pb, s0=s0, w_scale=w_scale, y=y:
+                     ops.gemm_s8_f32(xq, pb, s0, w_scale, out=y, n_threads=threads))]
+        np_best, n_ops = None, 2.0 * m * n * k
+        for vname, fn in variants:
+            best, med = _time(fn, repeat)
+            np_best = best if np_best is None else np_best
+            gops = n_ops / best / 1e9
+            report["rows"].append({"shape": name, "m": m, "k": k, "n": n, "variant": vname,
+                                   "best_s": best, "median_s": med, "gops": gops,
+                                   "ratio_vs_numpy": np_best / best,
+                                   "fraction_of_vnni_peak": gops / vnni_peak_gops})
+    return report
+
+
+def format_gemm_report(report: dict) -> str:
+    """A human-readable table of a bench_gemm report."""
+    lines = [f"int8 GEMM vs numpy float32 matmul, {report['threads']} threads, ISA "
+             f"{report['isa']}; numpy {report['numpy']} with {report['numpy_blas']}; best of "
+             f"{report['repeat']}; VNNI peak {report['vnni_peak_gops']:.0f} GOP/s",
+             f"  {'shape':15s} {'variant':15s} {'best ms':>8s} {'med ms':>8s} {'GOP/s':>6s} "
+             f"{'vs numpy':>8s} {'of VNNI':>7s}"]
+    for r in report["rows"]:
+        lines.append(f"  {r['shape']:15s} {r['variant']:15s} {1e3 * r['best_s']:8.3f} "
+                     f"{1e3 * r['median_s']:8.3f} {r['gops']:6.0f} {r['ratio_vs_numpy']:7.2f}x "
+                     f"{r['fraction_of_vnni_peak']:6.0%}")
+    return "\n".join(lines)

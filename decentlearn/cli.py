@@ -64,6 +64,10 @@ def _add_run_parser(sub) -> None:
     a("--precision", choices=["fp32", "int8"],
       help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
            "stochastic rounding of gradients, float32 master weights)")
+    a("--cocofl", metavar="SPEC",
+      help="CoCoFL partial freezing: FRACTION:K[,FRACTION:K...] — a fraction of the peers "
+           "(drawn from --seed) freezes its first K layers with parameters, which run int8 and "
+           "are not trained; K=drop: those peers do not train at all (baseline)")
     a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD) "
                            "or choco (CHOCO-SGD)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
@@ -217,6 +221,18 @@ def cmd_bench(args) -> int:
         report = bench.bench_gossip(n_peers=args.peers, dim=args.dim, repeat=args.repeat,
                                     n_threads=args.threads, graphs=args.graphs)
         print(bench.format_report(report))
+    elif args.what == "gemm":
+        shapes = bench.GEMM_SHAPES
+        if args.shapes != "default":
+            try:
+                shapes = [(s, *(int(v) for v in s.split("x"))) for s in args.shapes.split(",")]
+                if any(len(s) != 4 or min(s[1:]) < 1 for s in shapes):
+                    raise ValueError
+            except ValueError:
+                raise UsageError(f"bench gemm: --shapes must be MxKxN[,MxKxN...] with positive "
+                                 f"sizes, got {args.shapes!r}") from None
+        report = bench.bench_gemm(shapes, repeat=args.repeat, n_threads=args.threads)
+        print(bench.format_gemm_report(report))
     else:
         report = bench.bench_compress(n=args.n, repeat=args.repeat, n_threads=args.threads)
         print(bench.format_compress_report(report))
@@ -260,12 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     _add_run_parser(sub)
     b = sub.add_parser("bench", help="measure the C kernels against NumPy/SciPy baselines")
-    b.add_argument("what", nargs="?", default="gossip", choices=["gossip", "compress"])
+    b.add_argument("what", nargs="?", default="gossip", choices=["gossip", "compress", "gemm"])
     b.add_argument("--n", type=int, default=25_000_000, help="values (bench compress)")
     b.add_argument("--peers", type=int, default=1000)
     b.add_argument("--dim", type=int, default=25_600)
     b.add_argument("--repeat", type=int, default=5)
     b.add_argument("--threads", type=_optional_int, default=None)
+    b.add_argument("--shapes", default="default",
+                   help="bench gemm: MxKxN[,MxKxN...] (default: 1024^3, 256x784x256 and the "
+                        "MLP layer's three products)")
     b.add_argument("--graphs", default="ring,exponential",
                    help="comma-separated topology specs")
     b.add_argument("--json", help="also write the report to this JSON file")

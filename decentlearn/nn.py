@@ -667,6 +667,10 @@ class Model:
                 widest = max(widest, s[0] * s[1] * (s[2] + layer.kernel_size - 1))
         self._widest = widest
         self._local = threading.local()  # per-thread Scratch of every layer
+        # Indices of the layers with parameters, in layout() order (what CoCoFL freezes).
+        self._param_layers = tuple(i for i, e in enumerate(self._slices) if e)
+        in_shapes = [self.input_shape if self._spatial_input else (math.prod(self.input_shape),)]
+        self._in_shapes = tuple(in_shapes + list(shapes[:-1]))
         self._layer_seeds = tuple(lowp.layer_seed(self.seed, i) for i in range(len(layers)))
 
     @property
@@ -684,6 +688,36 @@ class Model:
     @property
     def layers(self) -> tuple[tuple[str, Layer], ...]:
         return tuple(zip(self._names, self._layers))
+
+    @property
+    def param_layers(self) -> tuple[str, ...]:
+        """Names of the layers that have parameters, in ``layout()`` order."""
+        return tuple(self._names[i] for i in self._param_layers)
+
+    @property
+    def io_shapes(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+        """(input shape, output shape) per sample of every layer (channel-major for spatial ones)."""
+        return tuple(zip(self._in_shapes, self._shapes))
+
+    def frozen_cut(self, n_frozen: int) -> int:
+        """Parameters per row in the first ``n_frozen`` layers with parameters: they are the
+        leading ``frozen_cut(n_frozen)`` entries of a row, since layout() follows layer order."""
+        n = len(self._param_layers)
+        if isinstance(n_frozen, bool) or not isinstance(n_frozen, (int, np.integer)) \
+                or not 0 <= n_frozen <= n:
+            raise ValueError(f"n_frozen must be an int in [0, {n}], got {n_frozen!r}")
+        if n_frozen == n:
+            return self.dim
+        return self._slices[self._param_layers[n_frozen]][0][0].start
+
+    def _first_trained(self, n_frozen: int) -> int:
+        """Index of the lowest layer that trains when the first n_frozen parametrized layers are
+        frozen (len(layers) when all are)."""
+        if n_frozen == 0:
+            return 0
+        if n_frozen >= len(self._param_layers):
+            return len(self._layers)
+        return self._param_layers[n_frozen]
 
     def layout(self) -> list[tuple[str, slice, tuple[int, ...]]]:
         """(name, slice of a parameter row, per-peer shape) for every parameter tensor."""
@@ -782,15 +816,26 @@ class Model:
 
     # ---- passes ----------------------------------------------------------------------------
 
-    def _forward(self, params: np.ndarray, x: np.ndarray, train: bool) -> tuple[np.ndarray, list]:
+    def _forward(
+        self, params: np.ndarray, x: np.ndarray, train: bool, first_trained: int = 0
+    ) -> tuple[np.ndarray, list]:
+        """Layers below ``first_trained`` are frozen: they keep no context, and frozen Dense
+        layers compute in int8 (round-to-nearest activations and weights, decentlearn.lowp)."""
         n_peers, batch = x.shape[0], x.shape[1]
         if self._spatial_input:
             h = x.transpose(0, 2, 1, 3, 4)  # channel-major (P, C, B, H, W), a view
         else:
             h = np.reshape(x, (n_peers, batch, -1))
         ctxs = []
-        for layer, w, scratch in zip(self._layers, self._views(params), self._scratch()):
-            h, ctx = layer.forward(w, h, train, scratch)
+        for i, (layer, w, scratch) in enumerate(
+            zip(self._layers, self._views(params), self._scratch())
+        ):
+            if i >= first_trained:
+                h, ctx = layer.forward(w, h, train, scratch)
+            elif isinstance(layer, Dense):
+                h, ctx = lowp.dense_forward(h, w[0], w[1], False, _is_shared(h))
+            else:
+                h, ctx = layer.forward(w, h, False, scratch)
             ctxs.append(ctx)
         return h, ctxs
 
@@ -808,6 +853,7 @@ class Model:
         y: np.ndarray,
         grad: np.ndarray | None = None,
         step: int | None = None,
+        frozen: int | np.ndarray = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Mean softmax cross-entropy of each peer's batch and its gradient.
 
@@ -816,6 +862,14 @@ class Model:
         ``params.dtype``, written into ``grad`` when given (C-contiguous, fully overwritten).
         ``step`` keys the stochastic rounding of int8 layers (with the model's seed and the
         peer); None takes the model's call counter ``steps`` (which is then incremented).
+
+        ``frozen`` (an int, or one int per peer) is how many of the first layers with parameters
+        (``param_layers``) each peer freezes, as in CoCoFL: those layers run their forward pass in
+        int8 (Dense; other layers in float32) without keeping activations, backpropagation stops
+        at the lowest trained layer, and their gradient (the leading ``frozen_cut(k)`` entries of
+        the row) is zero. ``len(param_layers)`` freezes everything: the loss is a forward pass in
+        float32 and the gradient is zero. Peers with different counts are run as groups, one
+        batched pass per distinct count.
         """
         params = self._check_params(params)
         n_peers = params.shape[0]
@@ -844,15 +898,52 @@ class Model:
             step, self.steps = self.steps, self.steps + 1
         elif isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise ValueError(f"step must be None or a non-negative int, got {step!r}")
-        logits, ctxs = self._forward(params, xb, train=True)
+        counts = self._check_frozen(frozen, n_peers)
+        if counts is None or (counts == counts[0]).all():
+            k = 0 if counts is None else int(counts[0])
+            return self._loss_and_grad(params, xb, y, grad, int(step), k), grad
+        loss = np.empty(n_peers)
+        for k in np.unique(counts):  # one batched pass per group of peers freezing k layers
+            rows = np.flatnonzero(counts == k)
+            g_rows = np.empty((rows.size, self.dim), dtype=params.dtype)
+            x_rows = xb[rows]
+            x_rows.flags.writeable = False  # layers may work in place on all but the input
+            loss[rows] = self._loss_and_grad(params[rows], x_rows, y[rows], g_rows, int(step),
+                                             int(k))
+            grad[rows] = g_rows
+        return loss, grad
+
+    def _check_frozen(self, frozen: object, n_peers: int) -> np.ndarray | None:
+        n = len(self._param_layers)
+        counts = np.asarray(frozen)
+        if counts.dtype.kind not in "iu" or counts.ndim > 1:
+            raise TypeError(f"frozen must be an int or a 1-D int array, got {frozen!r}")
+        if counts.ndim == 1 and counts.shape != (n_peers,):
+            raise ValueError(f"frozen must have shape ({n_peers},), got {counts.shape}")
+        if counts.size and (counts.min() < 0 or counts.max() > n):
+            raise ValueError(f"frozen must hold layer counts in [0, {n}], got values in "
+                             f"[{counts.min()}, {counts.max()}]")
+        if not counts.any():
+            return None
+        return np.broadcast_to(counts, (n_peers,))
+
+    def _loss_and_grad(self, params: np.ndarray, xb: np.ndarray, y: np.ndarray, grad: np.ndarray,
+                       step: int, n_frozen: int) -> np.ndarray:
+        first = self._first_trained(n_frozen)
+        if first == len(self._layers):  # nothing trains
+            logits, _ = self._forward(params, xb, train=False)
+            grad.fill(0)
+            return _cross_entropy(logits, y, want_grad=False)[0]
+        logits, ctxs = self._forward(params, xb, train=True, first_trained=first)
         loss, dlogits = _cross_entropy(logits, y, want_grad=True)
         w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
         for sc, layer_seed in zip(scratch, self._layer_seeds):
-            sc.rng = (layer_seed, int(step))
+            sc.rng = (layer_seed, step)
         h: np.ndarray | None = dlogits
-        for i in range(len(self._layers) - 1, -1, -1):
-            h = self._layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > 0, scratch[i])
-        return loss, grad
+        for i in range(len(self._layers) - 1, first - 1, -1):
+            h = self._layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > first, scratch[i])
+        grad[:, : self.frozen_cut(n_frozen)] = 0
+        return loss
 
     def evaluate(
         self,

@@ -103,11 +103,17 @@ class SGD:
             raise ValueError(f"{name} must have shape {self.shape}, got {a.shape}")
         return a
 
-    def step(self, params: np.ndarray, grad: np.ndarray, lr: float | None = None) -> None:
+    def step(self, params: np.ndarray, grad: np.ndarray, lr: float | None = None,
+             frozen: np.ndarray | None = None) -> None:
         """One SGD step in place on ``params``; ``grad`` is read only. ``lr`` overrides the
-        configured learning rate for this step (schedules)."""
+        configured learning rate for this step (schedules). ``frozen`` (P,) ints: the leading
+        ``frozen[p]`` entries of row p do not move and keep a zero momentum buffer (frozen
+        layers, decentlearn.cocofl); masked per distinct value, not per peer."""
         self._check(params, "params")
         self._check(grad, "grad")
+        mask = None
+        if frozen is not None:
+            mask = _frozen_groups(frozen, self.shape)
         if not params.flags.writeable:
             raise ValueError("params must be writable")
         cfg = self.config
@@ -120,6 +126,10 @@ class SGD:
         s = self._scratch
         mu, wd = cfg.momentum, cfg.weight_decay
 
+        def zero_frozen(a: np.ndarray) -> None:
+            for rows, cut in mask or ():
+                a[rows, :cut] = 0
+
         g = grad
         if wd != 0:
             g = np.multiply(params, wd, out=s)
@@ -128,8 +138,10 @@ class SGD:
             buf = self._buf
             buf *= mu
             buf += g
+            zero_frozen(buf)
             if cfg.nesterov:
                 if g is s:
+                    zero_frozen(s)
                     # s holds g, so g + mu * buf would need a second (P, D) scratch array;
                     # apply lr * g and lr * mu * buf as two updates instead (same sum, rounded
                     # once more).
@@ -144,4 +156,16 @@ class SGD:
             else:
                 g = buf
         np.multiply(g, lr, out=s)
+        zero_frozen(s)
         params -= s
+
+
+def _frozen_groups(frozen: object, shape: tuple[int, int]) -> list[tuple[np.ndarray, int]]:
+    """(rows, cut) for every distinct non-zero value of a (P,) array of frozen prefixes."""
+    f = np.asarray(frozen)
+    if f.dtype.kind not in "iu" or f.shape != (shape[0],):
+        raise ValueError(f"frozen must be a ({shape[0]},) int array, got {f.dtype} {f.shape}")
+    if f.size and (f.min() < 0 or f.max() > shape[1]):
+        raise ValueError(f"frozen must hold prefix lengths in [0, {shape[1]}], got values in "
+                         f"[{f.min()}, {f.max()}]")
+    return [(np.flatnonzero(f == c), int(c)) for c in np.unique(f) if c]

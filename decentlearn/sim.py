@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, compress, metrics, topology
+from decentlearn import algorithms, cocofl, compress, metrics, topology
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
@@ -25,7 +25,7 @@ from decentlearn.optim import SGD, SGDConfig
 
 # Independent random streams derived from the run's seed.
 (_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
- _STREAM_COMPRESS, _STREAM_LOWP) = range(7)
+ _STREAM_COMPRESS, _STREAM_LOWP, _STREAM_COCOFL) = range(8)
 
 
 #: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
@@ -87,6 +87,7 @@ class RunConfig:
     partition: str = "dirichlet:0.1"
     model: str = "mlp"
     precision: str = "fp32"
+    cocofl: str | None = None
     algorithm: str = "dpsgd"
     variant: str = "atc"
     compress: str = "none"
@@ -125,6 +126,11 @@ class RunConfig:
             raise ValueError(f"threads must be None, -1 or >= 1, got {self.threads!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.cocofl is not None:
+            cocofl.parse(self.cocofl)
+            if self.precision != "fp32":
+                raise ValueError("cocofl trains the unfrozen layers in float32 (frozen ones run "
+                                 f"int8): precision must be 'fp32', got {self.precision!r}")
         if self.algorithm not in algorithms.available():
             raise ValueError(f"unknown algorithm {self.algorithm!r}; expected one of "
                              f"{algorithms.available()}")
@@ -188,12 +194,21 @@ class Simulator:
         self.comm = SimComm(self.topology, n_threads=c.threads)
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
                                   weight_decay=c.weight_decay), params.shape)
+        #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
+        self.frozen: np.ndarray | None = None
+        #: Test accuracy of every peer at the last evaluation.
+        self.last_accuracy: np.ndarray | None = None
+        if c.cocofl is not None:
+            self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
+                                        len(self.model.param_layers),
+                                        _stream_seed(c.seed, _STREAM_COCOFL))
         extra = {"gamma": c.gamma} if c.algorithm == "choco" else {}
         self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
                                          optimizer=optimizer, params=params,
                                          local_steps=c.local_steps, variant=c.variant,
                                          compressor=compress.make(c.compress),
-                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS), **extra)
+                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS),
+                                         frozen=self.frozen, **extra)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
         if c.eval_samples is not None and c.eval_samples < len(d.y_test):
@@ -219,6 +234,7 @@ class Simulator:
         avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
         acc_avg, loss_avg = self.model.evaluate(avg, self.x_eval, self.y_eval)
         sent = self.comm.bytes_sent
+        self.last_accuracy = acc
         return {
             "test_accuracy_mean": float(acc.mean()),
             "test_accuracy_min": float(acc.min()),
@@ -263,6 +279,18 @@ class Simulator:
                                             if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),
                               n_params=self.model.dim, precision=c.precision,
                               config=c.to_dict())
+        counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
+        result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
+                                                        c.local_steps, c.momentum != 0)
+        if self.frozen is not None:
+            acc = self.last_accuracy
+            constrained = self.frozen > 0
+            result.summary.update(
+                constrained_peers=np.flatnonzero(constrained).tolist(),
+                test_accuracy_constrained_mean=float(acc[constrained].mean())
+                if constrained.any() else None,
+                test_accuracy_unconstrained_mean=float(acc[~constrained].mean())
+                if (~constrained).any() else None)
         result.params = self.params
         return result
 

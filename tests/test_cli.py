@@ -112,3 +112,16 @@ def test_bench_compress_small(capsys):
     assert code == 0
     assert "natural encode" in out and "np.argpartition" in out and "STC encode" in out
     assert "closed form" in out
+
+
+def test_bench_gemm_small(capsys, tmp_path):
+    out_json = tmp_path / "gemm.json"
+    code, out, _ = run_cli(["bench", "gemm", "--shapes", "8x16x8,33x7x5", "--repeat", "1",
+                            "--json", str(out_json)], capsys)
+    assert code == 0
+    for needle in ("8x16x8", "33x7x5", "numpy", "pipeline+packB", "kernel", "of VNNI"):
+        assert needle in out
+    report = json.loads(out_json.read_text())
+    assert len(report["rows"]) == 10 and report["numpy_blas"]
+    code, _, err = run_cli(["bench", "gemm", "--shapes", "8x16"], capsys)
+    assert code == 2 and "--shapes" in err
