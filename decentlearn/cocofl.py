@@ -96,7 +96,7 @@ def peer_costs(model: Model, n_frozen: int, batch: int, momentum: bool = True) -
 
     MACs: a Dense layer (in, out) costs B·in·out for the forward pass, as much again for dW and
     for dX; a Conv2d layer B·Ho·Wo·Cout·Cin·k² each. Frozen layers cost their forward pass only
-    (int8 for Dense); trained ones forward, dW and dX, except the lowest trained layer, whose dX
+    (in int8); trained ones forward, dW and dX, except the lowest trained layer, whose dX
     is never needed. Activation bytes: the float32 inputs of the trained layers with parameters
     (B·prod(input shape)·4; an in-place ReLU's output is the next layer's input). Optimizer bytes:
     a float32 momentum per trained parameter (0 without momentum).
@@ -117,10 +117,7 @@ def peer_costs(model: Model, n_frozen: int, batch: int, momentum: bool = True) -
             else:
                 m = 0
             if not trained:
-                if isinstance(layer, Dense):
-                    macs_int8 += m
-                else:
-                    macs_fp32 += m
+                macs_int8 += m  # frozen Dense and Conv2d layers forward in int8
                 continue
             macs_fp32 += m * (2 if lowest else 3)
             if name in names:

@@ -1,8 +1,8 @@
 """int8 training arithmetic for the peer-batched layers of decentlearn.nn (``precision="int8"``).
 
-A Dense layer in int8 keeps float32 master weights (the optimizer updates the float32 parameter
-rows as in fp32 training) and runs its three matrix products on int8 codes with exact int32
-accumulation (ops.gemm_s8_batched_f32, dequantization fused):
+A Dense or Conv2d layer in int8 keeps float32 master weights (the optimizer updates the float32
+parameter rows as in fp32 training) and runs its three matrix products on int8 codes with exact
+int32 accumulation (ops.gemm_s8_batched_f32, dequantization fused):
 
 * forward: y = Q(x) Q(W) + b, activations and weights quantized per peer and tensor with absmax
   scales (max|.| / 127) and round-to-nearest-even;
@@ -11,6 +11,11 @@ accumulation (ops.gemm_s8_batched_f32, dequantization fused):
   (seed, step, peer), so a run is reproducible and independent of the thread count, and the
   gradient is an unbiased estimate of the gradient of the quantized forward pass (the
   straight-through estimator through Q(x) and Q(W)).
+
+Conv2d (nn.Conv2d) does the same on its im2col matrices: it quantizes the padded input once per
+peer and unfolds the int8 codes (so overlapping patches are not quantized again), multiplies them
+with the per-peer (Cout, Cin*k*k) weight codes, and in the backward pass takes
+dW = Q_s(dY) Q(patches)^T and dX = col2im(Q(W)^T Q_s(dY)).
 
 Biases, ReLU, pooling and GroupNorm stay float32. Only float32 parameters are supported.
 """
@@ -23,8 +28,8 @@ import numpy as np
 
 from decentlearn import ops
 
-__all__ = ["PRECISIONS", "check_precision", "dense_backward", "dense_forward", "layer_seed",
-           "quantize_peers"]
+__all__ = ["PRECISIONS", "check_f32", "check_precision", "dense_backward", "dense_forward",
+           "layer_seed", "quantize_peers", "quantize_weights"]
 
 #: Arithmetic of the matrix products of Dense (and Conv2d) layers.
 PRECISIONS = ("fp32", "int8")
@@ -45,7 +50,7 @@ def layer_seed(seed: int, layer: int) -> int:
     return z ^ (z >> 31)
 
 
-def _f32(name: str, x: np.ndarray) -> None:
+def check_f32(name: str, x: np.ndarray) -> None:
     if x.dtype != np.float32:
         raise TypeError(f"precision='int8' needs float32 {name}, got {x.dtype}")
 
@@ -59,7 +64,7 @@ def quantize_peers(x2: np.ndarray, rounding: str = "nearest", seed: int = 0, ste
     return q, scale
 
 
-def _quantize_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-peer, per-tensor codes (P, *shape) and scales (P,) of a (P, ...) weight view whose peer
     rows are each contiguous (views into the parameter matrix are)."""
     n_peers = weight.shape[0]
@@ -76,8 +81,8 @@ def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bo
                   shared: bool) -> tuple[np.ndarray, Any]:
     """y (P, B, out) = Q(x) Q(W) + b for x (P, B, in) (stride 0 over P when ``shared``), weight
     (P, in, out), bias (P, out). Returns y and the backward context (None unless ``train``)."""
-    _f32("inputs", x)
-    _f32("parameters", weight)
+    check_f32("inputs", x)
+    check_f32("parameters", weight)
     n_peers, batch, n_in = x.shape
     if shared:  # quantized once, broadcast to every peer by the GEMM (stride 0)
         xq, sx = quantize_peers(np.ascontiguousarray(x[0]).reshape(1, -1))
@@ -86,7 +91,7 @@ def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bo
     else:
         xq, sx = quantize_peers(np.ascontiguousarray(x).reshape(n_peers, -1))
         xq = xq.reshape(n_peers, batch, n_in)
-    wq, sw = _quantize_weights(weight)
+    wq, sw = quantize_weights(weight)
     y = ops.gemm_s8_batched_f32(xq, wq, sx, sw, bias=np.ascontiguousarray(bias))
     return y, ((xq, sx, wq, sw) if train else None)
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from decentlearn import lowp
+from decentlearn import lowp, ops
 
 __all__ = [
     "INITIALIZERS",
@@ -241,6 +241,11 @@ class Conv2d(Layer):
     pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
     depends only on the layer's geometry, never on the number of peers, so a peer's results are
     the same whichever peers it is batched with.
+
+    ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
+    unfolds the int8 codes and runs the forward and both backward products as int8 GEMMs with
+    stochastically rounded dY (see decentlearn.lowp) on float32 master weights; the bias is added
+    in float32.
     """
 
     in_channels: int
@@ -248,6 +253,7 @@ class Conv2d(Layer):
     kernel_size: int = 5
     padding: int = 2
     init: str = "he_normal"
+    precision: str = "fp32"
     kind: ClassVar[str] = "conv"
     spatial: ClassVar[bool] = True
 
@@ -260,6 +266,7 @@ class Conv2d(Layer):
         if self.padding < 0:
             raise ValueError(f"padding must be >= 0, got {self.padding}")
         _check_init(self.init)
+        lowp.check_precision(self.precision)
 
     @property
     def _k(self) -> int:  # rows of the im2col matrix (without the row of ones)
@@ -301,8 +308,9 @@ class Conv2d(Layer):
     def _unfold(
         self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int
     ) -> np.ndarray:
-        """im2col of samples [b0, b1) of the padded input xp (..., C, B, Hp*Wp + k - 1) into
-        ``cols`` (..., K + 1, >= n) whose last row is ones; returns the (..., K + 1, n) view."""
+        """im2col of samples [b0, b1) of the padded input xp (..., C, B, Hp*Wp + k - 1) into the
+        first K rows of ``cols`` (..., K or K + 1, >= n) (a last row of ones carries the bias);
+        returns the (..., K or K + 1, n) view."""
         k, c = self.kernel_size, self.in_channels
         nb, run = b1 - b0, ho * wp
         *lead, _, _, _ = xp.shape
@@ -333,6 +341,8 @@ class Conv2d(Layer):
         np.reshape(xp[..., : hp * wp], (*lead, c, b, hp, wp), copy=False)[
             ..., p : p + h, p : p + wd
         ] = src
+        if self.precision == "int8":
+            return self._forward_int8(weight, bias, xp, (h, wd), train, scratch)
         wb = scratch.empty("wb", (n_peers, cout, kk + 1), dt)  # [weight | bias]
         wb[..., :kk] = _view(weight, (n_peers, cout, kk))
         wb[..., kk] = bias
@@ -350,6 +360,8 @@ class Conv2d(Layer):
     ) -> np.ndarray | None:
         weight, _ = w
         g_weight, g_bias = g
+        if self.precision == "int8":
+            return self._backward_int8(g_weight, g_bias, dy, ctx, need_dx, scratch)
         xp, (h, wd) = ctx
         k, c, kk = self.kernel_size, self.in_channels, self._k
         n_peers, cout, b, ho, wo = dy.shape
@@ -377,20 +389,102 @@ class Conv2d(Layer):
                 g_wb += part
             if need_dx:
                 dc = np.matmul(w_t, dy_c, out=dcols[..., : (b1 - b0) * run])
-                dc = np.reshape(dc, (n_peers, c, k, k, b1 - b0, run), copy=False)
-                # col2im: one shifted-run add per kernel offset (np.add.at would be far slower).
-                dxp_c = dxp[:, :, b0:b1]
-                for i in range(k):
-                    for j in range(k):
-                        off = i * wp + j
-                        dxp_c[..., off : off + run] += dc[:, :, i, j]
+                self._fold(dc, dxp[:, :, b0:b1], ho, wp)
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
-        if not need_dx:
-            return None
+        return self._crop(dxp, h, wd) if need_dx else None
+
+    def _fold(self, dcols: np.ndarray, dxp: np.ndarray, ho: int, wp: int) -> None:
+        """col2im: adds the column gradient dcols (P, K, n) of samples held by ``dxp`` (P, C, nb,
+        Hp*Wp + k - 1) into it, one shifted-run add per kernel offset (np.add.at would be far
+        slower)."""
+        k, run = self.kernel_size, ho * wp
+        n_peers, c, nb, _ = dxp.shape
+        dc = np.reshape(dcols, (n_peers, c, k, k, nb, run), copy=False)
+        for i in range(k):
+            for j in range(k):
+                off = i * wp + j
+                dxp[..., off : off + run] += dc[:, :, i, j]
+
+    def _crop(self, dxp: np.ndarray, h: int, wd: int) -> np.ndarray:
+        """The (P, C, B, H, W) interior of padded flattened images (P, C, B, Hp*Wp + k - 1)."""
         p = self.padding
+        hp, wp = h + 2 * p, wd + 2 * p
+        n_peers, c, b, _ = dxp.shape
         dxp = np.reshape(dxp[..., : hp * wp], (n_peers, c, b, hp, wp), copy=False)
         return dxp[..., p : p + h, p : p + wd]
+
+    def _forward_int8(self, weight: np.ndarray, bias: np.ndarray, xp: np.ndarray,
+                      hw: tuple[int, int], train: bool, scratch: Scratch) -> tuple[np.ndarray, Any]:
+        """y = Q(W) Q(patches) + b from the padded input xp (..., C, B, Hp*Wp + k - 1), whose
+        leading peer axis is absent when the input is shared by all peers."""
+        lowp.check_f32("inputs", xp)
+        lowp.check_f32("parameters", weight)
+        cout, kk = self.out_channels, self._k
+        n_peers = weight.shape[0]
+        *lead, _, b, _ = xp.shape
+        hp, wp, ho, wo, chunk = self._geometry(*hw)
+        run = ho * wp
+        # The padding zeros change no absmax scale and quantize to 0, so the padded input is
+        # quantized once (per peer) and unfolded as int8 codes.
+        rows = xp.shape[0] if lead else 1
+        flat = np.reshape(xp, (rows, -1), copy=False)
+        sx = ops.absmax_scale(flat, axis=0)
+        xq = scratch.empty("xq", xp.shape, np.int8)
+        ops.quantize_s8(flat, sx, axis=0, out=np.reshape(xq, flat.shape, copy=False))
+        if not lead:
+            sx = np.broadcast_to(sx, (n_peers,))
+        wq, sw = lowp.quantize_weights(weight)
+        wq = _view(wq, (n_peers, cout, kk))
+        cols = scratch.empty("colsq", (*lead, kk, min(b, chunk) * run), np.int8)
+        y = scratch.empty("y", (n_peers, cout, b * run), np.float32)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            cq = self._unfold(xq, b0, b1, cols, ho, wp)
+            ops.gemm_s8_batched_f32(wq, np.broadcast_to(cq, (n_peers, *cq.shape[-2:])), sw, sx,
+                                    out=y[..., b0 * run : b1 * run])
+        y += bias[:, :, None]
+        out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
+        return out, ((xq, sx, wq, sw, hw) if train else None)
+
+    def _backward_int8(self, g_weight: np.ndarray, g_bias: np.ndarray, dy: np.ndarray, ctx: Any,
+                       need_dx: bool, scratch: Scratch) -> np.ndarray | None:
+        """dW = Q_s(dY) Q(patches)^T, db = sum dY, dX = col2im(Q(W)^T Q_s(dY)); Q_s rounds
+        stochastically, keyed by (scratch.rng, peer)."""
+        xq, sx, wq, sw, (h, wd) = ctx
+        k, c, kk = self.kernel_size, self.in_channels, self._k
+        n_peers, cout, b, ho, wo = dy.shape
+        hp, wp, _, _, chunk = self._geometry(h, wd)
+        run = ho * wp
+        np.sum(dy, axis=(2, 3, 4), out=g_bias)
+        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), np.float32)
+        dyw[..., wo:] = 0  # the wide columns' gradient: quantizes to 0 in any rounding
+        dyw[..., :wo] = dy
+        flat = np.reshape(dyw, (n_peers, -1), copy=False)
+        seed, step = scratch.rng
+        sdy = ops.absmax_scale(flat, axis=0)
+        dyq = scratch.empty("dyq", (n_peers, cout, b * run), np.int8)
+        ops.quantize_s8(flat, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
+                        out=np.reshape(dyq, flat.shape, copy=False))
+        cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
+        g_w = _view(g_weight, (n_peers, cout, kk))
+        part = scratch.empty("g_w_part", g_w.shape, np.float32)
+        if need_dx:
+            dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), np.float32)
+            dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), np.float32)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            dq = dyq[..., b0 * run : b1 * run]
+            cq = self._unfold(xq, b0, b1, cols, ho, wp)
+            cq = np.broadcast_to(cq, (n_peers, *cq.shape[-2:]))
+            ops.gemm_s8_batched_f32(dq, cq, sdy, sx, out=part if b0 else g_w, trans_b=True)
+            if b0:
+                g_w += part
+            if need_dx:
+                dc = ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
+                                             trans_a=True)
+                self._fold(dc, dxp[:, :, b0:b1], ho, wp)
+        return self._crop(dxp, h, wd) if need_dx else None
 
 
 @dataclass(frozen=True)
@@ -672,6 +766,11 @@ class Model:
         in_shapes = [self.input_shape if self._spatial_input else (math.prod(self.input_shape),)]
         self._in_shapes = tuple(in_shapes + list(shapes[:-1]))
         self._layer_seeds = tuple(lowp.layer_seed(self.seed, i) for i in range(len(layers)))
+        # What frozen layers run (CoCoFL): Dense and Conv2d forward passes in int8.
+        self._frozen_layers = tuple(
+            dataclasses.replace(ly, precision="int8") if isinstance(ly, (Dense, Conv2d)) else ly
+            for ly in layers
+        )
 
     @property
     def precision(self) -> str:
@@ -819,8 +918,8 @@ class Model:
     def _forward(
         self, params: np.ndarray, x: np.ndarray, train: bool, first_trained: int = 0
     ) -> tuple[np.ndarray, list]:
-        """Layers below ``first_trained`` are frozen: they keep no context, and frozen Dense
-        layers compute in int8 (round-to-nearest activations and weights, decentlearn.lowp)."""
+        """Layers below ``first_trained`` are frozen: they keep no context, and frozen Dense and
+        Conv2d layers compute in int8 (round-to-nearest activations and weights, lowp)."""
         n_peers, batch = x.shape[0], x.shape[1]
         if self._spatial_input:
             h = x.transpose(0, 2, 1, 3, 4)  # channel-major (P, C, B, H, W), a view
@@ -832,10 +931,8 @@ class Model:
         ):
             if i >= first_trained:
                 h, ctx = layer.forward(w, h, train, scratch)
-            elif isinstance(layer, Dense):
-                h, ctx = lowp.dense_forward(h, w[0], w[1], False, _is_shared(h))
             else:
-                h, ctx = layer.forward(w, h, False, scratch)
+                h, ctx = self._frozen_layers[i].forward(w, h, False, scratch)
             ctxs.append(ctx)
         return h, ctxs
 
@@ -865,11 +962,11 @@ class Model:
 
         ``frozen`` (an int, or one int per peer) is how many of the first layers with parameters
         (``param_layers``) each peer freezes, as in CoCoFL: those layers run their forward pass in
-        int8 (Dense; other layers in float32) without keeping activations, backpropagation stops
-        at the lowest trained layer, and their gradient (the leading ``frozen_cut(k)`` entries of
-        the row) is zero. ``len(param_layers)`` freezes everything: the loss is a forward pass in
-        float32 and the gradient is zero. Peers with different counts are run as groups, one
-        batched pass per distinct count.
+        int8 (Dense and Conv2d; other layers in float32) without keeping activations,
+        backpropagation stops at the lowest trained layer, and their gradient (the leading
+        ``frozen_cut(k)`` entries of the row) is zero. ``len(param_layers)`` freezes everything:
+        the loss is a forward pass in float32 and the gradient is zero. Peers with different
+        counts are run as groups, one batched pass per distinct count.
         """
         params = self._check_params(params)
         n_peers = params.shape[0]
@@ -1042,8 +1139,8 @@ def make_model(
 ) -> Model:
     """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``.
 
-    ``precision="int8"`` makes every Dense layer compute in int8 (decentlearn.lowp) with
-    stochastic gradient rounding seeded by ``seed``; Conv2d layers stay float32."""
+    ``precision="int8"`` makes every Dense and Conv2d layer compute in int8 (decentlearn.lowp)
+    with stochastic gradient rounding seeded by ``seed``."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
     name, sep, arg = spec.partition(":")
@@ -1055,7 +1152,7 @@ def make_model(
     layers = _MODELS[name](arg if sep else None, input_shape, n_classes)
     if precision != "fp32":
         layers = [
-            dataclasses.replace(ly, precision=precision) if isinstance(ly, Dense) else ly
+            dataclasses.replace(ly, precision=precision) if isinstance(ly, (Dense, Conv2d)) else ly
             for ly in layers
         ]
     return Model(layers, input_shape, n_classes, spec=spec, seed=seed)
