@@ -11,6 +11,7 @@ out-of-range code, or a message whose values would overflow float32.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +33,9 @@ def _f32(a: np.ndarray) -> bytes:
 class _Quantizer(Compressor):
     """Shared plumbing: every row's message has the same length, ``row_nbytes(dim)``."""
 
+    @abstractmethod
     def row_nbytes(self, dim: int) -> int:
-        raise NotImplementedError
+        """Exact bytes of one row's message for rows of length dim."""
 
     def _sizes(self, n_rows: int, dim: int) -> np.ndarray:
         return np.full(n_rows, self.row_nbytes(dim), dtype=np.int64)
