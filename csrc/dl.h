@@ -347,19 +347,20 @@ uint32_t dl_gemm_absmax_bits_f32_generic(const float *x, int64_t n);
 uint32_t dl_gemm_absmax_bits_f32_avx512vnni(const float *x, int64_t n);
 /* Quantization (gemm_s8.c; the nearest-rounding and absmax cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
  * tensor (scale_n == 1), per row (axis 0, scale_n == n_rows) or per column (axis 1, scale_n ==
- * dim); rounding 0 = nearest even, 1 = stochastic floor(v) + (u < v - floor(v)) with u from the
+ * dim), row r of x at x + r * ldx (ldx >= dim: strided rows, e.g. a weight slice of every
+ * peer's parameter row); rounding 0 = nearest even, 1 = stochastic floor(v) + (u < v - floor(v)) with u from the
  * counter RNG (seed, step, peer0 + row, column). DL_E_NONFINITE for NaN/inf x, DL_E_ARG for a
  * scale that is not finite and > 0. */
-int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, const float *scale,
-                        int64_t scale_n, int axis, int rounding, uint64_t seed, uint64_t step,
-                        int64_t peer0, int8_t *q, int n_threads);
+int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, int64_t ldx,
+                        const float *scale, int64_t scale_n, int axis, int rounding, uint64_t seed,
+                        uint64_t step, int64_t peer0, int8_t *q, int n_threads);
 /* y = q * scale (scale laid out as for dl_gemm_quantize_s8). */
 int dl_gemm_dequantize_s8(int64_t n_rows, int64_t dim, const int8_t *q, const float *scale,
                           int64_t scale_n, int axis, float *y, int n_threads);
 /* scale = max|x| / 127 (1 where every |x| is 0) over the whole matrix (axis -1, 1 value), per
  * row (axis 0, n_rows values) or per column (axis 1, dim values). DL_E_NONFINITE for NaN/inf. */
-int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int axis, float *scale,
-                             int n_threads);
+int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_t ldx, int axis,
+                             float *scale, int n_threads);
 /* Batched exact int8 GEMM over peers (gemm_s8_impl.h, one build per layout). */
 int dl_gemm_s8_batched_generic(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx2(const dl_gemm_s8_batch_t *bt, int n_threads);

@@ -147,11 +147,13 @@ uint32_t dl_gemm_absmax_bits_f32_generic(const float *x, int64_t n) {
     return mx;
 }
 
-/* q (n_rows, dim) int8 from x (n_rows, dim) float32; see dl.h. q and x must not overlap. */
-int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, const float *scale,
-                        int64_t scale_n, int axis, int rounding, uint64_t seed, uint64_t step,
-                        int64_t peer0, int8_t *q, int n_threads) {
-    if (n_rows < 0 || dim < 0 || peer0 < 0 || n_threads < 1 || (rounding != 0 && rounding != 1))
+/* q (n_rows, dim) int8 from x (n_rows, dim, row stride ldx) float32; see dl.h. q and x must not
+ * overlap. */
+int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, int64_t ldx,
+                        const float *scale, int64_t scale_n, int axis, int rounding, uint64_t seed,
+                        uint64_t step, int64_t peer0, int8_t *q, int n_threads) {
+    if (n_rows < 0 || dim < 0 || ldx < dim || peer0 < 0 || n_threads < 1 ||
+        (rounding != 0 && rounding != 1))
         return DL_E_ARG;
     if (!gemm_scale_ok(n_rows, dim, scale, scale_n, axis)) return DL_E_ARG;
     const int64_t n_ch = dl_cdiv_i64(dim, DL_GEMM_QCHUNK), n_items = n_rows * n_ch;
@@ -173,7 +175,7 @@ int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, const float
     for (int64_t it = 0; it < n_items; it++) {
         const int64_t r = it / n_ch, c0 = (it % n_ch) * DL_GEMM_QCHUNK;
         const int64_t c1 = dl_min_i64(dim, c0 + DL_GEMM_QCHUNK);
-        const float *xr = x + r * dim;
+        const float *xr = x + r * ldx;
         int8_t *qr = q + r * dim;
         const float *sv = axis == 1 ? inv : NULL;
         const float s0 = 1.0f / (axis == 0 ? scale[r] : scale[0]);
@@ -230,10 +232,12 @@ static inline float gemm_bits_float(uint32_t u) {
 }
 static inline float gemm_scale_of(float m) { return m > 0.0f ? m / 127.0f : 1.0f; }
 
-/* scale (1, n_rows or dim values) = max|x| / 127 over the whole x, each row or each column. */
-int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int axis, float *scale,
-                             int n_threads) {
-    if (n_rows < 0 || dim < 0 || n_threads < 1 || axis < -1 || axis > 1) return DL_E_ARG;
+/* scale (1, n_rows or dim values) = max|x| / 127 over the whole x (row stride ldx), each row or
+ * each column. */
+int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_t ldx, int axis,
+                             float *scale, int n_threads) {
+    if (n_rows < 0 || dim < 0 || ldx < dim || n_threads < 1 || axis < -1 || axis > 1)
+        return DL_E_ARG;
     int bad = 0;
 #ifndef _OPENMP
     (void)n_threads;
@@ -249,7 +253,7 @@ int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int ax
             uint32_t mb[1024] = {0}; /* |x| bit patterns order like |x| (non-negative floats) */
             for (int64_t r = 0; r < n_rows; r++)
                 for (int64_t j = c0; j < c1; j++)
-                    mb[j - c0] = gemm_max_u32(mb[j - c0], gemm_abs_bits(x[r * dim + j]));
+                    mb[j - c0] = gemm_max_u32(mb[j - c0], gemm_abs_bits(x[r * ldx + j]));
             for (int64_t j = c0; j < c1; j++) {
                 bad |= mb[j - c0] >= 0x7f800000u;
                 scale[j] = gemm_scale_of(gemm_bits_float(mb[j - c0]));
@@ -269,7 +273,7 @@ int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int ax
     for (int64_t it = 0; it < n_items; it++) {
         const int64_t r = it / n_ch, c0 = (it % n_ch) * DL_GEMM_QCHUNK;
         const int64_t c1 = dl_min_i64(dim, c0 + DL_GEMM_QCHUNK);
-        const float *xr = x + r * dim;
+        const float *xr = x + r * ldx;
         const uint32_t mb = amb(xr + c0, c1 - c0);
         part[it] = gemm_bits_float(mb);
         bad |= mb >= 0x7f800000u;

@@ -1084,6 +1084,42 @@ static int gemm_check_scale(const char *fn, PyArrayObject *scale, int axis, npy_
     return 0;
 }
 
+/* Checks a 2-D float32 input whose rows are each contiguous but may lie ld elements apart (a slice
+ * of every peer's parameter row); sets *ld. Sets a Python exception and returns -1 on failure. */
+static int check_rows(PyArrayObject *a, const char *fn, const char *name, npy_intp *ld) {
+    if (PyArray_TYPE(a) != NPY_FLOAT32 || PyArray_NDIM(a) != 2)
+        return check_array(a, fn, name, NPY_FLOAT32, 2, 0);
+    const npy_intp rows = PyArray_DIM(a, 0), dim = PyArray_DIM(a, 1);
+    const npy_intp s0 = PyArray_STRIDE(a, 0), s1 = PyArray_STRIDE(a, 1), item = sizeof(float);
+    if (PyArray_IS_C_CONTIGUOUS(a) || rows == 0 || dim == 0) {
+        *ld = dim;
+        return check_array(a, fn, name, NPY_FLOAT32, 2, 0);
+    }
+    const int row_ok = dim == 1 || s1 == item;
+    const int ld_ok = rows == 1 || (s0 > 0 && s0 % item == 0 && s0 / item >= dim);
+    if (!row_ok || !ld_ok) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s must have contiguous rows with a positive row stride (use "
+                     "np.ascontiguousarray)", fn, name);
+        return -1;
+    }
+    if (!PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned to its dtype", fn, name);
+        return -1;
+    }
+    *ld = rows <= 1 ? dim : s0 / item;
+    return 0;
+}
+
+/* Whether b's bytes intersect the byte span of a row-strided 2-D a (first to last byte touched). */
+static int overlaps_rows(PyArrayObject *a, npy_intp ld, PyArrayObject *b) {
+    const npy_intp rows = PyArray_DIM(a, 0), dim = PyArray_DIM(a, 1);
+    if (rows == 0 || dim == 0 || PyArray_NBYTES(b) == 0) return 0;
+    const char *a0 = PyArray_BYTES(a), *a1 = a0 + ((rows - 1) * ld + dim) * (npy_intp)sizeof(float);
+    const char *b0 = PyArray_BYTES(b), *b1 = b0 + PyArray_NBYTES(b);
+    return a0 < b1 && b0 < a1;
+}
+
 /* quantize_s8(x (r, d) f32, scale f32, axis, rounding, seed, step, peer0, out (r, d) i8,
  * n_threads) -> out */
 static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
@@ -1096,7 +1132,8 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
                           &scale, &axis, &rounding, &seed, &step, &peer0, &PyArray_Type, &out,
                           &n_threads))
         return NULL;
-    if (check_array(x, "quantize_s8", "x", NPY_FLOAT32, 2, 0) ||
+    npy_intp ldx = 0;
+    if (check_rows(x, "quantize_s8", "x", &ldx) ||
         check_array(out, "quantize_s8", "out", NPY_INT8, 2, 1) ||
         check_threads("quantize_s8", n_threads))
         return NULL;
@@ -1104,12 +1141,12 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
     if (gemm_check_scale("quantize_s8", scale, axis, rows, dim) ||
         check_shape2(out, "quantize_s8", "out", rows, dim))
         return NULL;
-    if (overlaps(out, x) || overlaps(out, scale))
+    if (overlaps_rows(x, ldx, out) || overlaps(out, scale))
         return PyErr_Format(PyExc_ValueError, "quantize_s8: out must not overlap x or scale");
     if (rounding != 0 && rounding != 1)
         return PyErr_Format(PyExc_ValueError, "quantize_s8: rounding must be 0 or 1");
     Py_BEGIN_ALLOW_THREADS;
-    status = dl_gemm_quantize_s8(rows, dim, PyArray_DATA(x), PyArray_DATA(scale),
+    status = dl_gemm_quantize_s8(rows, dim, PyArray_DATA(x), ldx, PyArray_DATA(scale),
                                  PyArray_DIM(scale, 0), axis, rounding, seed, step, peer0,
                                  PyArray_DATA(out), n_threads);
     Py_END_ALLOW_THREADS;
@@ -1156,17 +1193,18 @@ static PyObject *py_absmax_scale(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!iO!i:absmax_scale", &PyArray_Type, &x, &axis, &PyArray_Type,
                           &out, &n_threads))
         return NULL;
-    if (check_array(x, "absmax_scale", "x", NPY_FLOAT32, 2, 0) ||
+    npy_intp ldx = 0;
+    if (check_rows(x, "absmax_scale", "x", &ldx) ||
         check_array(out, "absmax_scale", "out", NPY_FLOAT32, 1, 1) ||
         check_threads("absmax_scale", n_threads))
         return NULL;
     if (gemm_check_scale("absmax_scale", out, axis, PyArray_DIM(x, 0), PyArray_DIM(x, 1)))
         return NULL;
-    if (overlaps(out, x))
+    if (overlaps_rows(x, ldx, out))
         return PyErr_Format(PyExc_ValueError, "absmax_scale: out must not overlap x");
     Py_BEGIN_ALLOW_THREADS;
-    status = dl_gemm_absmax_scale_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), PyArray_DATA(x), axis,
-                                      PyArray_DATA(out), n_threads);
+    status = dl_gemm_absmax_scale_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), PyArray_DATA(x), ldx,
+                                      axis, PyArray_DATA(out), n_threads);
     Py_END_ALLOW_THREADS;
     if (status != DL_OK) return raise_status("absmax_scale", status);
     Py_INCREF(out);

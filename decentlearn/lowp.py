@@ -57,7 +57,8 @@ def check_f32(name: str, x: np.ndarray) -> None:
 
 def quantize_peers(x2: np.ndarray, rounding: str = "nearest", seed: int = 0, step: int = 0,
                    peer0: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """int8 codes (R, L) and scales (R,) of a C-contiguous float32 (R, L): row r is peer peer0 + r,
+    """int8 codes (R, L) and scales (R,) of a float32 (R, L) whose rows are each contiguous (row
+    stride free: slices of the parameter matrix need no copy): row r is peer peer0 + r,
     scale max|row| / 127, rounding "nearest" or "stochastic" (keyed by (seed, step, peer))."""
     scale = ops.absmax_scale(x2, axis=0)
     q = ops.quantize_s8(x2, scale, axis=0, rounding=rounding, seed=seed, step=step, peer0=peer0)
@@ -67,14 +68,9 @@ def quantize_peers(x2: np.ndarray, rounding: str = "nearest", seed: int = 0, ste
 def quantize_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-peer, per-tensor codes (P, *shape) and scales (P,) of a (P, ...) weight view whose peer
     rows are each contiguous (views into the parameter matrix are)."""
-    n_peers = weight.shape[0]
-    q = np.empty(weight.shape, np.int8)
-    scale = np.empty(n_peers, np.float32)
-    for p in range(n_peers):
-        w = weight[p].reshape(1, -1)  # contiguous within a peer's row: a view
-        scale[p] = ops.absmax_scale(w)
-        ops.quantize_s8(w, scale[p], out=q[p].reshape(1, -1))
-    return q, scale
+    rows = np.reshape(weight, (weight.shape[0], -1), copy=False)  # strided rows: a view
+    q, scale = quantize_peers(rows)
+    return q.reshape(weight.shape), scale
 
 
 def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bool,

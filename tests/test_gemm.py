@@ -248,7 +248,7 @@ def test_quantize_bad_input():
     x = _x(3, 10)
     with pytest.raises(TypeError, match="x must have dtype float32"):
         ops.quantize_s8(x.astype(np.float64), 1.0)
-    with pytest.raises(ValueError, match="C-contiguous"):
+    with pytest.raises(ValueError, match="x must have contiguous rows"):
         ops.quantize_s8(x[:, ::2], 1.0)
     with pytest.raises(ValueError, match="finite"):
         ops.quantize_s8(np.array([1.0, np.nan], np.float32), 1.0)
@@ -278,3 +278,31 @@ def test_quantize_bad_input():
         ops.quantize_s8(x, 1.0, seed=-1)
     with pytest.raises(TypeError, match="q must have dtype int8"):
         ops.dequantize_s8(x, 1.0)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_quantize_and_absmax_accept_strided_rows(isa, rounding, axis):
+    """Rows lying ld > dim apart (a slice of every peer's parameter row) give the same bits as
+    their contiguous copy, without copying."""
+    params = np.random.default_rng(5).standard_normal((7, 1000), dtype=np.float32)
+    view = params[:, 100:433]
+    assert not view.flags.c_contiguous
+    dense = np.ascontiguousarray(view)
+    s_view, s_dense = ops.absmax_scale(view, axis=axis), ops.absmax_scale(dense, axis=axis)
+    np.testing.assert_array_equal(s_view, s_dense)
+    q_view = ops.quantize_s8(view, s_view, axis=axis, rounding=rounding, seed=3, step=1)
+    q_dense = ops.quantize_s8(dense, s_dense, axis=axis, rounding=rounding, seed=3, step=1)
+    np.testing.assert_array_equal(q_view, q_dense)
+
+
+def test_quantize_rejects_non_contiguous_rows():
+    x = np.zeros((4, 10), np.float32)[:, ::2]
+    with pytest.raises(ValueError, match="x must have contiguous rows"):
+        ops.absmax_scale(x)
+    with pytest.raises(ValueError, match="x must have contiguous rows"):
+        ops.quantize_s8(x, 1.0)
+    buf = np.zeros((4, 20), np.float32)
+    out = buf.view(np.int8).reshape(-1)[:40].reshape(4, 10)  # the bytes of the input's first row
+    with pytest.raises(ValueError, match="out must not overlap"):
+        ops.quantize_s8(buf[:, :10], 1.0, out=out)
