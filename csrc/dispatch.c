@@ -15,136 +15,52 @@
 
 static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512", "avx512vnni"};
 
-/* Each ISA's table lists its kernels with designated initializers; a family adds its members to
- * all three tables in its own sections (X86 builds only for the avx2/avx512 symbols). */
+/* The tables. Kernels with one build per ISA are listed once, in DL_ISA_KERNELS (a new kernel
+ * family adds its members there); `W` keeps x86-only symbols out of other builds. AVX-512 without
+ * VNNI uses the AVX2 int8 GEMM (vpmaddwd on int16); avx512vnni runs every AVX-512 build plus its
+ * own VNNI GEMM. */
 #ifdef DL_X86
 #define DL_X86_ONLY(sym) sym
 #else
 #define DL_X86_ONLY(sym) NULL
 #endif
+#define DL_ANY(sym) sym
+
+#define DL_ISA_KERNELS(isa, W)                                                                     \
+    .gossip_csr_f32 = W(dl_gossip_csr_f32_##isa),                                                 \
+    .natural_encode_f32 = W(dl_natural_encode_f32_##isa),                                         \
+    .natural_decode_f32 = W(dl_natural_decode_f32_##isa),                                         \
+    .natural_dither_encode_f32 = W(dl_natural_dither_encode_f32_##isa),                           \
+    .natural_dither_decode_f32 = W(dl_natural_dither_decode_f32_##isa),                           \
+    .topk_filter_f32 = W(dl_topk_filter_f32_##isa),                                               \
+    .topk_randfilter_u32 = W(dl_topk_randfilter_u32_##isa),                                       \
+    .topk_count_f32 = W(dl_topk_count_f32_##isa),                                                 \
+    .qsgd_encode_f32 = W(dl_qsgd_encode_f32_##isa),                                               \
+    .bucket_encode_f32 = W(dl_bucket_encode_f32_##isa),                                           \
+    .sign_encode_f32 = W(dl_sign_encode_f32_##isa),                                               \
+    .int8_encode_f32 = W(dl_int8_encode_f32_##isa)
+
+/* The exact int8 GEMM on the int16 layout (generic, AVX2) with the portable quantize helpers. */
+#define DL_GEMM_S16_KERNELS(isa, W)                                                                \
+    .gemm_s8_layout = &dl_gemm_s8_layout_s16, .gemm_s8_pack_b = W(dl_gemm_s8_pack_b_##isa),        \
+    .gemm_s8 = W(dl_gemm_s8_##isa), .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,             \
+    .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,                                        \
+    .gemm_s8_batched = W(dl_gemm_s8_batched_##isa)
 
 static const dl_dispatch_t tables[DL_ISA_COUNT] = {
-    {
-        .isa = DL_ISA_GENERIC,
-        .name = "generic",
-        .gossip_csr_f32 = dl_gossip_csr_f32_generic,
-        /* >>> table-generic natural */
-        .natural_encode_f32 = dl_natural_encode_f32_generic,
-        .natural_decode_f32 = dl_natural_decode_f32_generic,
-        .natural_dither_encode_f32 = dl_natural_dither_encode_f32_generic,
-        .natural_dither_decode_f32 = dl_natural_dither_decode_f32_generic,
-        /* <<< table-generic natural */
-        /* >>> table-generic topk */
-        .topk_filter_f32 = dl_topk_filter_f32_generic,
-        .topk_randfilter_u32 = dl_topk_randfilter_u32_generic,
-        .topk_count_f32 = dl_topk_count_f32_generic,
-        /* <<< table-generic topk */
-        /* >>> table-generic quant */
-        .qsgd_encode_f32 = dl_qsgd_encode_f32_generic,
-        .bucket_encode_f32 = dl_bucket_encode_f32_generic,
-        .sign_encode_f32 = dl_sign_encode_f32_generic,
-        .int8_encode_f32 = dl_int8_encode_f32_generic,
-        /* <<< table-generic quant */
-        /* >>> table-generic gemm */
-        .gemm_s8_layout = &dl_gemm_s8_layout_s16,
-        .gemm_s8_pack_b = dl_gemm_s8_pack_b_generic,
-        .gemm_s8 = dl_gemm_s8_generic,
-        .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
-        .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
-        .gemm_s8_batched = dl_gemm_s8_batched_generic,
-        /* <<< table-generic gemm */
-    },
-    {
-        .isa = DL_ISA_AVX2,
-        .name = "avx2",
-        .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx2),
-        /* >>> table-avx2 natural */
-        .natural_encode_f32 = DL_X86_ONLY(dl_natural_encode_f32_avx2),
-        .natural_decode_f32 = DL_X86_ONLY(dl_natural_decode_f32_avx2),
-        .natural_dither_encode_f32 = DL_X86_ONLY(dl_natural_dither_encode_f32_avx2),
-        .natural_dither_decode_f32 = DL_X86_ONLY(dl_natural_dither_decode_f32_avx2),
-        /* <<< table-avx2 natural */
-        /* >>> table-avx2 topk */
-        .topk_filter_f32 = DL_X86_ONLY(dl_topk_filter_f32_avx2),
-        .topk_randfilter_u32 = DL_X86_ONLY(dl_topk_randfilter_u32_avx2),
-        .topk_count_f32 = DL_X86_ONLY(dl_topk_count_f32_avx2),
-        /* <<< table-avx2 topk */
-        /* >>> table-avx2 quant */
-        .qsgd_encode_f32 = DL_X86_ONLY(dl_qsgd_encode_f32_avx2),
-        .bucket_encode_f32 = DL_X86_ONLY(dl_bucket_encode_f32_avx2),
-        .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx2),
-        .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx2),
-        /* <<< table-avx2 quant */
-        /* >>> table-avx2 gemm */
-        .gemm_s8_layout = &dl_gemm_s8_layout_s16,
-        .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx2),
-        .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx2),
-        .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
-        .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
-        .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx2),
-        /* <<< table-avx2 gemm */
-    },
-    {
-        .isa = DL_ISA_AVX512,
-        .name = "avx512",
-        .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx512),
-        /* >>> table-avx512 natural */
-        .natural_encode_f32 = DL_X86_ONLY(dl_natural_encode_f32_avx512),
-        .natural_decode_f32 = DL_X86_ONLY(dl_natural_decode_f32_avx512),
-        .natural_dither_encode_f32 = DL_X86_ONLY(dl_natural_dither_encode_f32_avx512),
-        .natural_dither_decode_f32 = DL_X86_ONLY(dl_natural_dither_decode_f32_avx512),
-        /* <<< table-avx512 natural */
-        /* >>> table-avx512 topk */
-        .topk_filter_f32 = DL_X86_ONLY(dl_topk_filter_f32_avx512),
-        .topk_randfilter_u32 = DL_X86_ONLY(dl_topk_randfilter_u32_avx512),
-        .topk_count_f32 = DL_X86_ONLY(dl_topk_count_f32_avx512),
-        /* <<< table-avx512 topk */
-        /* >>> table-avx512 quant */
-        .qsgd_encode_f32 = DL_X86_ONLY(dl_qsgd_encode_f32_avx512),
-        .bucket_encode_f32 = DL_X86_ONLY(dl_bucket_encode_f32_avx512),
-        .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx512),
-        .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
-        /* <<< table-avx512 quant */
-        /* >>> table-avx512 gemm */
-        /* no VNNI: the AVX2 build (vpmaddwd on int16) is the exact int8 GEMM here */
-        .gemm_s8_layout = &dl_gemm_s8_layout_s16,
-        .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx2),
-        .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx2),
-        .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,
-        .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,
-        .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx2),
-        /* <<< table-avx512 gemm */
-    },
-    {
-        .isa = DL_ISA_AVX512VNNI,
-        .name = "avx512vnni",
-        .gossip_csr_f32 = DL_X86_ONLY(dl_gossip_csr_f32_avx512),
-        /* >>> table-avx512vnni-reuses-avx512 natural */
-        .natural_encode_f32 = DL_X86_ONLY(dl_natural_encode_f32_avx512),
-        .natural_decode_f32 = DL_X86_ONLY(dl_natural_decode_f32_avx512),
-        .natural_dither_encode_f32 = DL_X86_ONLY(dl_natural_dither_encode_f32_avx512),
-        .natural_dither_decode_f32 = DL_X86_ONLY(dl_natural_dither_decode_f32_avx512),
-        /* <<< table-avx512vnni-reuses-avx512 natural */
-        /* >>> table-avx512vnni-reuses-avx512 topk */
-        .topk_filter_f32 = DL_X86_ONLY(dl_topk_filter_f32_avx512),
-        .topk_randfilter_u32 = DL_X86_ONLY(dl_topk_randfilter_u32_avx512),
-        .topk_count_f32 = DL_X86_ONLY(dl_topk_count_f32_avx512),
-        /* <<< table-avx512vnni-reuses-avx512 topk */
-        /* >>> table-avx512vnni-reuses-avx512 quant */
-        .qsgd_encode_f32 = DL_X86_ONLY(dl_qsgd_encode_f32_avx512),
-        .bucket_encode_f32 = DL_X86_ONLY(dl_bucket_encode_f32_avx512),
-        .sign_encode_f32 = DL_X86_ONLY(dl_sign_encode_f32_avx512),
-        .int8_encode_f32 = DL_X86_ONLY(dl_int8_encode_f32_avx512),
-        /* <<< table-avx512vnni-reuses-avx512 quant */
-        /* >>> table-avx512vnni gemm */
-        .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
-        .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
-        .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx512vnni),
-        .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
-        .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
-        .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni),
-        /* <<< table-avx512vnni gemm */
-    },
+    {.isa = DL_ISA_GENERIC, .name = "generic", DL_ISA_KERNELS(generic, DL_ANY),
+     DL_GEMM_S16_KERNELS(generic, DL_ANY)},
+    {.isa = DL_ISA_AVX2, .name = "avx2", DL_ISA_KERNELS(avx2, DL_X86_ONLY),
+     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY)},
+    {.isa = DL_ISA_AVX512, .name = "avx512", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
+     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY)},
+    {.isa = DL_ISA_AVX512VNNI, .name = "avx512vnni", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
+     .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
+     .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
+     .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx512vnni),
+     .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
+     .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
+     .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni)},
 };
 
 static const dl_dispatch_t *active = NULL;
