@@ -426,30 +426,18 @@ def _load_idx_dataset(
     return _image_dataset(name, x_train, y_train, x_test, y_test, 255, 10)
 
 
-@register_dataset("mnist")
-def _load_mnist(
-    args: tuple[str, ...],
-    *,
-    spec: str,
-    data_dir: pathlib.Path | None,
-    download: bool,
-    seed: int,
-    n_peers: int | None,
-) -> Dataset:
-    return _load_idx_dataset("mnist", args, spec, data_dir, download)
+def _idx_loader(name: str) -> _L:
+    """The registry loader of an IDX data set (MNIST and Fashion-MNIST share file names and format)."""
+
+    def load(args: tuple[str, ...], *, spec: str, data_dir: pathlib.Path | None, download: bool,
+             seed: int, n_peers: int | None) -> Dataset:
+        return _load_idx_dataset(name, args, spec, data_dir, download)
+
+    return load
 
 
-@register_dataset("fashion-mnist")
-def _load_fashion_mnist(
-    args: tuple[str, ...],
-    *,
-    spec: str,
-    data_dir: pathlib.Path | None,
-    download: bool,
-    seed: int,
-    n_peers: int | None,
-) -> Dataset:
-    return _load_idx_dataset("fashion-mnist", args, spec, data_dir, download)
+for _name in ("mnist", "fashion-mnist"):
+    register_dataset(_name)(_idx_loader(_name))
 
 
 # --------------------------------------------------------------------------------------------
