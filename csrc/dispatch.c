@@ -44,7 +44,7 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
 #define DL_GEMM_S16_KERNELS(isa, W)                                                                \
     .gemm_s8_layout = &dl_gemm_s8_layout_s16, .gemm_s8_pack_b = W(dl_gemm_s8_pack_b_##isa),        \
     .gemm_s8 = W(dl_gemm_s8_##isa), .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,             \
-    .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,                                        \
+    .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,                                      \
     .gemm_s8_batched = W(dl_gemm_s8_batched_##isa)
 
 static const dl_dispatch_t tables[DL_ISA_COUNT] = {

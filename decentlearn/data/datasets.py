@@ -426,7 +426,7 @@ def _load_idx_dataset(
     return _image_dataset(name, x_train, y_train, x_test, y_test, 255, 10)
 
 
-def _idx_loader(name: str) -> _L:
+def _idx_loader(name: str) -> Callable[..., Dataset]:
     """The registry loader of an IDX data set (MNIST and Fashion-MNIST share file names and format)."""
 
     def load(args: tuple[str, ...], *, spec: str, data_dir: pathlib.Path | None, download: bool,
