@@ -1,8 +1,11 @@
 """Every notebook in notebooks/ runs top to bottom without error (nbclient, fresh kernel)."""
 
+import os
 from pathlib import Path
 
 import pytest
+
+import decentlearn
 
 nbformat = pytest.importorskip("nbformat", reason="notebook tests need the test extras")
 nbclient = pytest.importorskip("nbclient", reason="notebook tests need the test extras")
@@ -15,7 +18,11 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    # The kernel imports the same decentlearn as this process (a checkout's in-place build or the
+    # installed package), not whatever another path on the machine would give it.
+    root = str(Path(decentlearn.__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
