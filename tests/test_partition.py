@@ -17,6 +17,7 @@ from decentlearn.data import (
     make_partition,
     skew_report,
 )
+from decentlearn.data.partition import shards_class_bound
 
 COVERING = ["iid", "shards:2", "dirichlet:0.5", "classes:3"]
 
@@ -119,6 +120,80 @@ def test_shards_general(digits_labels):
     assert label_skew(p, digits_labels, 10) > 0.5
     with pytest.raises(ValueError, match="n_peers\\*K"):
         make_partition("shards:2", digits_labels, 1000)
+
+
+# Issue 7 point 15: docs/data.md said a shards:K peer sees at most 2K classes, false when a shard
+# is larger than a class (digits, shards:1, 8 peers: 3 classes). The documented bound is
+# min(C, K * (2 + (s - 2) // m)) with s the largest shard and m the smallest class.
+
+
+def window_max_classes(labels: np.ndarray, s: int) -> int:
+    """Brute force: the most distinct classes in any s consecutive label-sorted samples."""
+    ordered = np.sort(labels)
+    return max(len(set(ordered[i : i + s].tolist())) for i in range(len(ordered) - s + 1))
+
+
+def classes_seen(p: Partition, labels: np.ndarray) -> np.ndarray:
+    return (p.histogram(labels, int(labels.max()) + 1) > 0).sum(axis=1)
+
+
+def test_shards_bound_digits_shards_larger_than_classes(digits_labels):
+    # 1438 samples, 8 peers, K = 1: shards of 179-180 samples, classes of 139-146.
+    assert np.bincount(digits_labels).min() == 139
+    bound = shards_class_bound(digits_labels, 8, 1)
+    assert bound == 3 == window_max_classes(digits_labels, 180)  # more than 2K = 2, and tight
+    seen = [classes_seen(make_partition("shards:1", digits_labels, 8, seed=s), digits_labels).max() for s in range(6)]
+    assert max(seen) == 3 and all(v <= bound for v in seen)
+
+
+@pytest.mark.parametrize(
+    "sizes, n_peers, k, exceeds_2k",
+    [
+        ([1, 1, 2, 3, 5, 8, 40, 100, 200, 400], 10, 1, True),  # tiny classes: a shard covers many
+        ([1, 1, 2, 3, 5, 8, 40, 100, 200, 400], 4, 3, True),
+        ([7] * 30, 6, 2, True),  # 210 samples, shards of 18 > classes of 7
+        ([50, 3, 50, 3, 50, 3], 3, 1, False),  # small classes kept apart: the bound is loose here
+    ],
+)
+def test_shards_bound_holds_when_shards_exceed_classes(sizes, n_peers, k, exceeds_2k):
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    s = -(-len(labels) // (n_peers * k))
+    m = min(sizes)
+    assert s > m + 1  # the case the old "2K" statement got wrong
+    bound = shards_class_bound(labels, n_peers, k)
+    assert bound == min(len(sizes), k * (2 + (s - 2) // m))
+    assert window_max_classes(labels, s) <= 2 + (s - 2) // m
+    worst = max(classes_seen(make_partition(f"shards:{k}", labels, n_peers, seed=seed), labels).max() for seed in range(20))
+    assert worst <= bound
+    assert (worst > 2 * k) == exceeds_2k  # where the old "at most 2K" statement fails
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    n_peers=st.integers(1, 20),
+    k=st.integers(1, 4),
+    seed=st.integers(0, 2**32),
+)
+def test_shards_bound_property(sizes, n_peers, k, seed):
+    labels = np.random.default_rng(seed).permutation(np.repeat(np.arange(len(sizes)), sizes))
+    if n_peers * k > len(labels):
+        return
+    p = make_partition(f"shards:{k}", labels, n_peers, seed=seed)
+    bound = shards_class_bound(labels, n_peers, k)
+    assert classes_seen(p, labels).max() <= bound
+    s = -(-len(labels) // (n_peers * k))
+    assert window_max_classes(labels, s) <= max(1, 2 + (s - 2) // min(sizes))
+    if s <= min(sizes) + 1:
+        assert bound == min(len(sizes), 2 * k)
+
+
+def test_shards_bound_arguments():
+    with pytest.raises(ValueError, match="empty"):
+        shards_class_bound(np.zeros(0, np.int64), 2, 1)
+    with pytest.raises(ValueError, match="k"):
+        shards_class_bound(np.zeros(5, np.int64), 2, 0)
+    assert shards_class_bound(np.arange(10), 10, 1) == 1  # shards of one sample
 
 
 def test_dirichlet_alpha_controls_skew():

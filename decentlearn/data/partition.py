@@ -24,6 +24,7 @@ __all__ = [
     "label_skew",
     "make_partition",
     "register_partition",
+    "shards_class_bound",
     "skew_report",
 ]
 
@@ -262,7 +263,9 @@ def _iid(ctx: PartitionContext) -> np.ndarray:
 @register_partition("shards", form="shards:K")
 def _shards(ctx: PartitionContext) -> np.ndarray:
     """McMahan et al. 2017: sort by label (ties in seeded random order), cut into n_peers*K
-    nearly equal shards, give each peer K shards chosen at random."""
+    nearly equal shards, give each peer K shards chosen at random. A peer sees at most
+    ``shards_class_bound(labels, n_peers, K)`` classes (2K while shards are no larger than the
+    smallest class plus one)."""
     _n_args(ctx, 1, 1)
     k = _spec.parse_int(ctx.args[0], what="K (shards per peer)", spec=ctx.spec, forms=_forms())
     n, n_shards = len(ctx.labels), ctx.n_peers * k
@@ -279,6 +282,29 @@ def _shards(ctx: PartitionContext) -> np.ndarray:
     owner = np.empty(n, dtype=np.int64)
     owner[order] = np.repeat(shard_owner, shard_sizes)
     return owner
+
+
+def shards_class_bound(labels: np.ndarray, n_peers: int, k: int) -> int:
+    """The most classes one peer of ``shards:K`` can see: min(C, K * c(s)).
+
+    C is the number of classes present, s = ceil(N / (n_peers * K)) the largest shard size and
+    c(s) = 2 + floor((s - 2) / m) the most classes a run of s label-sorted samples can touch
+    when the smallest class has m samples (two partial classes at the ends, whole classes of at
+    least m samples in between; c(1) = 1). When s <= m + 1 this is 2K. A bound, attained only
+    when the shards fall badly; see docs/data.md.
+    """
+    labels = _as_int_array(labels, "labels")
+    n_peers = _spec.check_int(n_peers, "n_peers", minimum=1)
+    k = _spec.check_int(k, "k", minimum=1)
+    if len(labels) == 0:
+        raise ValueError("labels must not be empty")
+    if len(labels) and labels.min() < 0:
+        raise ValueError(f"labels must be >= 0, got minimum {labels.min()}")
+    counts = np.bincount(labels)
+    counts = counts[counts > 0]
+    s = -(-len(labels) // (n_peers * k))
+    per_shard = 2 + (s - 2) // int(counts.min())  # s = 1 gives 2 + (-1) = 1
+    return int(min(len(counts), k * per_shard))
 
 
 def _water_fill_levels(values: np.ndarray, take: np.ndarray, floor: np.ndarray) -> np.ndarray:
