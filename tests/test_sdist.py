@@ -104,8 +104,11 @@ def test_sdist_tests_pass_from_unpacked_tree(sdist, tmp_path):
     assert all(pathlib.Path(p).resolve().is_relative_to(tree.resolve()) for p in where), where
     tests = ["tests/test_data.py", "tests/test_partition.py", "tests/test_download.py", "tests/test_gossip.py",
              "tests/test_notebooks.py::test_there_are_notebooks"]
+    # The -W filter: with filterwarnings = error, hypothesis's pytest plugin turns a failing test's
+    # report into an INTERNALERROR (mypy_extensions' DeprecationWarning) that hides the failure.
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider",
+         "-W", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning", *tests],
         cwd=tree, env=env, capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]

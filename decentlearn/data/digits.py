@@ -37,13 +37,14 @@ def _read_member(zf: zipfile.ZipFile, key: str, source: str) -> np.ndarray:
         try:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
-                shape, fortran, found = np.lib.format.read_array_header_1_0(f, max_header_size=_MAX_HEADER)
+                header = np.lib.format.read_array_header_1_0(f, max_header_size=_MAX_HEADER)
             elif version == (2, 0):
-                shape, fortran, found = np.lib.format.read_array_header_2_0(f, max_header_size=_MAX_HEADER)
+                header = np.lib.format.read_array_header_2_0(f, max_header_size=_MAX_HEADER)
             else:
                 raise ValueError(f"unsupported .npy version {version}")
         except ValueError as exc:
             raise ValueError(f"{source}: member {key!r} is not a valid .npy array: {exc}") from None
+        shape, fortran, found = header
         if found != dtype:
             raise ValueError(f"{source}: {key!r} must have dtype {dtype.name}, got {found}")
         if len(shape) != 1 + len(trailing) or tuple(shape[1:]) != trailing:
@@ -93,7 +94,9 @@ def read_digits(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, n
             f"{n}, {len(labels)} and {len(test)}"
         )
     if n == 0 or test.all():
-        raise ValueError(f"{source}: no training images ({n} images, {int(test.sum())} in the test split)")
+        raise ValueError(
+            f"{source}: no training images ({n} images, {int(test.sum())} in the test split)"
+        )
     if images.max() > 16:
         raise ValueError(f"{source}: pixel value {int(images.max())} outside 0..16")
     if labels.max() > 9:

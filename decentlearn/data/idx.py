@@ -47,7 +47,10 @@ _CHUNK = 1 << 20
 _GZIP_ERRORS = (OSError, EOFError, zlib.error)
 
 
-def _parse_header(head: bytes, source: str, max_bytes: int) -> tuple[tuple[int, ...], np.dtype, int]:
+_Header = tuple[tuple[int, ...], np.dtype, int]  # shape, big-endian dtype, header length
+
+
+def _parse_header(head: bytes, source: str, max_bytes: int) -> _Header:
     """Check the magic number and the sizes in ``head`` (at least the first 4 bytes).
 
     Returns (shape, big-endian dtype, header length); the payload length is
@@ -55,7 +58,9 @@ def _parse_header(head: bytes, source: str, max_bytes: int) -> tuple[tuple[int, 
     4-byte magic, the shape is empty and the header length tells how many bytes to read.
     """
     if len(head) < 4:
-        raise ValueError(f"{source}: not an IDX file: {len(head)} bytes, shorter than the 4-byte header")
+        raise ValueError(
+            f"{source}: not an IDX file: {len(head)} bytes, shorter than the 4-byte header"
+        )
     if head[0] != 0 or head[1] != 0:
         raise ValueError(
             f"{source}: not an IDX file: magic number starts with {head[:2].hex()}, expected 0000"
@@ -71,15 +76,16 @@ def _parse_header(head: bytes, source: str, max_bytes: int) -> tuple[tuple[int, 
         return (), IDX_DTYPES[code], header
     if len(head) < header:
         raise ValueError(
-            f"{source}: truncated IDX header: {len(head)} bytes, expected {header} for {ndim} dimensions"
+            f"{source}: truncated IDX header: {len(head)} bytes, expected {header} "
+            f"for {ndim} dimensions"
         )
     shape = struct.unpack(f">{ndim}I", head[4:header])
     dtype = IDX_DTYPES[code]
     payload = _payload_bytes(shape, dtype)  # Python ints: the product is exact, it cannot wrap
     if payload > max_bytes:
         raise ValueError(
-            f"{source}: IDX header declares shape {shape} of {dtype.name}, {payload} bytes, more than "
-            f"the limit of {max_bytes} bytes (max_bytes)"
+            f"{source}: IDX header declares shape {shape} of {dtype.name}, {payload} bytes, "
+            f"more than the limit of {max_bytes} bytes (max_bytes)"
         )
     return shape, dtype, header
 
@@ -92,34 +98,47 @@ def _payload_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
 
 
 def _to_array(payload: bytearray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """The array over ``payload`` (taken over, not copied), byte-swapped in place to native order."""
+    """The array over ``payload`` (taken over, not copied), byte-swapped in place to native
+    order."""
     array = np.frombuffer(payload, dtype=dtype).reshape(shape)
     if not dtype.isnative:
         array = array.byteswap(inplace=True).view(dtype.newbyteorder())
     return array
 
 
-def _read_header(f: BinaryIO, source: str, max_bytes: int) -> tuple[tuple[int, ...], np.dtype, int]:
+def _read_header(f: BinaryIO, source: str, max_bytes: int) -> _Header:
     """Read and check the magic number, then the sizes; the stream is left at the payload."""
     head = _read_exact(f, 4)
     _, _, header = _parse_header(head, source, max_bytes)
     return _parse_header(head + _read_exact(f, header - 4), source, max_bytes)
 
 
-def _length_error(source: str, got: int, expected: int, shape: tuple[int, ...], dtype: np.dtype) -> ValueError:
+def _length_error(
+    source: str,
+    got: int,
+    expected: int,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    *,
+    exact: bool = True,
+) -> ValueError:
+    """The error for a file of ``got`` bytes (``exact=False``: at least ``got``; reading
+    stopped there)."""
     if got < expected:
         return ValueError(
             f"{source}: truncated IDX file: {got} bytes, expected exactly {expected} "
             f"for shape {shape} of {dtype.name}"
         )
-    more = "" if got > expected + 1 else "at least "
+    more = "" if exact else "at least "
     return ValueError(
         f"{source}: trailing bytes in IDX file: {more}{got} bytes, expected exactly {expected} "
         f"for shape {shape} of {dtype.name}"
     )
 
 
-def parse_idx(data: bytes, source: str = "<bytes>", *, max_bytes: int = IDX_MAX_BYTES) -> np.ndarray:
+def parse_idx(
+    data: bytes, source: str = "<bytes>", *, max_bytes: int = IDX_MAX_BYTES
+) -> np.ndarray:
     """Decode the bytes of an (uncompressed) IDX file into an array in native byte order.
 
     ``source`` names the data in error messages. The length must be exact: no trailing bytes.
@@ -156,7 +175,7 @@ def _read_payload(
             raise _length_error(source, header + got, header + nbytes, shape, dtype)
         got += n
     if f.read(1):
-        raise _length_error(source, header + nbytes + 1, header + nbytes, shape, dtype)
+        raise _length_error(source, header + nbytes + 1, header + nbytes, shape, dtype, exact=False)
     return buf
 
 
@@ -232,7 +251,7 @@ def _read_gzip(raw: BinaryIO, size: int, source: str, max_bytes: int) -> np.ndar
             # measure the stream without keeping it before allocating the array.
             got = header + _count_stream(f, nbytes)
             if got != expected:
-                raise _length_error(source, got, expected, shape, dtype)
+                raise _length_error(source, got, expected, shape, dtype, exact=got < expected)
             raw.seek(0)
             with gzip.GzipFile(fileobj=raw, mode="rb") as again:
                 _read_exact(again, header)
