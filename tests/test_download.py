@@ -439,6 +439,13 @@ def test_unwritable_folder_and_full_disk(server, tmp_path, monkeypatch):
     assert list(root.iterdir()) == []
 
 
+def test_invalid_url(tmp_path):
+    err = _fails(tmp_path / "o", "nonsense/f.gz", md5(b""))
+    assert err.reason.startswith("not a valid URL")
+    with pytest.raises(DownloadError, match="^cannot download ftp:/x y/f.gz: "):
+        download("x", tmp_path / "o", files=[RemoteFile("f.gz", "http://h/f.gz", md5(b""))], base_url="ftp:/x y")
+
+
 def test_download_error_pickles():
     import pickle
 

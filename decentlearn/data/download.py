@@ -196,6 +196,8 @@ def _fetch(
                 if isinstance(exc, urllib.error.HTTPError):
                     exc.close()  # it holds the open response
                 raise DownloadError(url, _describe(exc)) from exc
+            except ValueError as exc:  # "unknown url type", http.client.InvalidURL
+                raise DownloadError(url, f"not a valid URL: {exc}") from exc
             with response:
                 length = response.headers.get("Content-Length")
                 total = int(length) if length is not None and length.isdigit() else None
