@@ -18,6 +18,7 @@ import numpy as np
 
 from decentlearn.data import _spec
 from decentlearn.data.cifar import CIFAR10_DIRNAME, find_cifar10_dir, read_cifar10
+from decentlearn.data.digits import read_digits
 from decentlearn.data.idx import read_idx
 
 __all__ = [
@@ -366,8 +367,7 @@ def _load_digits(
     n_peers: int | None,
 ) -> Dataset:
     _no_args(args, spec, "digits")
-    with np.load(_DIGITS_FILE) as f:
-        images, labels, test = f["images"], f["labels"], f["test"]
+    images, labels, test = read_digits(_DIGITS_FILE)
     images = images[:, None, :, :]  # (n, 1, 8, 8)
     return _image_dataset("digits", images[~test], labels[~test], images[test], labels[test], 16, 10)
 
