@@ -28,6 +28,8 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from decentlearn.registry import Registry
+
 __all__ = [
     "Graph",
     "Topology",
@@ -50,7 +52,7 @@ REPR_GAP_MAX_N = 1024
 GraphBuilder = Callable[..., "Graph"]
 WeightRule = Callable[[sp.csr_array, str], sp.csr_array]
 
-_BUILDERS: dict[str, GraphBuilder] = {}
+_BUILDERS: Registry[GraphBuilder] = Registry("topology")
 _WEIGHT_RULES: dict[str, WeightRule] = {}
 
 
@@ -178,25 +180,19 @@ def register(name: str) -> Callable[[GraphBuilder], GraphBuilder]:
     passed only when the builder has such a parameter. It returns a :class:`Graph` with ``n`` peers
     and raises ValueError, naming the parameter, for values it cannot use.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    if not name or ":" in name or name != name.strip():
-        raise ValueError(f"name must be non-empty, without ':' or surrounding spaces, got {name!r}")
-    if name in _BUILDERS:
-        raise ValueError(f"name {name!r} is already registered")
+    add = _BUILDERS.register(name)
 
     def decorator(builder: GraphBuilder) -> GraphBuilder:
         if not callable(builder):
             raise TypeError(f"builder for {name!r} must be callable, got {type(builder).__name__}")
-        _BUILDERS[name] = builder
-        return builder
+        return add(builder)
 
     return decorator
 
 
 def available() -> list[str]:
     """Names of the registered graph builders, sorted."""
-    return sorted(_BUILDERS)
+    return _BUILDERS.available()
 
 
 def _usage(name: str, builder: GraphBuilder) -> str:
@@ -654,11 +650,7 @@ def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> To
     weights = _check_weights(weights)
     spec = spec.strip()
     key, *params = spec.split(":")
-    builder = _BUILDERS.get(key)
-    if builder is None:
-        raise ValueError(
-            f"unknown topology {key!r} in spec {spec!r}; available: {', '.join(available())}"
-        )
+    builder = _BUILDERS.get(key, spec)
     signature = inspect.signature(builder)
     kwargs = {"seed": seed} if "seed" in signature.parameters else {}
     try:
