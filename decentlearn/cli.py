@@ -357,7 +357,8 @@ def cmd_download(args) -> int:
         bar.update(done - bar.n)
 
     try:
-        path = download(args.name, download_dir(args.name, args.data_dir), progress=progress)
+        path = download(args.name, download_dir(args.name, args.data_dir), progress=progress,
+                        base_url=args.mirror)
     except (OSError, ValueError) as e:  # offline, HTTP errors, bad checksums, unwritable dir
         for bar in bars.values():
             bar.close()
@@ -399,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("download", help="download a dataset (mnist, fashion-mnist, cifar10)")
     d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"])
     d.add_argument("--data-dir")
+    d.add_argument("--mirror", metavar="URL",
+                   help="base URL to fetch the files from instead of the official ones")
     sub.add_parser("info", help="print the build configuration (show_config)")
     return parser
 

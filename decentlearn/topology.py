@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
@@ -302,6 +301,8 @@ def _random_regular(n: int, d: str = "4", *, seed: int) -> Graph:
         raise ValueError(
             f"a 1-regular graph on n={n} peers is a matching, never connected; use D >= 2"
         )
+    import networkx as nx  # only these two builders need it; keeps `import decentlearn` light
+
     rng = random.Random(seed)  # one stream: every retry draws a new, reproducible graph
     for _ in range(MAX_TRIES):
         g = nx.random_regular_graph(degree, n, seed=rng)
@@ -319,6 +320,8 @@ def _small_world(n: int, k: str = "4", p: str = "0.1", *, seed: int) -> Graph:
     if neighbours % 2 or neighbours >= n:
         raise ValueError(f"K must be even and < n={n}, got K={neighbours}")
     rewire = _parse_probability(p, "P")
+    import networkx as nx
+
     try:
         g = nx.connected_watts_strogatz_graph(n, neighbours, rewire, tries=MAX_TRIES, seed=seed)
     except nx.NetworkXException as exc:
