@@ -19,7 +19,6 @@ import warnings
 from pathlib import Path
 
 from decentlearn import __version__
-from decentlearn.registry import closest, unknown_message
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,6 +48,7 @@ class _Parser(argparse.ArgumentParser):
         return sorted(set(options))
 
     def error(self, message):
+        from decentlearn.registry import closest
         if message.startswith("unrecognized arguments:"):
             options = self._all_options()
             for token in message.split(":", 1)[1].split():
@@ -142,6 +142,7 @@ def _resolve_run_config(args) -> tuple:
         for key, value in _config_options(loaded, args.config).items():
             name = key.replace("-", "_")
             if name not in fields:
+                from decentlearn.registry import closest
                 guess = closest(name, fields)
                 hint = f"; did you mean {guess!r}?" if guess else ";"
                 raise UsageError(f"--config {args.config}: unknown option {key!r}{hint} expected "
@@ -223,6 +224,7 @@ def _check_out(args) -> Path | None:
 
 def _check_model(config) -> None:
     from decentlearn.nn import available_models
+    from decentlearn.registry import unknown_message
     name = config.model.partition(":")[0]
     if name not in available_models():
         raise UsageError("run: " + unknown_message("model", name, available_models(),
