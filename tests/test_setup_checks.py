@@ -92,3 +92,15 @@ def test_choco_with_a_compressor_needs_gamma():
     assert RunConfig(algorithm="choco", compress="topk:0.01", gamma=0.1).gamma_value == 0.1
     with pytest.raises(ValueError, match=r"gamma must be a number in \(0, 1\]"):
         RunConfig(gamma=True)
+
+
+def test_consensus_distance_approx_matches_exact():
+    from decentlearn import metrics
+    rng = np.random.default_rng(1)
+    for scale in (1e-3, 1.0, 1e6):
+        X = (rng.standard_normal((7, 33)) * scale + 5 * scale).astype(np.float32)
+        exact = metrics.consensus_distance(X)
+        mean_sq = np.mean(np.sum(X.astype(np.float64) ** 2, axis=1))
+        assert abs(metrics.consensus_distance_approx(X) - exact) <= 1e-12 * mean_sq + 1e-9 * exact
+    assert metrics.consensus_distance_approx(np.ones((3, 4), np.float32)) == 0.0
+    assert metrics.consensus_distance_approx(np.zeros((0, 4), np.float32)) == 0.0
