@@ -1,9 +1,10 @@
 """One registry type for everything built from a spec string: algorithms, compressors, topologies,
 data sets, partitions (and models).
 
-A ``Registry(kind)`` maps a name to an entry (a class or a builder function). ``@reg.register(name)``
-adds one; ``reg.get(name)`` returns it, and an unknown name raises ValueError with the closest
-registered name: ``unknown topology 'rnig'; did you mean 'ring'? expected one of complete, ...``.
+A ``Registry(kind)`` maps a name to an entry (a class or a builder function).
+``@reg.register(name)`` adds one; ``reg.get(name)`` returns it, and an unknown name raises
+ValueError with the closest registered name:
+``unknown topology 'rnig'; did you mean 'ring'? expected one of complete, ...``.
 Specs are ``name`` or ``name:arg1:arg2``; ``reg.split(spec)`` separates them and ``reg.make(spec,
 ...)`` calls the entry with the spec's arguments. Each family keeps its own public functions
 (``available()``, ``make(...)``, ``register``) on top of its registry.
@@ -29,8 +30,8 @@ def closest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | Non
     return starts[0] if len(starts) == 1 else None
 
 
-def unknown_message(kind: str, name: str, choices: Iterable[str], forms: Iterable[str] | None = None,
-                    spec: str | None = None) -> str:
+def unknown_message(kind: str, name: str, choices: Iterable[str],
+                    forms: Iterable[str] | None = None, spec: str | None = None) -> str:
     """``unknown {kind} 'x' [in spec 's']; did you mean 'y'? expected one of a, b, c``."""
     choices = list(choices)
     where = f" in spec {spec!r}" if spec is not None and spec != name else ""
@@ -103,7 +104,8 @@ class Registry(Generic[T]):
 
     def make(self, spec: str, *args: Any, **kwargs: Any) -> Any:
         """Calls the entry named by ``spec``'s first field with the spec's own arguments (as
-        strings) after ``args``: ``make("small-world:4:0.1", n)`` calls ``builder(n, "4", "0.1")``."""
+        strings) after ``args``: ``make("small-world:4:0.1", n)`` calls
+        ``builder(n, "4", "0.1")``."""
         if not isinstance(spec, str) or not spec:
             raise ValueError(f"{self.kind} spec must be a non-empty str, got {spec!r}")
         name, spec_args = self.split(spec)

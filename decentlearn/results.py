@@ -56,7 +56,7 @@ class OutputError(OSError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A termination signal (SIGTERM, ...) turned into an exception by :func:`signals_as_interrupts`."""
+    """A termination signal (SIGTERM, ...) raised as an exception by signals_as_interrupts."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"received {signal.Signals(signum).name}")
@@ -85,7 +85,8 @@ def signals_as_interrupts(signums: tuple[int, ...] = (signal.SIGTERM,)) -> Itera
 
 
 def _write(fd: int, data: bytes) -> None:
-    """Writes all of ``data`` to ``fd`` (the one place bytes reach the disk; tests inject faults)."""
+    """Writes all of ``data`` to ``fd`` (the one place bytes reach the disk: tests inject faults
+    here)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
