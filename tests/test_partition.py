@@ -355,7 +355,7 @@ def test_natural():
 @pytest.mark.parametrize(
     "spec, n_peers, exc, match",
     [
-        ("bogus", 4, ValueError, "valid forms: classes:C, dirichlet:ALPHA"),
+        ("bogus", 4, ValueError, "unknown partition 'bogus'; expected one of classes:C, dirichlet:ALPHA"),
         ("iid:3", 4, ValueError, "takes no"),
         ("shards", 4, ValueError, "valid forms"),
         ("shards:0", 4, ValueError, "K"),

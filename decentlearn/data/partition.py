@@ -16,6 +16,7 @@ from typing import TypeVar
 import numpy as np
 
 from decentlearn.data import _spec
+from decentlearn.registry import Registry
 
 __all__ = [
     "Partition",
@@ -149,7 +150,7 @@ class _Entry:
     form: str
 
 
-_SCHEMES: dict[str, _Entry] = {}
+_SCHEMES: Registry[_Entry] = Registry("partition")
 _S = TypeVar("_S", bound=Scheme)
 
 
@@ -158,10 +159,10 @@ def register_partition(name: str, *, form: str | None = None) -> Callable[[_S], 
     if not isinstance(name, str) or not name or ":" in name or name != name.lower():
         raise ValueError(f"name must be a non-empty lower-case str without ':', got {name!r}")
 
+    add = _SCHEMES.register(name, form=form)
+
     def decorate(scheme: _S) -> _S:
-        if name in _SCHEMES:
-            raise ValueError(f"partition scheme {name!r} is already registered")
-        _SCHEMES[name] = _Entry(scheme, form or name)
+        add(_Entry(scheme, form or name))
         return scheme
 
     return decorate
@@ -169,7 +170,7 @@ def register_partition(name: str, *, form: str | None = None) -> Callable[[_S], 
 
 def available_partitions() -> tuple[str, ...]:
     """The valid spec forms, e.g. ``('classes:C', 'dirichlet:ALPHA[:MIN_SIZE]', 'iid', ...)``."""
-    return tuple(_SCHEMES[k].form for k in sorted(_SCHEMES))
+    return tuple(_SCHEMES.forms())
 
 
 def _forms() -> str:
@@ -191,8 +192,7 @@ def make_partition(
     every peer gets at least one sample, else ValueError. The result depends only on the arguments.
     """
     key, args = _spec.split_spec(spec)
-    if key not in _SCHEMES:
-        raise ValueError(f"spec {spec!r} is not a valid partition; valid forms: {_forms()}")
+    entry = _SCHEMES.get(key, spec)
     labels = _as_int_array(labels, "labels").astype(np.int64, copy=False)
     if len(labels) and labels.min() < 0:
         raise ValueError(f"labels must be >= 0, got minimum {labels.min()}")
@@ -216,7 +216,7 @@ def make_partition(
         spec=spec,
         args=args,
     )
-    owner = _SCHEMES[key].scheme(ctx)
+    owner = entry.scheme(ctx)
     assigned = np.flatnonzero(owner >= 0)
     indices = assigned[np.argsort(owner[assigned], kind="stable")]
     counts = np.bincount(owner[assigned], minlength=n_peers)
