@@ -3,9 +3,11 @@
  * Top-k never sorts a row. A fixed strided sample of the magnitudes gives a threshold a little
  * below the k-th largest (a quantile plus a safety margin of ~4 standard deviations); one
  * vectorized pass (topk_impl.h, chosen through dl_dispatch) collects the few elements at or above
- * it, and an exact radix select on the candidates' magnitude bits (three histogram passes of
- * 11/11/10 bits) finds the k-th largest value T. The output is every candidate above T plus the
- * lowest-indexed ones equal to T, which the candidates' index order yields already ascending.
+ * it, and an exact radix select on the candidates' magnitude bits (two histogram passes of
+ * 16 bits, each thread on its own candidates, the integer counts summed in a fixed order) finds
+ * the k-th largest value T. The output is every candidate above T plus the lowest-indexed
+ * ones equal to T, which the candidates' index order yields already ascending; each thread writes
+ * its own candidates at a prefix offset.
  * Too few candidates lower the threshold and filter again; too many (heavy ties, adversarial
  * rows) fall back to the same radix select over the whole row. Either way the result is a pure
  * function of the row: the k largest |x|, ties at the threshold going to the lowest indices, so it
@@ -222,6 +224,130 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
     return DL_OK;
 }
 
+/* The exact selection over candidate segments (each in ascending index order, segment g before
+ * g + 1), in parallel. Two histogram levels of 16 bits each: every segment counts the high halves
+ * of its scores (2^16 int32 bins), the counts are summed in segment order (integers: exact, so the
+ * same for any thread count) to find the high half H of the k-th largest score; then the low
+ * halves of the scores whose high half is H, the same way, give T. Each segment's count above T
+ * and equal to T follow from its own histograms, so it takes its share of the ties in segment
+ * order and writes its selected candidates at its prefix offset in one more pass. Writes the k
+ * selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
+#define DL_TK_HBINS 65536
+static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *const *cs,
+                          const int64_t *len, int nseg, int64_t k, int nt, int32_t *idx,
+                          float *val) {
+    const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
+    int32_t *h = malloc((size_t)nseg * 2 * DL_TK_HBINS * sizeof(int32_t));
+    int64_t *tot = malloc((DL_TK_HBINS + 4 * (size_t)nseg) * sizeof(int64_t));
+    uint32_t *mxs = calloc((size_t)nseg, sizeof(uint32_t));
+    if (h == NULL || tot == NULL || mxs == NULL) {
+        free(h);
+        free(tot);
+        free(mxs);
+        return DL_E_NOMEM;
+    }
+    int64_t *gt = tot + DL_TK_HBINS, *eq = gt + nseg, *off = eq + nseg, *take = off + nseg;
+    uint32_t hi = 0, lo = 0;
+    int64_t above = 0;
+    int bad = 0;
+    int64_t total = 0;
+    for (int g = 0; g < nseg; g++) total += len[g];
+    nt = total < DL_TK_SMALL ? 1 : nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        const int tid = tk_tid(), team = tk_nteam();
+        /* level 0: high halves */
+        for (int g = tid; g < nseg; g += team) {
+            int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS;
+            const uint32_t *sg = cs[g];
+            uint32_t mx = 0;
+            memset(hg, 0, DL_TK_HBINS * sizeof(int32_t));
+            for (int64_t j = 0; j < len[g]; j++) {
+                const uint32_t sc = sg[j] & mask;
+                mx = sc > mx ? sc : mx;
+                hg[sc >> 16]++;
+            }
+            mxs[g] = mx;
+        }
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp single
+#endif
+        {
+            memset(tot, 0, DL_TK_HBINS * sizeof(int64_t));
+            for (int g = 0; g < nseg; g++) {
+                bad |= src->mode == TK_MAG && mxs[g] > DL_TK_NAN;
+                const int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS;
+                for (int b = 0; b < DL_TK_HBINS; b++) tot[b] += hg[b];
+            }
+            hi = tk_find_bin(tot, DL_TK_HBINS, k, &above);
+        } /* the single's implied barrier publishes hi, above and bad */
+        if (!bad) {
+            /* level 1: low halves of the scores in bin hi */
+            const uint32_t H = hi;
+            for (int g = tid; g < nseg; g += team) {
+                int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS + DL_TK_HBINS;
+                const uint32_t *sg = cs[g];
+                memset(hg, 0, DL_TK_HBINS * sizeof(int32_t));
+                for (int64_t j = 0; j < len[g]; j++) {
+                    const uint32_t sc = sg[j] & mask;
+                    if ((sc >> 16) == H) hg[sc & 0xffffu]++;
+                }
+            }
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp single
+#endif
+            {
+                memset(tot, 0, DL_TK_HBINS * sizeof(int64_t));
+                for (int g = 0; g < nseg; g++) {
+                    const int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS + DL_TK_HBINS;
+                    for (int b = 0; b < DL_TK_HBINS; b++) tot[b] += hg[b];
+                }
+                lo = tk_find_bin(tot, DL_TK_HBINS, k - above, &above);
+                /* per segment: above T = high bins above hi + low bins above lo; equal = bin lo */
+                int64_t o = 0, eq_before = 0;
+                const int64_t need_eq = k - above;
+                for (int g = 0; g < nseg; g++) {
+                    const int32_t *h0 = h + (int64_t)g * 2 * DL_TK_HBINS, *h1 = h0 + DL_TK_HBINS;
+                    int64_t a = 0;
+                    for (uint32_t b = hi + 1; b < DL_TK_HBINS; b++) a += h0[b];
+                    for (uint32_t b = lo + 1; b < DL_TK_HBINS; b++) a += h1[b];
+                    gt[g] = a;
+                    eq[g] = h1[lo];
+                    take[g] = dl_max_i64(0, dl_min_i64(eq[g], need_eq - eq_before));
+                    off[g] = o;
+                    o += gt[g] + take[g];
+                    eq_before += eq[g];
+                }
+            }
+            const uint32_t T = (hi << 16) | lo;
+            for (int g = tid; g < nseg; g += team) {
+                int64_t o = off[g], left = take[g];
+                const uint32_t *sg = cs[g];
+                for (int64_t j = 0; j < len[g]; j++) {
+                    const uint32_t sc = sg[j] & mask;
+                    if (sc > T || (sc == T && left > 0)) {
+                        left -= sc == T;
+                        idx[o] = ci[g][j];
+                        if (src->mode == TK_MAG)
+                            memcpy(&val[o], &sg[j], 4);
+                        else
+                            val[o] = src->x[ci[g][j]];
+                        o++;
+                    }
+                }
+            }
+        }
+    }
+    free(h);
+    free(tot);
+    free(mxs);
+    return bad ? DL_E_NONFINITE : DL_OK;
+}
+
 /* One filter pass with threshold t and at most cap candidates per thread, then the exact select
  * on the candidates. DL_OK, DL_TK_RETRY (fewer than k candidates), DL_TK_FALLBACK (a buffer
  * overflowed) or an error. */
@@ -264,25 +390,7 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         status = DL_TK_RETRY;
         goto done;
     }
-    const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
-    uint32_t T;
-    int64_t n_gt;
-    status = tk_kth_segs(cs, cnt, nteam, mask, src->mode == TK_MAG, k, &T, &n_gt);
-    if (status != DL_OK) goto done;
-    int64_t need_eq = k - n_gt, o = 0;
-    for (int g = 0; g < nteam; g++)
-        for (int64_t j = 0; j < cnt[g]; j++) {
-            const uint32_t s = cs[g][j] & mask;
-            if (s > T || (s == T && need_eq > 0)) {
-                need_eq -= s == T;
-                idx[o] = ci[g][j];
-                if (src->mode == TK_MAG)
-                    memcpy(&val[o], &cs[g][j], 4);
-                else
-                    val[o] = src->x[ci[g][j]];
-                o++;
-            }
-        }
+    status = tk_select_segs(src, ci, cs, cnt, nteam, k, nt, idx, val);
 done:
     if (ci != NULL)
         for (int g = 0; g < nt; g++) free(ci[g]);
