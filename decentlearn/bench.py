@@ -228,10 +228,10 @@ def numpy_neighbor_loop(W_dense: np.ndarray, X: np.ndarray, out: np.ndarray) -> 
 
 def bench_gossip(n_peers: int = 1000, dim: int = 25_600, repeat: int = 5,
                  n_threads: int | None = None, graphs: str = "ring,exponential",
-                 slow_repeat: int = 2, limits: dict | None = None) -> dict:
+                 slow_repeat: int = 2, limits: dict | None = None, dense: bool = True) -> dict:
     """ops.gossip (Y = W X) against the NumPy per-neighbour loop, scipy.sparse CSR @ dense, dense
-    W @ X (BLAS, up to 2,000 peers) and np.copyto of the same array, per topology in ``graphs``.
-    Bytes moved: X read once, Y written once."""
+    W @ X (BLAS, with ``dense`` and up to 2,000 peers) and np.copyto of the same array, per
+    topology in ``graphs``. Bytes moved: X read once, Y written once."""
     import scipy.sparse as sp
 
     from decentlearn import ops, topology
@@ -251,7 +251,7 @@ def bench_gossip(n_peers: int = 1000, dim: int = 25_600, repeat: int = 5,
                "np.copyto": lambda: np.copyto(Y, X),
                "numpy neighbour loop": (lambda: numpy_neighbor_loop(W, X, Y), slow_repeat),
                "scipy CSR @ X": (lambda: S @ X, slow_repeat)}
-        if n_peers <= 2000:
+        if dense and n_peers <= 2000:
             fns["dense W @ X"] = (lambda: np.matmul(W, X, out=Y), slow_repeat)
         rows.append(kernel_row(f"gossip {spec}", best_of(fns, repeat), lim, moved=2 * X.nbytes,
                                topology=spec, degree_max=int(top.degree().max()),
@@ -621,7 +621,8 @@ def bench_all(repeat: int = 5, n_threads: int | None = None, n: int = 25_000_000
     threads = ops.resolve_threads(n_threads)
     lim = measure_limits(threads)
     reports: dict = {}
-    plan = [("gossip", lambda: bench_gossip(n_peers, dim, repeat, threads, limits=lim)),
+    plan = [("gossip", lambda: bench_gossip(n_peers, dim, repeat, threads, limits=lim,
+                                            dense=False)),
             ("natural", lambda: bench_natural(n, repeat, threads, limits=lim)),
             ("topk", lambda: bench_topk(n, repeat=repeat, n_threads=threads, limits=lim)),
             ("stc", lambda: bench_stc(n, repeat=repeat, n_threads=threads, limits=lim)),
