@@ -231,6 +231,16 @@ def cmd_bench(args) -> int:
         if getattr(args, name) < 1:
             raise UsageError(f"bench: --{name} must be >= 1, got {getattr(args, name)}")
     t, rep = args.threads, args.repeat
+    if args.cpu_time and t != 1:
+        raise UsageError("bench: --cpu-time needs --threads 1 (CPU time of one thread)")
+    with bench.clock("cpu" if args.cpu_time else "wall"):
+        report = _bench_report(bench, args, shapes, t, rep)
+    if args.json:
+        bench.save_json(report, args.what, args.json)
+    return 0
+
+
+def _bench_report(bench, args, shapes, t: int | None, rep: int) -> dict:
     if args.what == "all":
         report = bench.bench_all(rep, t, args.n, args.peers, args.dim, shapes,
                                  progress=lambda name, r: print(bench.format_report(r) + "\n",
@@ -248,9 +258,7 @@ def cmd_bench(args) -> int:
             "gemm": lambda: bench.bench_gemm(shapes, rep, t),
         }[args.what]()
         print(bench.format_report(report))
-    if args.json:
-        bench.save_json(report, args.what, args.json)
-    return 0
+    return report
 
 
 def cmd_download(args) -> int:
@@ -303,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--graphs", default="ring,exponential",
                    help="comma-separated topology specs")
     b.add_argument("--json", help="also write the report to this JSON file")
+    b.add_argument("--cpu-time", action="store_true",
+                   help="time with CPU seconds instead of wall time (with --threads 1: a loaded "
+                        "machine's ratios; BLAS limited to one thread too)")
     d = sub.add_parser("download", help="download a dataset (mnist, fashion-mnist, cifar10)")
     d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"])
     d.add_argument("--data-dir")

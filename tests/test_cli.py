@@ -149,3 +149,12 @@ def test_bench_all_small(capsys, tmp_path):
     assert "46 GB/s" not in out and "machine figure" not in out
     code, _, err = run_cli(["bench", "all", "--repeat", "0"], capsys)
     assert code == 2 and "--repeat" in err
+
+
+def test_bench_cpu_time(capsys):
+    """--cpu-time (one thread, CPU seconds: for a loaded machine) is said in the report."""
+    code, out, _ = run_cli(["bench", "topk", "--n", "100000", "--repeat", "1", "--threads", "1",
+                            "--cpu-time"], capsys)
+    assert code == 0 and "1 threads, cpu clock" in out
+    code, _, err = run_cli(["bench", "topk", "--n", "100000", "--cpu-time"], capsys)
+    assert code == 2 and "--threads 1" in err
