@@ -3,9 +3,9 @@
  * Top-k never sorts a row. A fixed strided sample of the magnitudes gives a threshold a little
  * below the k-th largest (a quantile plus a safety margin of ~4 standard deviations); one
  * vectorized pass (topk_impl.h, chosen through dl_dispatch) collects the few elements at or above
- * it, and an exact radix select on the candidates' magnitude bits (two histogram passes of
- * 16 bits, each thread on its own candidates, the integer counts summed in a fixed order) finds
- * the k-th largest value T. The output is every candidate above T plus the lowest-indexed
+ * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram pass, each
+ * thread on its own candidates, the integer counts summed in a fixed order, then the few
+ * candidates in the chosen bin) finds the k-th largest value T. The output is every candidate above T plus the lowest-indexed
  * ones equal to T, which the candidates' index order yields already ascending; each thread writes
  * its own candidates at a prefix offset.
  * Too few candidates lower the threshold and filter again; too many (heavy ties, adversarial
@@ -225,31 +225,28 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
 }
 
 /* The exact selection over candidate segments (each in ascending index order, segment g before
- * g + 1), in parallel. Two histogram levels of 16 bits each: every segment counts the high halves
- * of its scores (2^16 int32 bins), the counts are summed in segment order (integers: exact, so the
- * same for any thread count) to find the high half H of the k-th largest score; then the low
- * halves of the scores whose high half is H, the same way, give T. Each segment's count above T
- * and equal to T follow from its own histograms, so it takes its share of the ties in segment
- * order and writes its selected candidates at its prefix offset in one more pass. Writes the k
- * selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
-#define DL_TK_HBINS 65536
+ * g + 1; every score >= t), in parallel. Level 0: every segment counts the high halves of its
+ * scores in bins [t >> 16, 65535]; the counts, summed in segment order (integers: exact, so the
+ * same for any thread count), give the high half H of the k-th largest score. Level 1: each
+ * segment copies out the low halves of its scores whose high half is H (few: one bin of 2^16),
+ * and one thread finds the low half L of the k-th largest among them (two 8-bit histograms), so
+ * T = H L. Each segment's counts above and equal to T follow, it takes its share of the ties in
+ * segment order and writes its selected candidates at its prefix offset in one more pass. Writes
+ * the k selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
 static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *const *cs,
-                          const int64_t *len, int nseg, int64_t k, int nt, int32_t *idx,
-                          float *val) {
+                          const int64_t *len, int nseg, int64_t k, uint32_t t, int nt,
+                          int32_t *idx, float *val) {
     const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
-    int32_t *h = malloc((size_t)nseg * 2 * DL_TK_HBINS * sizeof(int32_t));
-    int64_t *tot = malloc((DL_TK_HBINS + 4 * (size_t)nseg) * sizeof(int64_t));
+    const uint32_t b_lo = t >> 16, nb = (mask >> 16) + 1 - b_lo; /* level-0 bins */
+    int32_t *h = malloc((size_t)nseg * nb * sizeof(int32_t));
+    int64_t *tot = malloc((nb + 6 * (size_t)nseg + 1) * sizeof(int64_t));
+    uint16_t **low = calloc((size_t)nseg, sizeof(uint16_t *));
     uint32_t *mxs = calloc((size_t)nseg, sizeof(uint32_t));
-    if (h == NULL || tot == NULL || mxs == NULL) {
-        free(h);
-        free(tot);
-        free(mxs);
-        return DL_E_NOMEM;
-    }
-    int64_t *gt = tot + DL_TK_HBINS, *eq = gt + nseg, *off = eq + nseg, *take = off + nseg;
-    uint32_t hi = 0, lo = 0;
-    int64_t above = 0;
-    int bad = 0;
+    int bad = h == NULL || tot == NULL || low == NULL || mxs == NULL ? DL_E_NOMEM : DL_OK;
+    if (bad) goto done;
+    int64_t *gt = tot + nb, *eq = gt + nseg, *off = eq + nseg, *take = off + nseg;
+    int64_t *nlow = take + nseg, *lpos = nlow + nseg;
+    uint32_t T = 0;
     int64_t total = 0;
     for (int g = 0; g < nseg; g++) total += len[g];
     nt = total < DL_TK_SMALL ? 1 : nt;
@@ -258,16 +255,15 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
 #endif
     {
         const int tid = tk_tid(), team = tk_nteam();
-        /* level 0: high halves */
         for (int g = tid; g < nseg; g += team) {
-            int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS;
+            int32_t *hg = h + (int64_t)g * nb;
             const uint32_t *sg = cs[g];
             uint32_t mx = 0;
-            memset(hg, 0, DL_TK_HBINS * sizeof(int32_t));
+            memset(hg, 0, nb * sizeof(int32_t));
             for (int64_t j = 0; j < len[g]; j++) {
                 const uint32_t sc = sg[j] & mask;
                 mx = sc > mx ? sc : mx;
-                hg[sc >> 16]++;
+                hg[(sc >> 16) - b_lo]++;
             }
             mxs[g] = mx;
         }
@@ -276,24 +272,34 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
 #pragma omp single
 #endif
         {
-            memset(tot, 0, DL_TK_HBINS * sizeof(int64_t));
+            uint32_t top = 0; /* highest used level-0 bin */
             for (int g = 0; g < nseg; g++) {
-                bad |= src->mode == TK_MAG && mxs[g] > DL_TK_NAN;
-                const int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS;
-                for (int b = 0; b < DL_TK_HBINS; b++) tot[b] += hg[b];
+                if (src->mode == TK_MAG && mxs[g] > DL_TK_NAN) bad = DL_E_NONFINITE;
+                if (len[g] > 0) top = dl_max_i64(top, (mxs[g] >> 16) - b_lo);
             }
-            hi = tk_find_bin(tot, DL_TK_HBINS, k, &above);
-        } /* the single's implied barrier publishes hi, above and bad */
+            memset(tot, 0, (top + 1) * sizeof(int64_t));
+            for (int g = 0; g < nseg; g++)
+                for (uint32_t b = 0; b <= top; b++) tot[b] += h[(int64_t)g * nb + b];
+            int64_t above = 0;
+            const uint32_t hb = tk_find_bin(tot, top + 1, k, &above);
+            for (int g = 0; g < nseg; g++) {
+                int64_t a = 0;
+                for (uint32_t b = hb + 1; b <= top; b++) a += h[(int64_t)g * nb + b];
+                gt[g] = a;
+                nlow[g] = h[(int64_t)g * nb + hb];
+                low[g] = malloc((size_t)dl_max_i64(nlow[g], 1) * sizeof(uint16_t));
+                if (low[g] == NULL) bad = DL_E_NOMEM;
+            }
+            T = (hb + b_lo) << 16;
+            lpos[0] = k - above; /* rank of the k-th largest within bin hb */
+        } /* the single's implied barrier publishes everything above */
         if (!bad) {
-            /* level 1: low halves of the scores in bin hi */
-            const uint32_t H = hi;
+            const uint32_t H = T >> 16;
             for (int g = tid; g < nseg; g += team) {
-                int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS + DL_TK_HBINS;
-                const uint32_t *sg = cs[g];
-                memset(hg, 0, DL_TK_HBINS * sizeof(int32_t));
+                int64_t m = 0;
                 for (int64_t j = 0; j < len[g]; j++) {
-                    const uint32_t sc = sg[j] & mask;
-                    if ((sc >> 16) == H) hg[sc & 0xffffu]++;
+                    const uint32_t sc = cs[g][j] & mask;
+                    if ((sc >> 16) == H) low[g][m++] = (uint16_t)sc;
                 }
             }
 #ifdef _OPENMP
@@ -301,36 +307,42 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
 #pragma omp single
 #endif
             {
-                memset(tot, 0, DL_TK_HBINS * sizeof(int64_t));
-                for (int g = 0; g < nseg; g++) {
-                    const int32_t *hg = h + (int64_t)g * 2 * DL_TK_HBINS + DL_TK_HBINS;
-                    for (int b = 0; b < DL_TK_HBINS; b++) tot[b] += hg[b];
+                int64_t hist[256], above = 0, rank = lpos[0];
+                uint32_t lo = 0;
+                for (int lv = 0; lv < 2; lv++) { /* high byte, then low byte of the low half */
+                    const int sh = lv == 0 ? 8 : 0;
+                    memset(hist, 0, sizeof hist);
+                    for (int g = 0; g < nseg; g++)
+                        for (int64_t j = 0; j < nlow[g]; j++)
+                            if (lv == 0 || (low[g][j] >> 8) == (lo >> 8))
+                                hist[(low[g][j] >> sh) & 0xff]++;
+                    lo |= tk_find_bin(hist, 256, rank - above, &above) << sh;
                 }
-                lo = tk_find_bin(tot, DL_TK_HBINS, k - above, &above);
-                /* per segment: above T = high bins above hi + low bins above lo; equal = bin lo */
+                T |= lo;
                 int64_t o = 0, eq_before = 0;
-                const int64_t need_eq = k - above;
+                const int64_t need_eq = rank - above;
                 for (int g = 0; g < nseg; g++) {
-                    const int32_t *h0 = h + (int64_t)g * 2 * DL_TK_HBINS, *h1 = h0 + DL_TK_HBINS;
-                    int64_t a = 0;
-                    for (uint32_t b = hi + 1; b < DL_TK_HBINS; b++) a += h0[b];
-                    for (uint32_t b = lo + 1; b < DL_TK_HBINS; b++) a += h1[b];
-                    gt[g] = a;
-                    eq[g] = h1[lo];
+                    int64_t a = 0, e = 0;
+                    for (int64_t j = 0; j < nlow[g]; j++) {
+                        a += low[g][j] > lo;
+                        e += low[g][j] == lo;
+                    }
+                    gt[g] += a;
+                    eq[g] = e;
                     take[g] = dl_max_i64(0, dl_min_i64(eq[g], need_eq - eq_before));
                     off[g] = o;
                     o += gt[g] + take[g];
                     eq_before += eq[g];
                 }
             }
-            const uint32_t T = (hi << 16) | lo;
+            const uint32_t TT = T;
             for (int g = tid; g < nseg; g += team) {
                 int64_t o = off[g], left = take[g];
                 const uint32_t *sg = cs[g];
                 for (int64_t j = 0; j < len[g]; j++) {
                     const uint32_t sc = sg[j] & mask;
-                    if (sc > T || (sc == T && left > 0)) {
-                        left -= sc == T;
+                    if (sc > TT || (sc == TT && left > 0)) {
+                        left -= sc == TT;
                         idx[o] = ci[g][j];
                         if (src->mode == TK_MAG)
                             memcpy(&val[o], &sg[j], 4);
@@ -342,10 +354,14 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
             }
         }
     }
+done:
+    if (low != NULL)
+        for (int g = 0; g < nseg; g++) free(low[g]);
+    free(low);
     free(h);
     free(tot);
     free(mxs);
-    return bad ? DL_E_NONFINITE : DL_OK;
+    return bad;
 }
 
 /* One filter pass with threshold t and at most cap candidates per thread, then the exact select
@@ -390,7 +406,7 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         status = DL_TK_RETRY;
         goto done;
     }
-    status = tk_select_segs(src, ci, cs, cnt, nteam, k, nt, idx, val);
+    status = tk_select_segs(src, ci, cs, cnt, nteam, k, t, nt, idx, val);
 done:
     if (ci != NULL)
         for (int g = 0; g < nt; g++) free(ci[g]);

@@ -37,6 +37,7 @@
 #define DL_TK_LANES 1
 #endif
 #define DL_TK_BLOCK (4 * DL_TK_LANES) /* elements tested per mask */
+#define DL_TK_RUN 256                 /* vectors per two-phase run (AVX2 magnitude filter) */
 
 #if DL_TK_LANES > 1
 typedef uint32_t dl_tk_vu __attribute__((vector_size(DL_TK_LANES * 4)));
@@ -233,6 +234,27 @@ int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int
     int64_t c = 0, i = i0;
 #if DL_TK_LANES > 1
     const dl_tk_vu tv = (dl_tk_vu){0} + t, am = (dl_tk_vu){0} + 0x7fffffffu;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    /* AVX2, when the buffer is sized for a dense pass (cap above 1/128 of the range, ~0.5% of
+     * elements passing): runs of DL_TK_RUN vectors in two phases, first the (branch-free) list of
+     * vectors with a passing lane, then the compaction of just those, reloaded from L1. No branch
+     * per vector or block, which at ~1% density mispredicts on a quarter of the blocks; at low
+     * density the second look costs more than the rare mispredictions. */
+    const int64_t run_end = cap > (i1 - i0) / 128 ? i1 : i0;
+    for (; i + DL_TK_RUN * DL_TK_LANES <= run_end; i += DL_TK_RUN * DL_TK_LANES) {
+        uint16_t hit[DL_TK_RUN];
+        int nh = 0;
+        for (int u = 0; u < DL_TK_RUN; u++) {
+            hit[nh] = (uint16_t)u;
+            nh += tk_mask_ge(tk_ld(x + i + u * DL_TK_LANES) & am, tv) != 0;
+        }
+        for (int h = 0; h < nh; h++) {
+            const int64_t j = i + (int64_t)hit[h] * DL_TK_LANES;
+            const dl_tk_vu v = tk_ld(x + j);
+            c = tk_emit(tk_mask_ge(v & am, tv), v, j, idx, bits, cap, c);
+        }
+    }
+#endif
     for (; i + DL_TK_BLOCK <= i1; i += DL_TK_BLOCK) {
         dl_tk_vu v[4];
         uint32_t m[4];
