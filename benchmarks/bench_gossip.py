@@ -24,7 +24,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--graphs", default="ring,exponential,torus,random-regular:8")
-    p.add_argument("--out", default=None, help="JSON report (default benchmarks/results/gossip.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON report (default benchmarks/results/gossip.json)")
     args = p.parse_args()
     report = bench.bench_gossip(args.peers, args.dim, args.repeat, args.threads, args.graphs)
     print(bench.format_report(report))

@@ -3,7 +3,7 @@ array, GRACE's NumPy bit trick (int32 view + random 23-bit integers, mask the ma
 natural dithering in NumPy.
 
     python benchmarks/bench_natural.py [--n 25000000] [--s 8] [--repeat 7] [--threads N]
-                                                                      (or: decentlearn bench natural)
+                                                                   (or: decentlearn bench natural)
 
 Limits (copy bandwidth: C streaming copy and np.copyto; numpy sgemm with its BLAS and threads;
 the int8 peak of the active ISA) are measured first in the same process; every row gives its
@@ -24,7 +24,8 @@ def main() -> None:
     p.add_argument("--s", type=int, default=8, help="dithering levels")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", default=None, help="JSON report (default benchmarks/results/natural.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON report (default benchmarks/results/natural.json)")
     args = p.parse_args()
     report = bench.bench_natural(args.n, args.repeat, args.threads, args.s)
     print(bench.format_report(report))

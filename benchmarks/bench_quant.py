@@ -23,7 +23,8 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=25_600)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", default=None, help="JSON report (default benchmarks/results/quant.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON report (default benchmarks/results/quant.json)")
     args = p.parse_args()
     report = bench.bench_quant(args.peers, args.dim, args.repeat, args.threads)
     print(bench.format_report(report))

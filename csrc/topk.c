@@ -5,11 +5,11 @@
  * vectorized pass (topk_impl.h, chosen through dl_dispatch) collects the few elements at or above
  * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram pass, each
  * thread on its own candidates, the integer counts summed in a fixed order, then the few
- * candidates in the chosen bin) finds the k-th largest value T. The output is every candidate above T plus the lowest-indexed
- * ones equal to T, which the candidates' index order yields already ascending; each thread writes
- * its own candidates at a prefix offset.
- * Too few candidates lower the threshold and filter again; too many (heavy ties, adversarial
- * rows) fall back to the same radix select over the whole row. Either way the result is a pure
+ * candidates in the chosen bin) finds the k-th largest value T. The output is every candidate
+ * above T plus the lowest-indexed ones equal to T, which the candidates' index order yields
+ * already ascending; each thread writes its own candidates at a prefix offset. Too few
+ * candidates lower the threshold and filter again; too many (heavy ties, adversarial rows) fall
+ * back to the same radix select over the whole row. Either way the result is a pure
  * function of the row: the k largest |x|, ties at the threshold going to the lowest indices, so it
  * cannot depend on the thread count or path. Random-k is the same selection on the score
  * ~dl_rng_u32(key, i) (the k smallest random numbers: a uniform k-subset), with an analytic

@@ -184,8 +184,9 @@ def format_limits(lim: dict) -> str:
     """The limits as two lines (CPU and ISA, then the measured figures)."""
     cpu, blas = lim["cpu"], lim["blas"]
     return (f"CPU {cpu['model_name']} (family {cpu['family']} model {cpu['model']}), ISA path "
-            f"{lim['isa']}, {lim['threads']} threads, {lim.get('clock', 'wall')} clock; numpy {lim['numpy']} with {blas['library']} "
-            f"{blas['version']} ({blas['threads']} threads, {blas['architecture']})\n"
+            f"{lim['isa']}, {lim['threads']} threads, {lim.get('clock', 'wall')} clock; numpy "
+            f"{lim['numpy']} with {blas['library']} {blas['version']} ({blas['threads']} threads, "
+            f"{blas['architecture']})\n"
             f"limits measured now: copy {lim['copy_nt_gbs']:.1f} GB/s (C streaming) / "
             f"{lim['copyto_gbs']:.1f} GB/s (np.copyto), read+write; numpy sgemm "
             f"{lim['sgemm_gflops']:.0f} GFLOP/s; int8 peak {lim['int8_peak_gops']:.0f} GOP/s "
@@ -216,7 +217,8 @@ def kernel_row(kernel: str, times: dict, limits: dict, moved: int | None = None,
 
 
 def format_rows(rows: list[dict]) -> str:
-    """The rows of a report as a table: time, rate, fraction of the limit, each baseline's speedup."""
+    """The rows of a report as a table: time, rate, fraction of the limit, each baseline's
+    speedup."""
     table = []
     for r in rows:
         rate = (f"{r['gbs']:.1f} GB/s" if "gbs" in r
