@@ -45,7 +45,7 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .gemm_s8_layout = &dl_gemm_s8_layout_s16, .gemm_s8_pack_b = W(dl_gemm_s8_pack_b_##isa),        \
     .gemm_s8 = W(dl_gemm_s8_##isa), .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,             \
     .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,                                      \
-    .gemm_s8_batched = W(dl_gemm_s8_batched_##isa)
+    .gemm_s8_batched = W(dl_gemm_s8_batched_##isa), .peak_s8 = W(dl_peak_s8_##isa)
 
 static const dl_dispatch_t tables[DL_ISA_COUNT] = {
     {.isa = DL_ISA_GENERIC, .name = "generic", DL_ISA_KERNELS(generic, DL_ANY),
@@ -60,7 +60,8 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx512vnni),
      .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
      .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
-     .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni)},
+     .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni),
+     .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni)},
 };
 
 static const dl_dispatch_t *active = NULL;

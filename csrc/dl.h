@@ -131,6 +131,9 @@ typedef struct {
 } dl_gemm_s8_batch_t;
 typedef int (*dl_gemm_s8_batched_fn)(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* <<< dispatch-types gemm */
+/* >>> dispatch-types limits */
+typedef int (*dl_peak_s8_fn)(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
+/* <<< dispatch-types limits */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
 typedef struct {
@@ -162,6 +165,9 @@ typedef struct {
     dl_gemm_absmax_bits_f32_fn gemm_absmax_bits_f32;
     dl_gemm_s8_batched_fn gemm_s8_batched;
     /* <<< dispatch-members gemm */
+    /* >>> dispatch-members limits */
+    dl_peak_s8_fn peak_s8; /* the int8 peak loop of the instruction the active gemm_s8 uses */
+    /* <<< dispatch-members limits */
 } dl_dispatch_t;
 
 /* dispatch.c */
@@ -366,6 +372,16 @@ int dl_gemm_s8_batched_generic(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx2(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* <<< section gemm */
+
+/* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */
+/* dst[0:n) = src[0:n) with non-temporal stores (no overlap); any n_threads, same result. */
+int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
+/* The int8 multiply-add peak loop of one instruction (peak_impl.h): *ops operations (2 per
+ * multiply-add) done by reps iterations on each of n_threads threads; *check a checksum. */
+int dl_peak_s8_generic(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
+int dl_peak_s8_avx2(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
+int dl_peak_s8_avx512vnni(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
+/* <<< section limits */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t dl_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -1359,6 +1359,61 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
 }
 /* <<< glue gemm */
 
+/* >>> glue limits (copy.c, peak*.c): the measured limits of decentlearn.bench */
+
+/* copy_f32(src, dst, n_threads) -> dst: dst[...] = src[...] with non-temporal stores. Both
+ * C-contiguous aligned float32 arrays of the same size (any shapes), not overlapping. */
+static PyObject *py_copy_f32(PyObject *self, PyObject *args) {
+    PyArrayObject *src, *dst;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!i:copy_f32", &PyArray_Type, &src, &PyArray_Type, &dst,
+                          &n_threads))
+        return NULL;
+    if (check_array(src, "copy_f32", "src", NPY_FLOAT32, PyArray_NDIM(src), 0) < 0 ||
+        check_array(dst, "copy_f32", "dst", NPY_FLOAT32, PyArray_NDIM(dst), 1) < 0 ||
+        check_threads("copy_f32", n_threads) < 0)
+        return NULL;
+    if (PyArray_SIZE(src) != PyArray_SIZE(dst)) {
+        PyErr_Format(PyExc_ValueError, "copy_f32: dst must have src's size %zd, got %zd",
+                     (Py_ssize_t)PyArray_SIZE(src), (Py_ssize_t)PyArray_SIZE(dst));
+        return NULL;
+    }
+    if (overlaps(src, dst)) {
+        PyErr_SetString(PyExc_ValueError, "copy_f32: dst must not overlap src");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_copy_f32((int64_t)PyArray_SIZE(src), (const float *)PyArray_DATA(src),
+                         (float *)PyArray_DATA(dst), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("copy_f32", status);
+    Py_INCREF(dst);
+    return (PyObject *)dst;
+}
+
+/* peak_s8(reps, n_threads) -> (ops, check): the active path's int8 peak loop, reps iterations on
+ * each thread; ops = operations done (2 per multiply-add). */
+static PyObject *py_peak_s8(PyObject *self, PyObject *args) {
+    long long reps;
+    int n_threads, status;
+    int64_t ops = 0, check = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Li:peak_s8", &reps, &n_threads)) return NULL;
+    if (reps < 0) {
+        PyErr_Format(PyExc_ValueError, "peak_s8: reps must be >= 0, got %lld", reps);
+        return NULL;
+    }
+    if (check_threads("peak_s8", n_threads) < 0) return NULL;
+    const dl_dispatch_t *d = dl_dispatch();
+    Py_BEGIN_ALLOW_THREADS;
+    status = d->peak_s8((int64_t)reps, n_threads, &ops, &check);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("peak_s8", status);
+    return Py_BuildValue("(LL)", (long long)ops, (long long)check);
+}
+/* <<< glue limits */
+
 /* config() -> dict describing the build and the active paths. */
 static PyObject *py_config(PyObject *self, PyObject *unused) {
     (void)self;
@@ -1475,6 +1530,12 @@ static PyMethodDef methods[] = {
     {"gemm_s8_batched", py_gemm_s8_batched, METH_VARARGS,
      "gemm_s8_batched(a, b, trans_a, trans_b, a_scale, b_scale, bias, out, n_threads) -> out."},
     /* <<< methods gemm */
+    /* >>> methods limits */
+    {"copy_f32", py_copy_f32, METH_VARARGS,
+     "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32)."},
+    {"peak_s8", py_peak_s8, METH_VARARGS,
+     "peak_s8(reps, n_threads) -> (ops, check): the active path's int8 multiply-add peak loop."},
+    /* <<< methods limits */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
     {NULL, NULL, 0, NULL},

@@ -3,11 +3,13 @@
  * Top-k never sorts a row. A fixed strided sample of the magnitudes gives a threshold a little
  * below the k-th largest (a quantile plus a safety margin of ~4 standard deviations); one
  * vectorized pass (topk_impl.h, chosen through dl_dispatch) collects the few elements at or above
- * it, and an exact radix select on the candidates' magnitude bits (three histogram passes of
- * 11/11/10 bits) finds the k-th largest value T. The output is every candidate above T plus the
- * lowest-indexed ones equal to T, which the candidates' index order yields already ascending.
- * Too few candidates lower the threshold and filter again; too many (heavy ties, adversarial
- * rows) fall back to the same radix select over the whole row. Either way the result is a pure
+ * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram pass, each
+ * thread on its own candidates, the integer counts summed in a fixed order, then the few
+ * candidates in the chosen bin) finds the k-th largest value T. The output is every candidate
+ * above T plus the lowest-indexed ones equal to T, which the candidates' index order yields
+ * already ascending; each thread writes its own candidates at a prefix offset. Too few
+ * candidates lower the threshold and filter again; too many (heavy ties, adversarial rows) fall
+ * back to the same radix select over the whole row. Either way the result is a pure
  * function of the row: the k largest |x|, ties at the threshold going to the lowest indices, so it
  * cannot depend on the thread count or path. Random-k is the same selection on the score
  * ~dl_rng_u32(key, i) (the k smallest random numbers: a uniform k-subset), with an analytic
@@ -222,6 +224,146 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
     return DL_OK;
 }
 
+/* The exact selection over candidate segments (each in ascending index order, segment g before
+ * g + 1; every score >= t), in parallel. Level 0: every segment counts the high halves of its
+ * scores in bins [t >> 16, 65535]; the counts, summed in segment order (integers: exact, so the
+ * same for any thread count), give the high half H of the k-th largest score. Level 1: each
+ * segment copies out the low halves of its scores whose high half is H (few: one bin of 2^16),
+ * and one thread finds the low half L of the k-th largest among them (two 8-bit histograms), so
+ * T = H L. Each segment's counts above and equal to T follow, it takes its share of the ties in
+ * segment order and writes its selected candidates at its prefix offset in one more pass. Writes
+ * the k selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
+static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *const *cs,
+                          const int64_t *len, int nseg, int64_t k, uint32_t t, int nt,
+                          int32_t *idx, float *val) {
+    const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
+    const uint32_t b_lo = t >> 16, nb = (mask >> 16) + 1 - b_lo; /* level-0 bins */
+    int32_t *h = malloc((size_t)nseg * nb * sizeof(int32_t));
+    int64_t *tot = malloc((nb + 6 * (size_t)nseg + 1) * sizeof(int64_t));
+    uint16_t **low = calloc((size_t)nseg, sizeof(uint16_t *));
+    uint32_t *mxs = calloc((size_t)nseg, sizeof(uint32_t));
+    int bad = h == NULL || tot == NULL || low == NULL || mxs == NULL ? DL_E_NOMEM : DL_OK;
+    if (bad) goto done;
+    int64_t *gt = tot + nb, *eq = gt + nseg, *off = eq + nseg, *take = off + nseg;
+    int64_t *nlow = take + nseg, *lpos = nlow + nseg;
+    uint32_t T = 0;
+    int64_t total = 0;
+    for (int g = 0; g < nseg; g++) total += len[g];
+    nt = total < DL_TK_SMALL ? 1 : nt;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        const int tid = tk_tid(), team = tk_nteam();
+        for (int g = tid; g < nseg; g += team) {
+            int32_t *hg = h + (int64_t)g * nb;
+            const uint32_t *sg = cs[g];
+            uint32_t mx = 0;
+            memset(hg, 0, nb * sizeof(int32_t));
+            for (int64_t j = 0; j < len[g]; j++) {
+                const uint32_t sc = sg[j] & mask;
+                mx = sc > mx ? sc : mx;
+                hg[(sc >> 16) - b_lo]++;
+            }
+            mxs[g] = mx;
+        }
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp single
+#endif
+        {
+            uint32_t top = 0; /* highest used level-0 bin */
+            for (int g = 0; g < nseg; g++) {
+                if (src->mode == TK_MAG && mxs[g] > DL_TK_NAN) bad = DL_E_NONFINITE;
+                if (len[g] > 0) top = dl_max_i64(top, (mxs[g] >> 16) - b_lo);
+            }
+            memset(tot, 0, (top + 1) * sizeof(int64_t));
+            for (int g = 0; g < nseg; g++)
+                for (uint32_t b = 0; b <= top; b++) tot[b] += h[(int64_t)g * nb + b];
+            int64_t above = 0;
+            const uint32_t hb = tk_find_bin(tot, top + 1, k, &above);
+            for (int g = 0; g < nseg; g++) {
+                int64_t a = 0;
+                for (uint32_t b = hb + 1; b <= top; b++) a += h[(int64_t)g * nb + b];
+                gt[g] = a;
+                nlow[g] = h[(int64_t)g * nb + hb];
+                low[g] = malloc((size_t)dl_max_i64(nlow[g], 1) * sizeof(uint16_t));
+                if (low[g] == NULL) bad = DL_E_NOMEM;
+            }
+            T = (hb + b_lo) << 16;
+            lpos[0] = k - above; /* rank of the k-th largest within bin hb */
+        } /* the single's implied barrier publishes everything above */
+        if (!bad) {
+            const uint32_t H = T >> 16;
+            for (int g = tid; g < nseg; g += team) {
+                int64_t m = 0;
+                for (int64_t j = 0; j < len[g]; j++) {
+                    const uint32_t sc = cs[g][j] & mask;
+                    if ((sc >> 16) == H) low[g][m++] = (uint16_t)sc;
+                }
+            }
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp single
+#endif
+            {
+                int64_t hist[256], above = 0, rank = lpos[0];
+                uint32_t lo = 0;
+                for (int lv = 0; lv < 2; lv++) { /* high byte, then low byte of the low half */
+                    const int sh = lv == 0 ? 8 : 0;
+                    memset(hist, 0, sizeof hist);
+                    for (int g = 0; g < nseg; g++)
+                        for (int64_t j = 0; j < nlow[g]; j++)
+                            if (lv == 0 || (low[g][j] >> 8) == (lo >> 8))
+                                hist[(low[g][j] >> sh) & 0xff]++;
+                    lo |= tk_find_bin(hist, 256, rank - above, &above) << sh;
+                }
+                T |= lo;
+                int64_t o = 0, eq_before = 0;
+                const int64_t need_eq = rank - above;
+                for (int g = 0; g < nseg; g++) {
+                    int64_t a = 0, e = 0;
+                    for (int64_t j = 0; j < nlow[g]; j++) {
+                        a += low[g][j] > lo;
+                        e += low[g][j] == lo;
+                    }
+                    gt[g] += a;
+                    eq[g] = e;
+                    take[g] = dl_max_i64(0, dl_min_i64(eq[g], need_eq - eq_before));
+                    off[g] = o;
+                    o += gt[g] + take[g];
+                    eq_before += eq[g];
+                }
+            }
+            const uint32_t TT = T;
+            for (int g = tid; g < nseg; g += team) {
+                int64_t o = off[g], left = take[g];
+                const uint32_t *sg = cs[g];
+                for (int64_t j = 0; j < len[g]; j++) {
+                    const uint32_t sc = sg[j] & mask;
+                    if (sc > TT || (sc == TT && left > 0)) {
+                        left -= sc == TT;
+                        idx[o] = ci[g][j];
+                        if (src->mode == TK_MAG)
+                            memcpy(&val[o], &sg[j], 4);
+                        else
+                            val[o] = src->x[ci[g][j]];
+                        o++;
+                    }
+                }
+            }
+        }
+    }
+done:
+    if (low != NULL)
+        for (int g = 0; g < nseg; g++) free(low[g]);
+    free(low);
+    free(h);
+    free(tot);
+    free(mxs);
+    return bad;
+}
+
 /* One filter pass with threshold t and at most cap candidates per thread, then the exact select
  * on the candidates. DL_OK, DL_TK_RETRY (fewer than k candidates), DL_TK_FALLBACK (a buffer
  * overflowed) or an error. */
@@ -264,25 +406,7 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         status = DL_TK_RETRY;
         goto done;
     }
-    const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
-    uint32_t T;
-    int64_t n_gt;
-    status = tk_kth_segs(cs, cnt, nteam, mask, src->mode == TK_MAG, k, &T, &n_gt);
-    if (status != DL_OK) goto done;
-    int64_t need_eq = k - n_gt, o = 0;
-    for (int g = 0; g < nteam; g++)
-        for (int64_t j = 0; j < cnt[g]; j++) {
-            const uint32_t s = cs[g][j] & mask;
-            if (s > T || (s == T && need_eq > 0)) {
-                need_eq -= s == T;
-                idx[o] = ci[g][j];
-                if (src->mode == TK_MAG)
-                    memcpy(&val[o], &cs[g][j], 4);
-                else
-                    val[o] = src->x[ci[g][j]];
-                o++;
-            }
-        }
+    status = tk_select_segs(src, ci, cs, cnt, nteam, k, t, nt, idx, val);
 done:
     if (ci != NULL)
         for (int g = 0; g < nt; g++) free(ci[g]);

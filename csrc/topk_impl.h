@@ -8,7 +8,8 @@
  * ~dl_rng_u32(key, i). Scores are compared as unsigned integers. Candidates are rare, so a block of
  * four vectors is tested at once and skipped when none passes; AVX-512 compacts a passing vector in
  * a register (vpcompressd with a memory operand is microcoded on AMD Zen 4) and stores it whole,
- * the other builds walk the mask's set bits. The row drivers (selection, threads, fallbacks) are in
+ * AVX2 does the same with a permutation from a 256-entry table (vpermd), the portable build walks
+ * the mask's set bits. The row drivers (selection, threads, fallbacks) are in
  * topk.c.
  */
 #include <stdint.h>
@@ -36,6 +37,7 @@
 #define DL_TK_LANES 1
 #endif
 #define DL_TK_BLOCK (4 * DL_TK_LANES) /* elements tested per mask */
+#define DL_TK_RUN 256                 /* vectors per two-phase run (AVX2 magnitude filter) */
 
 #if DL_TK_LANES > 1
 typedef uint32_t dl_tk_vu __attribute__((vector_size(DL_TK_LANES * 4)));
@@ -108,6 +110,95 @@ static inline int64_t tk_emit(uint32_t m, dl_tk_vu v, int64_t i0, int32_t *idx, 
     }
     return c + pop;
 }
+#elif defined(__AVX2__)
+/* Byte j of tk_lut[m]: the lane of the j-th set bit of m (0 past popcount(m)). */
+static const uint64_t tk_lut[256] = {
+    0x0000000000000000u, 0x0000000000000000u, 0x0000000000000001u, 0x0000000000000100u,
+    0x0000000000000002u, 0x0000000000000200u, 0x0000000000000201u, 0x0000000000020100u,
+    0x0000000000000003u, 0x0000000000000300u, 0x0000000000000301u, 0x0000000000030100u,
+    0x0000000000000302u, 0x0000000000030200u, 0x0000000000030201u, 0x0000000003020100u,
+    0x0000000000000004u, 0x0000000000000400u, 0x0000000000000401u, 0x0000000000040100u,
+    0x0000000000000402u, 0x0000000000040200u, 0x0000000000040201u, 0x0000000004020100u,
+    0x0000000000000403u, 0x0000000000040300u, 0x0000000000040301u, 0x0000000004030100u,
+    0x0000000000040302u, 0x0000000004030200u, 0x0000000004030201u, 0x0000000403020100u,
+    0x0000000000000005u, 0x0000000000000500u, 0x0000000000000501u, 0x0000000000050100u,
+    0x0000000000000502u, 0x0000000000050200u, 0x0000000000050201u, 0x0000000005020100u,
+    0x0000000000000503u, 0x0000000000050300u, 0x0000000000050301u, 0x0000000005030100u,
+    0x0000000000050302u, 0x0000000005030200u, 0x0000000005030201u, 0x0000000503020100u,
+    0x0000000000000504u, 0x0000000000050400u, 0x0000000000050401u, 0x0000000005040100u,
+    0x0000000000050402u, 0x0000000005040200u, 0x0000000005040201u, 0x0000000504020100u,
+    0x0000000000050403u, 0x0000000005040300u, 0x0000000005040301u, 0x0000000504030100u,
+    0x0000000005040302u, 0x0000000504030200u, 0x0000000504030201u, 0x0000050403020100u,
+    0x0000000000000006u, 0x0000000000000600u, 0x0000000000000601u, 0x0000000000060100u,
+    0x0000000000000602u, 0x0000000000060200u, 0x0000000000060201u, 0x0000000006020100u,
+    0x0000000000000603u, 0x0000000000060300u, 0x0000000000060301u, 0x0000000006030100u,
+    0x0000000000060302u, 0x0000000006030200u, 0x0000000006030201u, 0x0000000603020100u,
+    0x0000000000000604u, 0x0000000000060400u, 0x0000000000060401u, 0x0000000006040100u,
+    0x0000000000060402u, 0x0000000006040200u, 0x0000000006040201u, 0x0000000604020100u,
+    0x0000000000060403u, 0x0000000006040300u, 0x0000000006040301u, 0x0000000604030100u,
+    0x0000000006040302u, 0x0000000604030200u, 0x0000000604030201u, 0x0000060403020100u,
+    0x0000000000000605u, 0x0000000000060500u, 0x0000000000060501u, 0x0000000006050100u,
+    0x0000000000060502u, 0x0000000006050200u, 0x0000000006050201u, 0x0000000605020100u,
+    0x0000000000060503u, 0x0000000006050300u, 0x0000000006050301u, 0x0000000605030100u,
+    0x0000000006050302u, 0x0000000605030200u, 0x0000000605030201u, 0x0000060503020100u,
+    0x0000000000060504u, 0x0000000006050400u, 0x0000000006050401u, 0x0000000605040100u,
+    0x0000000006050402u, 0x0000000605040200u, 0x0000000605040201u, 0x0000060504020100u,
+    0x0000000006050403u, 0x0000000605040300u, 0x0000000605040301u, 0x0000060504030100u,
+    0x0000000605040302u, 0x0000060504030200u, 0x0000060504030201u, 0x0006050403020100u,
+    0x0000000000000007u, 0x0000000000000700u, 0x0000000000000701u, 0x0000000000070100u,
+    0x0000000000000702u, 0x0000000000070200u, 0x0000000000070201u, 0x0000000007020100u,
+    0x0000000000000703u, 0x0000000000070300u, 0x0000000000070301u, 0x0000000007030100u,
+    0x0000000000070302u, 0x0000000007030200u, 0x0000000007030201u, 0x0000000703020100u,
+    0x0000000000000704u, 0x0000000000070400u, 0x0000000000070401u, 0x0000000007040100u,
+    0x0000000000070402u, 0x0000000007040200u, 0x0000000007040201u, 0x0000000704020100u,
+    0x0000000000070403u, 0x0000000007040300u, 0x0000000007040301u, 0x0000000704030100u,
+    0x0000000007040302u, 0x0000000704030200u, 0x0000000704030201u, 0x0000070403020100u,
+    0x0000000000000705u, 0x0000000000070500u, 0x0000000000070501u, 0x0000000007050100u,
+    0x0000000000070502u, 0x0000000007050200u, 0x0000000007050201u, 0x0000000705020100u,
+    0x0000000000070503u, 0x0000000007050300u, 0x0000000007050301u, 0x0000000705030100u,
+    0x0000000007050302u, 0x0000000705030200u, 0x0000000705030201u, 0x0000070503020100u,
+    0x0000000000070504u, 0x0000000007050400u, 0x0000000007050401u, 0x0000000705040100u,
+    0x0000000007050402u, 0x0000000705040200u, 0x0000000705040201u, 0x0000070504020100u,
+    0x0000000007050403u, 0x0000000705040300u, 0x0000000705040301u, 0x0000070504030100u,
+    0x0000000705040302u, 0x0000070504030200u, 0x0000070504030201u, 0x0007050403020100u,
+    0x0000000000000706u, 0x0000000000070600u, 0x0000000000070601u, 0x0000000007060100u,
+    0x0000000000070602u, 0x0000000007060200u, 0x0000000007060201u, 0x0000000706020100u,
+    0x0000000000070603u, 0x0000000007060300u, 0x0000000007060301u, 0x0000000706030100u,
+    0x0000000007060302u, 0x0000000706030200u, 0x0000000706030201u, 0x0000070603020100u,
+    0x0000000000070604u, 0x0000000007060400u, 0x0000000007060401u, 0x0000000706040100u,
+    0x0000000007060402u, 0x0000000706040200u, 0x0000000706040201u, 0x0000070604020100u,
+    0x0000000007060403u, 0x0000000706040300u, 0x0000000706040301u, 0x0000070604030100u,
+    0x0000000706040302u, 0x0000070604030200u, 0x0000070604030201u, 0x0007060403020100u,
+    0x0000000000070605u, 0x0000000007060500u, 0x0000000007060501u, 0x0000000706050100u,
+    0x0000000007060502u, 0x0000000706050200u, 0x0000000706050201u, 0x0000070605020100u,
+    0x0000000007060503u, 0x0000000706050300u, 0x0000000706050301u, 0x0000070605030100u,
+    0x0000000706050302u, 0x0000070605030200u, 0x0000070605030201u, 0x0007060503020100u,
+    0x0000000007060504u, 0x0000000706050400u, 0x0000000706050401u, 0x0000070605040100u,
+    0x0000000706050402u, 0x0000070605040200u, 0x0000070605040201u, 0x0007060504020100u,
+    0x0000000706050403u, 0x0000070605040300u, 0x0000070605040301u, 0x0007060504030100u,
+    0x0000070605040302u, 0x0007060504030200u, 0x0007060504030201u, 0x0706050403020100u,
+};
+
+/* Packs the passing lanes to the front with one permute and stores whole vectors (the lanes past
+ * the popcount are overwritten by the next store, or lie below cap); near cap, lane by lane. */
+static inline int64_t tk_emit(uint32_t m, dl_tk_vu v, int64_t i0, int32_t *idx, uint32_t *bits,
+                              int64_t cap, int64_t c) {
+    if (c + 8 <= cap) {
+        const __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)tk_lut[m]));
+        _mm256_storeu_si256((__m256i *)(idx + c),
+                            _mm256_add_epi32(_mm256_set1_epi32((int32_t)i0), perm));
+        _mm256_storeu_si256((__m256i *)(bits + c), _mm256_permutevar8x32_epi32((__m256i)v, perm));
+        return c + __builtin_popcount(m);
+    }
+    uint32_t lane[8];
+    memcpy(lane, &v, sizeof lane);
+    while (m) {
+        const int j = __builtin_ctz(m);
+        tk_put(idx, bits, cap, c++, i0 + j, lane[j]);
+        m &= m - 1;
+    }
+    return c;
+}
 #elif DL_TK_LANES > 1
 static inline int64_t tk_emit(uint32_t m, dl_tk_vu v, int64_t i0, int32_t *idx, uint32_t *bits,
                               int64_t cap, int64_t c) {
@@ -122,9 +213,10 @@ static inline int64_t tk_emit(uint32_t m, dl_tk_vu v, int64_t i0, int32_t *idx, 
 }
 #endif
 
-/* AVX-512 compacts every vector of a block with a hit without testing each (a branch per vector
- * mispredicts at ~1% density); the other builds walk the set bits of the vectors that have any. */
-#if defined(__AVX512F__)
+/* AVX-512 and AVX2 compact every vector of a block with a hit without testing each (a branch per
+ * vector mispredicts at ~1% density); the portable build walks the set bits of the vectors that
+ * have any. */
+#if defined(__AVX512F__) || defined(__AVX2__)
 #define DL_TK_EMIT_BLOCK(m, v, i)                                                                  \
     for (int q = 0; q < 4; q++) c = tk_emit(m[q], v[q], (i) + q * DL_TK_LANES, idx, out, cap, c)
 #else
@@ -142,6 +234,27 @@ int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int
     int64_t c = 0, i = i0;
 #if DL_TK_LANES > 1
     const dl_tk_vu tv = (dl_tk_vu){0} + t, am = (dl_tk_vu){0} + 0x7fffffffu;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    /* AVX2, when the buffer is sized for a dense pass (cap above 1/128 of the range, ~0.5% of
+     * elements passing): runs of DL_TK_RUN vectors in two phases, first the (branch-free) list of
+     * vectors with a passing lane, then the compaction of just those, reloaded from L1. No branch
+     * per vector or block, which at ~1% density mispredicts on a quarter of the blocks; at low
+     * density the second look costs more than the rare mispredictions. */
+    const int64_t run_end = cap > (i1 - i0) / 128 ? i1 : i0;
+    for (; i + DL_TK_RUN * DL_TK_LANES <= run_end; i += DL_TK_RUN * DL_TK_LANES) {
+        uint16_t hit[DL_TK_RUN];
+        int nh = 0;
+        for (int u = 0; u < DL_TK_RUN; u++) {
+            hit[nh] = (uint16_t)u;
+            nh += tk_mask_ge(tk_ld(x + i + u * DL_TK_LANES) & am, tv) != 0;
+        }
+        for (int h = 0; h < nh; h++) {
+            const int64_t j = i + (int64_t)hit[h] * DL_TK_LANES;
+            const dl_tk_vu v = tk_ld(x + j);
+            c = tk_emit(tk_mask_ge(v & am, tv), v, j, idx, bits, cap, c);
+        }
+    }
+#endif
     for (; i + DL_TK_BLOCK <= i1; i += DL_TK_BLOCK) {
         dl_tk_vu v[4];
         uint32_t m[4];

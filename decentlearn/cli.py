@@ -321,28 +321,48 @@ def _plot(history, path: Path, title: str) -> bool:
 
 def cmd_bench(args) -> int:
     from decentlearn import bench
-    if args.what == "gossip":
-        report = bench.bench_gossip(n_peers=args.peers, dim=args.dim, repeat=args.repeat,
-                                    n_threads=args.threads, graphs=args.graphs)
-        print(bench.format_report(report))
-    elif args.what == "gemm":
-        shapes = bench.GEMM_SHAPES
+    shapes = bench.GEMM_SHAPES if args.what == "gemm" else bench.GEMM_SHAPES[:1]
+    if args.what in ("gemm", "all"):
         if args.shapes != "default":
             try:
                 shapes = [(s, *(int(v) for v in s.split("x"))) for s in args.shapes.split(",")]
                 if any(len(s) != 4 or min(s[1:]) < 1 for s in shapes):
                     raise ValueError
             except ValueError:
-                raise UsageError(f"bench gemm: --shapes must be MxKxN[,MxKxN...] with positive "
-                                 f"sizes, got {args.shapes!r}") from None
-        report = bench.bench_gemm(shapes, repeat=args.repeat, n_threads=args.threads)
-        print(bench.format_gemm_report(report))
-    else:
-        report = bench.bench_compress(n=args.n, repeat=args.repeat, n_threads=args.threads)
-        print(bench.format_compress_report(report))
+                raise UsageError(f"bench {args.what}: --shapes must be MxKxN[,MxKxN...] with "
+                                 f"positive sizes, got {args.shapes!r}") from None
+    for name in ("n", "peers", "dim", "repeat"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"bench: --{name} must be >= 1, got {getattr(args, name)}")
+    t, rep = args.threads, args.repeat
+    if args.cpu_time and t != 1:
+        raise UsageError("bench: --cpu-time needs --threads 1 (CPU time of one thread)")
+    with bench.clock("cpu" if args.cpu_time else "wall"):
+        report = _bench_report(bench, args, shapes, t, rep)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        bench.save_json(report, args.what, args.json)
     return 0
+
+
+def _bench_report(bench, args, shapes, t: int | None, rep: int) -> dict:
+    if args.what == "all":
+        report = bench.bench_all(rep, t, args.n, args.peers, args.dim, shapes,
+                                 progress=lambda name, r: print(bench.format_report(r) + "\n",
+                                                                flush=True))
+        print("acceptance figures (issue 8), same process:")
+        print(bench.format_acceptance(report["acceptance"]))
+    else:
+        report = {
+            "gossip": lambda: bench.bench_gossip(args.peers, args.dim, rep, t, args.graphs),
+            "compress": lambda: bench.bench_compress(args.n, rep, t),
+            "natural": lambda: bench.bench_natural(args.n, rep, t),
+            "topk": lambda: bench.bench_topk(args.n, repeat=rep, n_threads=t),
+            "stc": lambda: bench.bench_stc(args.n, repeat=rep, n_threads=t),
+            "quant": lambda: bench.bench_quant(args.peers, args.dim, rep, t),
+            "gemm": lambda: bench.bench_gemm(shapes, rep, t),
+        }[args.what]()
+        print(bench.format_report(report))
+    return report
 
 
 def cmd_download(args) -> int:
@@ -387,18 +407,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     _add_run_parser(sub)
     b = sub.add_parser("bench", help="measure the C kernels against NumPy/SciPy baselines")
-    b.add_argument("what", nargs="?", default="gossip", choices=["gossip", "compress", "gemm"])
-    b.add_argument("--n", type=int, default=25_000_000, help="values (bench compress)")
+    b.add_argument("what", nargs="?", default="gossip",
+                   choices=["gossip", "compress", "natural", "topk", "stc", "quant", "gemm", "all"],
+                   help="which kernels (all: every benchmark and the acceptance figures)")
+    b.add_argument("--n", type=int, default=25_000_000,
+                   help="values (compress, natural, topk, stc)")
     b.add_argument("--peers", type=int, default=1000)
     b.add_argument("--dim", type=int, default=25_600)
     b.add_argument("--repeat", type=int, default=5)
     b.add_argument("--threads", type=_optional_int, default=None)
     b.add_argument("--shapes", default="default",
-                   help="bench gemm: MxKxN[,MxKxN...] (default: 1024^3, 256x784x256 and the "
-                        "MLP layer's three products)")
+                   help="bench gemm/all: MxKxN[,MxKxN...] (default: 1024^3, 256x784x256 and "
+                        "the MLP layer's three products for gemm, 1024^3 for all)")
     b.add_argument("--graphs", default="ring,exponential",
                    help="comma-separated topology specs")
     b.add_argument("--json", help="also write the report to this JSON file")
+    b.add_argument("--cpu-time", action="store_true",
+                   help="time with CPU seconds instead of wall time (with --threads 1: a loaded "
+                        "machine's ratios; BLAS limited to one thread too)")
     d = sub.add_parser("download", help="download a dataset (mnist, fashion-mnist, cifar10)")
     d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"])
     d.add_argument("--data-dir")

@@ -805,3 +805,21 @@ def gemm_s8_batched_f32(a: np.ndarray, b: np.ndarray, a_scale, b_scale,
     return _core.gemm_s8_batched(a, b, bool(trans_a), bool(trans_b), a_s, b_s, bias, out,
                                  resolve_threads(n_threads))
 # <<< ops gemm
+
+
+# >>> ops limits: the kernels decentlearn.bench measures the machine's limits with
+def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
+    """``dst[...] = src`` with non-temporal (streaming) stores: the copy bandwidth limit of
+    decentlearn.bench. Both C-contiguous float32 arrays of the same size, not overlapping.
+    NumPy reference: ``np.copyto(dst, src)``."""
+    if not isinstance(src, np.ndarray) or not isinstance(dst, np.ndarray):
+        raise TypeError("copy_f32: src and dst must be numpy arrays")
+    return _core.copy_f32(src, dst, resolve_threads(n_threads, src.size))
+
+
+def peak_s8(reps: int, n_threads: int | None = None) -> tuple[int, int]:
+    """Runs the active ISA path's in-register int8 multiply-add loop (SSE2/AVX2 ``pmaddwd`` or
+    AVX-512 VNNI ``vpdpbusd``, the instruction its ``gemm_s8`` uses) ``reps`` times on each thread;
+    returns (operations done, 2 per multiply-add; a checksum). Time it to get the int8 peak."""
+    return _core.peak_s8(_check_int("reps", reps, 0, 1 << 40), resolve_threads(n_threads))
+# <<< ops limits

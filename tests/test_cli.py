@@ -104,7 +104,9 @@ def test_console_script_entry_point_and_module(tmp_path):
 def test_bench_small(capsys):
     code, out, _ = run_cli(["bench", "--peers", "16", "--dim", "512", "--repeat", "1"], capsys)
     assert code == 0
-    assert "numpy_neighbor_loop" in out and "scipy_csr" in out and "dense_blas" in out
+    for needle in ("numpy neighbour loop", "scipy CSR @ X", "dense W @ X", "np.copyto",
+                   "limits measured now", "of copy", "int8 peak", "sgemm"):
+        assert needle in out
 
 
 def test_bench_compress_small(capsys):
@@ -119,12 +121,43 @@ def test_bench_gemm_small(capsys, tmp_path):
     code, out, _ = run_cli(["bench", "gemm", "--shapes", "8x16x8,33x7x5", "--repeat", "1",
                             "--json", str(out_json)], capsys)
     assert code == 0
-    for needle in ("8x16x8", "33x7x5", "numpy", "pipeline+packB", "kernel", "of VNNI"):
+    for needle in ("8x16x8", "33x7x5", "numpy sgemm", "pipeline+packB", "kernel",
+                   "of int8 peak"):
         assert needle in out
     report = json.loads(out_json.read_text())
-    assert len(report["rows"]) == 10 and report["numpy_blas"]
+    assert len(report["rows"]) == 8 and report["limits"]["blas"]["library"]
+    assert report["limits"]["int8_peak_gops"] > 0
     code, _, err = run_cli(["bench", "gemm", "--shapes", "8x16"], capsys)
     assert code == 2 and "--shapes" in err
+
+
+def test_bench_all_small(capsys, tmp_path):
+    """`bench all` runs every benchmark with one set of limits and prints each acceptance figure."""
+    out_json = tmp_path / "all.json"
+    code, out, _ = run_cli(["bench", "all", "--n", "100000", "--peers", "8", "--dim", "1024",
+                            "--repeat", "1", "--shapes", "32x64x16", "--json", str(out_json)],
+                           capsys)
+    assert code == 0
+    report = json.loads(out_json.read_text())
+    assert set(report["reports"]) == {"gossip", "natural", "topk", "stc", "quant", "gemm"}
+    figures = [a["figure"] for a in report["acceptance"]]
+    for needle in ("vs np.argpartition", "/ top-k", "exponential gossip", "natural encode time",
+                   "qsgd:127 encode", "gemm_s8 with quantize+pack"):
+        assert any(needle in f for f in figures), needle
+        assert needle in out
+    assert sum("vs np.argpartition" in f for f in figures) == 2
+    assert "46 GB/s" not in out and "machine figure" not in out
+    code, _, err = run_cli(["bench", "all", "--repeat", "0"], capsys)
+    assert code == 2 and "--repeat" in err
+
+
+def test_bench_cpu_time(capsys):
+    """--cpu-time (one thread, CPU seconds: for a loaded machine) is said in the report."""
+    code, out, _ = run_cli(["bench", "topk", "--n", "100000", "--repeat", "1", "--threads", "1",
+                            "--cpu-time"], capsys)
+    assert code == 0 and "1 threads, cpu clock" in out
+    code, _, err = run_cli(["bench", "topk", "--n", "100000", "--cpu-time"], capsys)
+    assert code == 2 and "--threads 1" in err
 
 
 # ------------------------------------------------------------------------------------------------

@@ -261,3 +261,15 @@ def test_untrusted_bytes(spec, dim, rows, mode, seed):
     except ValueError:
         return
     assert y.shape == shape and y.dtype == np.float32 and np.isfinite(y).all()
+
+
+def test_parallel_select_with_ties_across_threads(isa):
+    """Long row whose k-th magnitude is shared by many elements spread over the whole row: the
+    candidates' select runs per thread and splits the ties in index order; 1, 2, 3 threads and the
+    reference agree bit for bit."""
+    x = np.round(rand_x(1, 2_000_000, 21) * 512) / np.float32(512)  # ~1,000 values per level
+    for k in (20_000, 150_000):
+        want, want_r = ref.topk(x, k), ref.randk(x, k, 3, 1, 0)
+        for t in (1, 2, 3):
+            assert_same(ops.topk(x, k, n_threads=t), want)
+            assert_same(ops.randk(x, k, seed=3, step=1, n_threads=t), want_r)

@@ -1,0 +1,86 @@
+"""The limit kernels of decentlearn.bench: the streaming copy against np.copyto, the int8 peak
+loop's operation count against its closed form; bench's timing and table helpers."""
+
+import platform
+
+import numpy as np
+import pytest
+
+from decentlearn import bench, ops
+from decentlearn._reference import limits as ref
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 33, 1000, 100_000, (1 << 16) * 3 + 5])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_copy_matches_copyto(n, offset):
+    src = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
+    for threads in (1, 2):
+        buf = np.full(n + offset + 4, -1.0, np.float32)
+        dst = buf[offset:offset + n]  # dst not 16-byte aligned for offset 1, 3
+        want = np.full_like(buf, -1.0)
+        ref.copy_f32(src, want[offset:offset + n])
+        out = ops.copy_f32(src, dst, n_threads=threads)
+        assert out is dst
+        np.testing.assert_array_equal(buf, want)  # nothing written outside dst
+
+
+def test_copy_shapes_and_errors():
+    src = np.arange(12, dtype=np.float32).reshape(3, 4)
+    dst = np.empty(12, np.float32)
+    np.testing.assert_array_equal(ops.copy_f32(src, dst), src.ravel())
+    with pytest.raises(TypeError, match="src must have dtype float32"):
+        ops.copy_f32(src.astype(np.float64), dst)
+    with pytest.raises(ValueError, match="dst must have src's size 12, got 11"):
+        ops.copy_f32(src, dst[:11])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.copy_f32(src, np.empty(24, np.float32)[::2])
+    with pytest.raises(ValueError, match="overlap"):
+        ops.copy_f32(dst[:6], dst[3:9])
+    with pytest.raises(TypeError, match="numpy arrays"):
+        ops.copy_f32([1.0], dst)
+    ro = np.empty(12, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="dst must be writeable"):
+        ops.copy_f32(src, ro)
+
+
+def test_peak_ops_closed_form(isa):
+    want_isa = isa if platform.machine().lower() in ("x86_64", "amd64") else None
+    for reps in (0, 1, 1000):
+        for threads in (1, 2):
+            n_ops, check = ops.peak_s8(reps, n_threads=threads)
+            if want_isa is not None:
+                assert n_ops == ref.peak_ops(want_isa, reps, threads)
+            assert isinstance(check, int)
+    # the checksum is a pure function of (reps, thread ids): same for the same call
+    assert ops.peak_s8(100, n_threads=2) == ops.peak_s8(100, n_threads=2)
+    with pytest.raises(ValueError, match="reps"):
+        ops.peak_s8(-1)
+
+
+def test_best_of_round_robin():
+    calls = []
+    out = bench.best_of({"a": lambda: calls.append("a"), "b": (lambda: calls.append("b"), 2)}, 3)
+    assert calls == ["a", "b", "a", "b", "a", "b", "a"]  # warm-up each, then in turn
+    assert set(out) == {"a", "b"} and all(0 <= b <= m for b, m in out.values())
+    best, med = bench.best_of(lambda: None, 2)
+    assert 0 <= best <= med
+    with pytest.raises(ValueError, match="repeat"):
+        bench.best_of(lambda: None, 0)
+
+
+def test_table_and_json(tmp_path):
+    text = bench.format_table(["name", "value"], [["a", "1.0"], ["longer", "22"]])
+    assert text.splitlines() == ["  name    value", "  a         1.0", "  longer     22"]
+    path = bench.save_json({"x": np.float64(1.5)}, "t", tmp_path / "r" / "t.json")
+    assert path.read_text() == '{\n  "x": 1.5\n}\n'
+
+
+def test_measure_limits_small():
+    lim = bench.measure_limits(n_threads=1, nbytes=1 << 20, repeat=1)
+    for key in ("copy_nt_gbs", "copyto_gbs", "sgemm_gflops", "int8_peak_gops"):
+        assert lim[key] > 0, key
+    assert lim["copy_gbs"] == max(lim["copy_nt_gbs"], lim["copyto_gbs"])
+    assert lim["blas"]["library"] and lim["blas"]["threads"] >= 1
+    assert "model_name" in lim["cpu"] and lim["int8_peak_instruction"]
+    assert bench.format_limits(lim).startswith("CPU ")
