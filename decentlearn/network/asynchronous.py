@@ -94,6 +94,8 @@ class ADPSGD(Algorithm):
             heapq.heappush(self._heap, (float(first[i]), i))
         self._optimizers: dict[int, SGD] = {}
         self._done = 0
+        #: Largest wave (None: unbounded); 1 runs one event at a time (the reference order).
+        self.max_wave: int | None = None
 
     def _update_time(self, peers: np.ndarray, counts: np.ndarray) -> np.ndarray:
         c = self.network.config
@@ -159,7 +161,8 @@ class ADPSGD(Algorithm):
         X = self.params
         row_bytes = self.params.shape[1] * FLOAT32_BYTES
         while self._done < target:
-            wave = self._wave(target - self._done)
+            limit = target - self._done
+            wave = self._wave(limit if self.max_wave is None else min(limit, self.max_wave))
             times = np.array([w[0] for w in wave])
             peers = np.array([w[1] for w in wave], dtype=np.int64)
             partners = np.array([w[2] for w in wave], dtype=np.int64)
