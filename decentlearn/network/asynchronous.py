@@ -10,9 +10,10 @@ exchange costs i one message each way (latency + bytes / bandwidth, in parallel)
 its next update. If the link {i, j} is down for that update, i applies its update alone.
 
 Events sit in a heap ordered by (time, peer). Events that touch disjoint peers commute, so the
-simulator takes them in waves: the longest run of the earliest events whose peer pairs are
-disjoint and that all start before any event the wave itself can create (time < first time + the
-shortest possible update), and runs each wave's training as one batched call over its peers.
+simulator takes them in waves: among the earliest events that all end before any event a wave can
+create (time < first time + the shortest possible update), every event whose peer pair is disjoint
+from those of all events before it, and runs each wave's training as one batched call over its
+peers.
 The result equals a one-event-at-a-time simulation, bit for bit, at any thread count. A
 "round" of the simulator is n_peers updates; ``sim_seconds`` is the time of the last update.
 Churn is simulated in synchronous mode only.
@@ -113,20 +114,30 @@ class ADPSGD(Algorithm):
         return int(self._indices[lo + k])
 
     def _wave(self, limit: int) -> list[tuple[float, int, int]]:
-        """Pops the next wave (see the module docstring): [(time, peer, partner)]."""
+        """Pops the next wave (see the module docstring): [(time, peer, partner)], in time order.
+
+        Scans the earliest ``limit`` events that start before any event a wave can create; an
+        event joins the wave when its peers are disjoint from those of every event scanned before
+        it (taken or not), so it commutes with all of them; the others go back to the heap."""
         wave: list[tuple[float, int, int]] = []
-        touched: set[int] = set()
+        skipped: list[tuple[float, int]] = []
+        blocked: set[int] = set()
         start = self._heap[0][0]
-        while self._heap and len(wave) < limit:
+        while self._heap and len(wave) + len(skipped) < limit:
             time, i = self._heap[0]
             if wave and time >= start + self._horizon:
                 break
-            j = self._partner(i, int(self.updates[i]))
-            if i in touched or j in touched:
-                break
             heapq.heappop(self._heap)
-            wave.append((time, i, j))
-            touched.update((i, j))
+            j = self._partner(i, int(self.updates[i]))
+            if i in blocked or j in blocked:
+                skipped.append((time, i))
+            else:
+                wave.append((time, i, j))
+            blocked.update((i, j))
+            if self.max_wave is not None and len(wave) >= self.max_wave:
+                break
+        for item in skipped:
+            heapq.heappush(self._heap, item)
         return wave
 
     def _train(self, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,8 +172,7 @@ class ADPSGD(Algorithm):
         X = self.params
         row_bytes = self.params.shape[1] * FLOAT32_BYTES
         while self._done < target:
-            limit = target - self._done
-            wave = self._wave(limit if self.max_wave is None else min(limit, self.max_wave))
+            wave = self._wave(target - self._done)
             times = np.array([w[0] for w in wave])
             peers = np.array([w[1] for w in wave], dtype=np.int64)
             partners = np.array([w[2] for w in wave], dtype=np.int64)
