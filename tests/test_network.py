@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from decentlearn import topology
 from decentlearn.cli import main
@@ -163,6 +162,23 @@ def test_ring_allreduce_and_server_round_closed_forms():
     clients = np.array([1, 4, 9, 12])
     t = server_round_time(m, 4e5, 1e5, clients, samples=100)
     assert t == pytest.approx(2 * lat + 4 * 5e5 / bw + 100 / 500.0, rel=1e-12)
+
+
+def test_allreduce_and_server_rounds_on_the_clock():
+    """The hooks a collective communicator calls: compute, then the cost model, for everyone."""
+    n, samples, nbytes = 16, 64, 4e5
+    model = NetworkModel(uniform(), n)
+    comm = SimComm(topology.make("ring", n), network=model, samples_per_round=samples)
+    lat, bw = 2e-3, 10e6
+    comm.clock.allreduce(0, nbytes)
+    comm.round_done(0)
+    first = samples / 500.0 + 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+    assert comm.sim_seconds == pytest.approx(first, rel=1e-12)
+    clients = np.arange(0, n, 4)
+    comm.clock.server_round(1, nbytes, nbytes / 2, clients)
+    comm.round_done(1)
+    second = 2 * lat + 4 * 1.5 * nbytes / bw + samples / 500.0
+    assert comm.clock.round_seconds == pytest.approx([first, second], rel=1e-12)
 
 
 def test_heterogeneous_allreduce_is_paced_by_its_slowest_ring_link():

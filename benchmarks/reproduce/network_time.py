@@ -62,7 +62,8 @@ class AllReduceComm(SimComm):
         return X
 
 
-def rounds_to_target(n: int, allreduce: bool, target: float, rounds: int) -> tuple[int | None, list]:
+def rounds_to_target(n: int, allreduce: bool, target: float,
+                     rounds: int) -> tuple[int | None, list]:
     cfg = RunConfig(peers=n, topology="ring", partition="iid", rounds=rounds, eval_every=2,
                     eval_samples=400, batch_size=BATCH, lr=0.05, momentum=0.9, seed=0)
     sim = Simulator(cfg)

@@ -16,7 +16,8 @@ from decentlearn.network.clock import (SyncClock, allreduce_time, ring_allreduce
 from decentlearn.network.dynamic import check_mixing, make_topology
 from decentlearn.network.faults import FaultyTopology, OfflineHook
 from decentlearn.network import pushsum  # noqa: F401 - registers pushsum, epidemic
-from decentlearn.network.model import PRESETS, Dist, NetworkConfig, NetworkModel, load_network, preset
+from decentlearn.network.model import (PRESETS, Dist, NetworkConfig, NetworkModel, load_network,
+                                       preset)
 
 __all__ = [
     "PRESETS", "Dist", "FaultyTopology", "NetworkConfig", "NetworkModel", "OfflineHook",
@@ -29,7 +30,7 @@ def accepted_mixing(algorithm: str) -> tuple[str, ...]:
     """The kinds of mixing matrix ("doubly", "column", "row") the registered ``algorithm``
     declares it handles (its class attribute ``mixing``; "doubly" when it declares none)."""
     from decentlearn import algorithms
-    cls = algorithms._REGISTRY.get(algorithm)
+    cls = getattr(algorithms, "_REGISTRY", {}).get(algorithm)
     return tuple(getattr(cls, "mixing", ("doubly",)))
 
 
@@ -37,6 +38,9 @@ def validate_run(config) -> None:
     """Checks a RunConfig's network fields: the preset or file loads, asynchronous mode has a
     network and an algorithm with an asynchronous form. Raises ValueError naming the field."""
     if config.network is not None:
+        if not isinstance(config.network, str):
+            raise ValueError("network must be a preset name or a .toml file path (str), got "
+                             f"{type(config.network).__name__}")
         try:
             load_network(config.network)
         except ValueError as e:

@@ -27,8 +27,8 @@ import numpy as np
 
 from decentlearn.algorithms import Algorithm, Sampler
 from decentlearn.comm import FLOAT32_BYTES, SimComm
-from decentlearn.network.model import (STREAM_BATCH, STREAM_PARTNER, STREAM_STRAGGLER,
-                                       NetworkModel, hash_u64, hash_uniform)
+from decentlearn.network.model import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER,
+                                       STREAM_STRAGGLER, NetworkModel, hash_u64, hash_uniform)
 from decentlearn.optim import SGD, SGDConfig
 from decentlearn.topology import Topology
 
@@ -102,7 +102,8 @@ class ADPSGD(Algorithm):
         c = self.network.config
         seconds = self._samples / self.network.compute_sps[peers]
         if c.straggler_prob > 0:
-            slow = hash_uniform(self.network.seed, STREAM_STRAGGLER, counts, peers) < c.straggler_prob
+            slow = (hash_uniform(self.network.seed, STREAM_STRAGGLER, counts, peers)
+                    < c.straggler_prob)
             seconds = np.where(slow, seconds * c.straggler_slowdown, seconds)
         return seconds
 
@@ -205,7 +206,6 @@ class ADPSGD(Algorithm):
         if self.network.config.link_drop == 0:
             return np.zeros(peers.size, dtype=bool)
         lo, hi = np.minimum(peers, partners), np.maximum(peers, partners)
-        from decentlearn.network.model import STREAM_DROP
         return hash_uniform(self.network.seed, STREAM_DROP, counts, lo, hi) \
             < self.network.config.link_drop
 

@@ -79,7 +79,9 @@ class SyncClock:
 
     ``begin(t)`` starts round t (training time), ``send(t, dst, src, nbytes)`` delivers one
     exchange's messages, ``barrier(t, seconds)`` is a collective every online peer joins (all
-    wait for the last, then ``seconds`` pass), ``finish(t)`` closes the round.
+    wait for the last, then ``seconds`` pass), ``allreduce(t, nbytes)`` and
+    ``server_round(t, down, up, clients)`` apply the two cost models (the hooks for all-reduce
+    and server-based communicators), ``finish(t)`` closes the round.
     """
 
     def __init__(self, model: NetworkModel, samples_per_round: float) -> None:
@@ -125,6 +127,21 @@ class SyncClock:
         online = self.model.online(t)
         if online.any():
             ready[online] = ready[online].max() + seconds
+
+    def allreduce(self, t: int, nbytes: float, peers=None) -> None:
+        """Round t's ring all-reduce of ``nbytes`` per peer: once every online peer has trained,
+        the collective takes :func:`allreduce_time` (all peers wait for the slowest)."""
+        self.barrier(t, allreduce_time(self.model, nbytes, peers))
+
+    def server_round(self, t: int, down_bytes: float, up_bytes: float, clients=None) -> None:
+        """Round t as a parameter-server round: it starts when the previous round has ended for
+        every peer (the server waits for it), lasts :func:`server_round_time` with each selected
+        client training ``samples_per_round`` samples, and ends for every peer at once."""
+        self.begin(t)
+        start = float(self.clock.max())
+        seconds = server_round_time(self.model, down_bytes, up_bytes, clients,
+                                    samples=self.samples_per_round, t=t)
+        self._ready[:] = start + seconds
 
     def finish(self, t: int) -> None:
         if self._round != t:

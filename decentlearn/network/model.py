@@ -90,8 +90,8 @@ class Dist:
     * ``"lognormal:MEDIAN:SIGMA"``: exp(N(log MEDIAN, SIGMA^2));
     * ``"tiers:V1@P1,V2@P2,..."``: V_k with probability P_k (the P_k sum to 1).
 
-    ``name`` is the quantity it describes (used in error messages); ``minimum`` the smallest value
-    allowed (0 for latencies, > 0 for bandwidths and speeds: ``positive``).
+    ``name`` is the quantity it describes (used in error messages); with ``positive`` every value
+    must be > 0 (bandwidths, speeds), else >= 0 (latencies).
     """
 
     spec: Any
@@ -151,7 +151,8 @@ class Dist:
 
     @property
     def constant(self) -> bool:
-        return self.kind == "constant" or (self.kind == "uniform" and self.params[0] == self.params[1])
+        return self.kind == "constant" or (self.kind == "uniform"
+                                           and self.params[0] == self.params[1])
 
     def mean(self) -> float:
         p = self.params
@@ -236,7 +237,8 @@ class NetworkConfig:
         if slow < 1.0:
             raise ValueError(f"straggler_slowdown must be >= 1, got {self.straggler_slowdown!r}")
         object.__setattr__(self, "straggler_slowdown", slow)
-        for fname, allowed in (("straggler_mode", ("wait", "skip")), ("churn_state", ("keep", "reset")),
+        for fname, allowed in (("straggler_mode", ("wait", "skip")),
+                               ("churn_state", ("keep", "reset")),
                                ("nic", ("shared", "dedicated"))):
             if getattr(self, fname) not in allowed:
                 raise ValueError(f"{fname} must be one of {allowed}, got {getattr(self, fname)!r}")
@@ -266,9 +268,10 @@ class NetworkConfig:
 PRESETS: dict[str, NetworkConfig] = {
     "datacenter": NetworkConfig(name="datacenter", latency_ms=0.25, bandwidth_mbps=10_000,
                                 compute_sps=2_000),
-    "wan": NetworkConfig(name="wan", latency_ms="lognormal:40:0.5", bandwidth_mbps="lognormal:100:0.7",
-                         compute_sps=2_000),
-    "edge": NetworkConfig(name="edge", latency_ms="uniform:5:20", bandwidth_mbps="lognormal:100:0.5",
+    "wan": NetworkConfig(name="wan", latency_ms="lognormal:40:0.5",
+                         bandwidth_mbps="lognormal:100:0.7", compute_sps=2_000),
+    "edge": NetworkConfig(name="edge", latency_ms="uniform:5:20",
+                          bandwidth_mbps="lognormal:100:0.5",
                           compute_sps="tiers:200@0.5,500@0.3,1000@0.2", straggler_prob=0.05,
                           straggler_slowdown=3.0, link_drop=0.01),
     "mobile": NetworkConfig(name="mobile", latency_ms="lognormal:50:0.4",
@@ -347,7 +350,8 @@ class NetworkModel:
     # Links ---------------------------------------------------------------------------------------
 
     def _pair(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
-        src, dst = np.broadcast_arrays(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+        src, dst = np.broadcast_arrays(np.asarray(src, dtype=np.int64),
+                                       np.asarray(dst, dtype=np.int64))
         return np.minimum(src, dst), np.maximum(src, dst)
 
     def latency(self, src, dst) -> np.ndarray:
