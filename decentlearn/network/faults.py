@@ -109,6 +109,10 @@ class OfflineHook:
             back = np.flatnonzero(self.model.joined(t))
             if back.size:
                 self.algorithm.params[back] = self.init
+                numerators = getattr(self.algorithm, "numerators", None)  # push-sum: x = z w
+                if isinstance(numerators, np.ndarray):
+                    weights = self.algorithm.weights[back].astype(np.float32)
+                    numerators[back] = self.init * weights[:, None]
                 buf = getattr(getattr(self.algorithm, "optimizer", None), "momentum_buffer", None)
                 if isinstance(buf, np.ndarray):
                     buf[back] = 0
