@@ -460,3 +460,19 @@ def test_cli_writes_sim_seconds(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["sim_seconds"] > 0 and summary["config"]["network"] == "datacenter"
     assert math.isfinite(summary["sim_seconds"])
+
+
+@pytest.mark.parametrize("algorithm,spec", [("epidemic", "epidemic:2"), ("pushsum", "epidemic:2"),
+                                            ("dpsgd", "random-matching")])
+def test_time_varying_and_directed_runs_learn(algorithm, spec):
+    r = simulate(RunConfig(peers=8, rounds=40, eval_every=40, partition="iid", seed=1,
+                           algorithm=algorithm, topology=spec))
+    assert r.summary["test_accuracy_mean"] > 0.8
+    assert r.summary["consensus_distance"] < 1.0
+
+
+def test_cli_rejects_a_row_stochastic_topology_for_dpsgd(capsys, tmp_path):
+    assert main(["run", "--topology", "epidemic:2", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "row-stochastic" in err and "--algorithm epidemic" in err
+    assert len(err.strip().splitlines()) == 1
