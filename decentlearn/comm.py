@@ -113,3 +113,10 @@ class SimComm:
         if hasattr(self.mixing, "stats"):
             row.update(self.mixing.stats())
         return row
+
+    def network_summary(self) -> dict:
+        """``network_metrics()`` plus ``sim_round_seconds``, the simulated duration of every
+        round, for summary.json (empty without a network model)."""
+        if self.clock is None:
+            return {}
+        return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}

@@ -306,7 +306,7 @@ class Simulator:
                     cb.on_eval(self, row)
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
-        result.summary.update(self.comm.network_metrics())  # network hook: sim_seconds
+        result.summary.update(self.comm.network_summary())  # network hook: sim_seconds
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=(self.topology.spectral_gap()
                                             if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),

@@ -149,6 +149,7 @@ def test_dpsgd_run_reports_the_closed_form_time(tmp_path):
     assert [row["sim_seconds"] for row in result.history] == pytest.approx(
         [3 * per_round, 6 * per_round], rel=1e-12)
     assert result.summary["sim_seconds"] == pytest.approx(6 * per_round, rel=1e-12)
+    assert result.summary["sim_round_seconds"] == pytest.approx([per_round] * 6, rel=1e-12)
 
 
 def test_ring_allreduce_and_server_round_closed_forms():

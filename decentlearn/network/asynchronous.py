@@ -30,7 +30,7 @@ from decentlearn.comm import FLOAT32_BYTES, SimComm
 from decentlearn.network.model import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER,
                                        STREAM_STRAGGLER, NetworkModel, hash_u64, hash_uniform)
 from decentlearn.optim import SGD, SGDConfig
-from decentlearn.topology import Topology
+from decentlearn.topology import Topology, edges_of
 
 __all__ = ["ADPSGD", "ASYNC_FORMS", "EventComm", "build"]
 
@@ -46,9 +46,12 @@ class EventComm(SimComm):
         super().__init__(topology, n_threads)
         self.network = network
         self.event_seconds = 0.0
+        self.round_seconds: list[float] = []
+        self._last = 0.0
 
     def round_done(self, t: int) -> None:
-        pass
+        self.round_seconds.append(self.event_seconds - self._last)
+        self._last = self.event_seconds
 
     @property
     def sim_seconds(self) -> float:
@@ -56,6 +59,9 @@ class EventComm(SimComm):
 
     def network_metrics(self) -> dict:
         return {"sim_seconds": self.event_seconds}
+
+    def network_summary(self) -> dict:
+        return {"sim_seconds": self.event_seconds, "sim_round_seconds": list(self.round_seconds)}
 
 
 class ADPSGD(Algorithm):
@@ -85,7 +91,9 @@ class ADPSGD(Algorithm):
         self.snapshot = self.params.copy()
         self.momentum = np.zeros_like(self.params)
         self.updates = np.zeros(n, dtype=np.int64)  # finished updates per peer
-        self._indptr, self._indices = topology._off_diagonal(0)
+        dst, src = edges_of(topology, 0)  # sorted by receiver, then sender
+        self._indptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n))))
+        self._indices = src
         self._samples = float(self.local_steps * batch_size)
         fastest = float(self._samples / network.compute_sps.max())
         self._horizon = fastest  # no new event comes sooner than this after its parent

@@ -97,6 +97,8 @@ class SyncClock:
 
     def begin(self, t: int) -> np.ndarray:
         if t == self._round:
+            if self._ready is None:
+                raise ValueError(f"round {t} is already finished on the simulated clock")
             return self._ready
         if self._round >= 0 and self._ready is not None:
             self.finish(self._round)
@@ -144,7 +146,7 @@ class SyncClock:
         self._ready[:] = start + seconds
 
     def finish(self, t: int) -> None:
-        if self._round != t:
+        if self._round != t or self._ready is None:
             self.begin(t)
         self.clock = self._ready
         self._ready = None
