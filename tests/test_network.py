@@ -477,3 +477,15 @@ def test_cli_rejects_a_row_stochastic_topology_for_dpsgd(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "row-stochastic" in err and "--algorithm epidemic" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_push_sum_under_drops_and_churn_keeps_the_weight_sum_and_learns(tmp_path):
+    net = write_toml(tmp_path, link_drop=0.2, churn_leave=0.1, churn_join=0.5,
+                     churn_state="reset")
+    sim = Simulator(RunConfig(peers=8, rounds=40, eval_every=40, partition="iid", seed=2,
+                              algorithm="pushsum", topology="epidemic:2", network=net))
+    r = sim.run()
+    # Column-stochastic faulty views conserve sum(w) (to the float32 rounding of the weights).
+    assert sim.algorithm.weights.sum() == pytest.approx(8, rel=40 * 1e-7)
+    assert r.summary["offline_rate"] > 0 and r.summary["link_drop_rate"] > 0.2
+    assert r.summary["test_accuracy_mean"] > 0.6  # chance is 0.1; resets cost accuracy
