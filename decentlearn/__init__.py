@@ -2,15 +2,44 @@
 
 All peers' state is one C-contiguous (n_peers, dim) float32 array; ``decentlearn.ops`` runs the C
 kernels on whole matrices. See ``show_config()`` for the build and the active instruction set.
+
+``import decentlearn as dl`` is light: the submodules (``dl.topology``, ``dl.compress``, ``dl.sim``,
+...) and ``dl.simulate`` / ``dl.RunConfig`` are imported on first use (PEP 562), and optional
+heavy dependencies (matplotlib, networkx) only by the code that needs them.
 """
 
 from __future__ import annotations
 
+import importlib
 import platform
 
 import numpy as np
 
 __version__ = "0.1.0"
+
+#: Submodules reachable as attributes, imported on first access.
+_SUBMODULES = (
+    "algorithms", "bench", "cli", "cocofl", "comm", "compress", "data", "lowp", "metrics", "nn",
+    "ops", "optim", "plot", "registry", "results", "sim", "topology",
+)
+#: Names re-exported from submodules, imported on first access.
+_EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
+            "Callback": "sim", "DivergenceError": "sim", "SetupWarning": "sim",
+            "RunWriter": "results"}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SUBMODULES) | set(_EXPORTS))
 
 
 def _numpy_blas() -> str:

@@ -15,33 +15,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from decentlearn.optim import SGD
+from decentlearn.registry import Registry
 
 #: A function returning one minibatch per peer: x (P, B, *input_shape), y (P, B).
 Sampler = Callable[[], tuple[np.ndarray, np.ndarray]]
 
-_REGISTRY: dict[str, type[Algorithm]] = {}
+_REGISTRY: Registry[type[Algorithm]] = Registry("algorithm")
 
 
 def register(name: str):
     """Class decorator adding an algorithm to the registry under ``name``."""
+    add = _REGISTRY.register(name)
+
     def deco(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"algorithm {name!r} is registered twice")
         cls.name = name
-        _REGISTRY[name] = cls
-        return cls
+        return add(cls)
     return deco
 
 
 def available() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.available()
 
 
 def make(name: str, **kwargs) -> Algorithm:
     """Builds a registered algorithm, e.g. ``make("dpsgd", model=..., comm=..., ...)``."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown algorithm {name!r}; expected one of {available()}")
-    return _REGISTRY[name](**kwargs)
+    return _REGISTRY.get(name)(**kwargs)
 
 
 class Algorithm(ABC):

@@ -12,8 +12,10 @@ import dataclasses
 import json
 import math
 import os
+import re
+import signal
 import sys
-import time
+import warnings
 from pathlib import Path
 
 from decentlearn import __version__
@@ -29,9 +31,38 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors in one line (no usage dump) with exit code 2."""
+    """argparse that reports errors in one line (no usage dump) with exit code 2, takes no
+    abbreviations (``--peer`` is not ``--peers``) and suggests the closest option or choice."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _all_options(self) -> list[str]:
+        options = []
+        for action in self._actions:
+            options += [o for o in action.option_strings if o.startswith("--")]
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    options += sub._all_options()
+        return sorted(set(options))
 
     def error(self, message):
+        from decentlearn.registry import closest
+        if message.startswith("unrecognized arguments:"):
+            options = self._all_options()
+            for token in message.split(":", 1)[1].split():
+                guess = (closest(token.split("=", 1)[0], options)
+                         if token.startswith("--") else None)
+                if guess is not None:
+                    message += f" (did you mean {guess}?)"
+                    break
+        else:
+            m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+            if m:
+                guess = closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+                if guess is not None:
+                    message += f"; did you mean {guess!r}?"
         raise UsageError(f"{self.prog}: error: {message}")
 
 
@@ -71,8 +102,12 @@ def _add_run_parser(sub) -> None:
     a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD) "
                            "or choco (CHOCO-SGD)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
-                         "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8")
-    a("--gamma", type=float, help="CHOCO consensus step size in (0, 1] (default 1)")
+                         "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8; ef:SPEC adds "
+                         "error feedback")
+    a("--error-feedback", action="store_true",
+      help="wrap the --compress compressor in error feedback (same as --compress ef:SPEC)")
+    a("--gamma", type=float, help="CHOCO consensus step size in (0, 1]; required with a "
+                                  "compressor (no default fits all), 1 without")
     a("--variant", help="atc (adapt then combine, default) or cta (combine then adapt)")
     a("--rounds", type=int, help="communication rounds")
     a("--local-steps", type=int, help="SGD steps per peer between communications")
@@ -90,7 +125,9 @@ def _add_run_parser(sub) -> None:
            "(docs/network.md); adds sim_seconds to the metrics")
     a("--async", dest="asynchronous", action="store_true", default=None,
       help="event-driven asynchronous gossip (dpsgd -> AD-PSGD); needs --network")
-    a("--out", help="output directory (default runs/<timestamp>)")
+    a("--out", help="output directory (default runs/<timestamp>, never an existing one)")
+    a("--overwrite", action="store_true",
+      help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
 
 
@@ -107,38 +144,46 @@ def _resolve_run_config(args) -> tuple:
                 loaded = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise UsageError(f"--config {args.config}: not valid TOML ({e})") from None
-        loaded = loaded.get("run", loaded)
-        for key, value in loaded.items():
+        for key, value in _config_options(loaded, args.config).items():
             name = key.replace("-", "_")
             if name not in fields:
-                raise UsageError(f"--config {args.config}: unknown option {key!r}; expected one "
-                                 f"of {', '.join(sorted(fields))}")
+                from decentlearn.registry import closest
+                guess = closest(name, fields)
+                hint = f"; did you mean {guess!r}?" if guess else ";"
+                raise UsageError(f"--config {args.config}: unknown option {key!r}{hint} expected "
+                                 f"one of {', '.join(sorted(fields))}")
             values[name] = value
     for name in fields:
         value = getattr(args, name, None)
         if value is not None:
             values[name] = value
+    if getattr(args, "error_feedback", False):
+        spec = values.get("compress", "none")
+        if spec == "none":
+            raise UsageError("run: --error-feedback needs a compressor: pass --compress SPEC")
+        if not str(spec).startswith("ef:"):
+            values["compress"] = f"ef:{spec}"
     try:
         return RunConfig(**values)
     except (TypeError, ValueError) as e:
         raise UsageError(f"run: {e}") from None
 
 
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
-
-
-def write_config_toml(config, path: str | os.PathLike) -> None:
-    """Writes the resolved run configuration so that ``--config`` can replay it."""
-    lines = ["# decentlearn run configuration (replay with: decentlearn run --config THIS_FILE)"]
-    for key, value in config.to_dict().items():
-        lines.append(f"# {key} = (default: unset)" if value is None
-                     else f"{key} = {_toml_value(value)}")
-    Path(path).write_text("\n".join(lines) + "\n")
+def _config_options(loaded: dict, path: str) -> dict:
+    """The options of a config file: its ``[run]`` table, or its top-level keys when it has no
+    table. Top-level keys beside ``[run]`` and any other table are errors naming the key."""
+    tables = [k for k, v in loaded.items() if isinstance(v, dict)]
+    unknown = [k for k in tables if k != "run"]
+    if unknown:
+        raise UsageError(f"--config {path}: unknown section [{unknown[0]}]; options go at the top "
+                         "level or in a [run] table")
+    if "run" not in loaded:
+        return loaded
+    outside = [k for k in loaded if k != "run"]
+    if outside:
+        raise UsageError(f"--config {path}: key {outside[0]!r} is outside the [run] table; put "
+                         "every option in [run] (or use no table at all)")
+    return loaded["run"]
 
 
 def _format_table(summary: dict) -> str:
@@ -151,7 +196,7 @@ def _format_table(summary: dict) -> str:
         ("bytes sent, total", _human_bytes(summary["bytes_sent_total"])),
         ("bytes sent, busiest peer", _human_bytes(summary["bytes_sent_max_peer"])),
         ("spectral gap of W", "not computed (n > 2048)" if summary["spectral_gap"] is None
-         else f"{summary['spectral_gap']:.4f}"),
+         else f"{summary['spectral_gap']:.4g}"),
         ("precision", str(summary.get("precision", "fp32"))),
         ("rounds", str(summary["rounds"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
@@ -167,57 +212,116 @@ def _human_bytes(n: int) -> str:
     return f"{n / 1024 ** exp:.2f} {'BKMGT'[exp]}iB ({n:,} B)"
 
 
-def cmd_run(args) -> int:
-    from decentlearn.metrics import write_csv
-    from decentlearn.plot import plot_curves
-    from decentlearn.sim import Callback, Simulator
-
-    config = _resolve_run_config(args)
-    out = Path(args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+def _check_out(args) -> Path | None:
+    """--out checked before the (slow) simulator is built; None means a fresh runs/<timestamp>."""
+    from decentlearn.results import RUN_FILES, is_run_dir
+    if not args.out:
+        return None
+    out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
+    if not args.overwrite and is_run_dir(out):
+        held = ", ".join(n for n in RUN_FILES if (out / n).exists())
+        raise UsageError(f"--out {out}: already holds a run ({held}); choose another directory "
+                         "or pass --overwrite")
+    return out
+
+
+def _check_model(config) -> None:
+    from decentlearn.nn import available_models
+    from decentlearn.registry import unknown_message
+    name = config.model.partition(":")[0]
+    if name not in available_models():
+        raise UsageError("run: " + unknown_message("model", name, available_models(),
+                                                   spec=config.model))
+
+
+def _build(config):
+    """The Simulator, with its setup warnings printed one line each on stderr."""
+    from decentlearn.sim import Simulator
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            sim = Simulator(config)
+        except (FileNotFoundError, TypeError, ValueError) as e:
+            raise UsageError(f"run: {e}") from None
+    for w in caught:
+        print(f"decentlearn run: warning: {str(w.message).splitlines()[0]}", file=sys.stderr)
+    return sim
+
+
+def cmd_run(args) -> int:
+    from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir, signals_as_interrupts
+    from decentlearn.sim import Callback
+
+    config = _resolve_run_config(args)
+    out = _check_out(args)
+    _check_model(config)
+    sim = _build(config)
     try:
-        sim = Simulator(config)
-    except FileNotFoundError as e:
-        raise UsageError(f"run: {e}") from None
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"run: {e}") from None
-    out.mkdir(parents=True, exist_ok=True)
+        out = new_run_dir("runs") if out is None else prepare_run_dir(out,
+                                                                      overwrite=args.overwrite)
+    except FileExistsError as e:  # another process took it since _check_out
+        raise UsageError(f"--out {e.strerror}") from None
 
     callbacks = []
+    bar = None
     if not args.quiet:
         from tqdm import tqdm
 
-        class Progress(Callback):
-            def __init__(self):
-                self.bar = tqdm(total=config.rounds, desc="rounds", unit="round",
-                                dynamic_ncols=True, mininterval=0.5)
+        bar = tqdm(total=config.rounds, desc="rounds", unit="round", dynamic_ncols=True,
+                   mininterval=0.5)
 
+        class Progress(Callback):
             def on_round_end(self, sim, t):
-                self.bar.update(1)
+                bar.update(1)
 
             def on_eval(self, sim, row):
-                self.bar.set_postfix(acc=f"{row['test_accuracy_mean']:.3f}",
-                                     consensus=f"{row['consensus_distance']:.3g}", refresh=False)
+                bar.set_postfix(acc=f"{row['test_accuracy_mean']:.3f}",
+                                consensus=f"{row['consensus_distance']:.3g}", refresh=False)
 
-        progress = Progress()
-        callbacks.append(progress)
+        callbacks.append(Progress())
+    writer = RunWriter(out, config)
     try:
-        result = sim.run(callbacks)
+        with signals_as_interrupts((signal.SIGTERM,)), writer:
+            result = sim.run([writer, *callbacks])
+            writer.finish(result.summary)
+    except KeyboardInterrupt as e:
+        if bar is not None:
+            bar.close()
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"decentlearn run: interrupted ({signal.Signals(signum).name}): stopped after "
+              f"round {writer.last_round} of "
+              f"{config.rounds}; {writer.rows} evaluation rows in {out}/metrics.csv, "
+              f"summary.json status '{writer.status}'", file=sys.stderr)
+        return 128 + signum
+    except ValueError as e:  # DivergenceError and the like: one line, the files say the rest
+        raise UsageError(f"decentlearn run: error: {e} (results so far in {out}/)") from None
     finally:
-        if callbacks:
-            progress.bar.close()
-    write_csv(result.history, out / "metrics.csv")
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
-    write_config_toml(config, out / "config.toml")
+        if bar is not None:
+            bar.close()
     title = (f"{config.dataset}, {config.peers} peers, {config.topology}, {config.partition}, "
              f"{config.algorithm}" + (f", {config.compress}" if config.compress != "none" else ""))
-    plotted = plot_curves(result.history, out / "curves.png", title)
+    plotted = _plot(result.history, out / "curves.png", title)
     print(f"decentlearn {__version__}: {title}, {config.rounds} rounds")
     print(_format_table(result.summary))
     print(f"  results in {out}/ (metrics.csv, summary.json, config.toml"
-          + (", curves.png)" if plotted else "; install matplotlib for curves.png)"))
+          + (", curves.png)" if plotted else ")"))
     return 0
+
+
+def _plot(history, path: Path, title: str) -> bool:
+    """curves.png; a failure to plot is a warning line, never a lost run."""
+    from decentlearn.plot import plot_curves
+    try:
+        plotted = plot_curves(history, path, title)
+    except Exception as e:  # noqa: BLE001 - the results are already on disk
+        print(f"decentlearn run: warning: {path} not written: {str(e).splitlines()[0]}",
+              file=sys.stderr)
+        return False
+    if not plotted:
+        print("decentlearn run: warning: install matplotlib for curves.png", file=sys.stderr)
+    return plotted
 
 
 def cmd_bench(args) -> int:
@@ -260,7 +364,14 @@ def cmd_download(args) -> int:
         bar.update(done - bar.n)
 
     try:
-        path = download(args.name, download_dir(args.name, args.data_dir), progress=progress)
+        path = download(args.name, download_dir(args.name, args.data_dir), progress=progress,
+                        base_url=args.mirror)
+    except (OSError, ValueError) as e:  # offline, HTTP errors, bad checksums, unwritable dir
+        for bar in bars.values():
+            bar.close()
+        bars.clear()
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise UsageError(f"decentlearn download: error: {args.name}: {reason}") from None
     finally:
         for bar in bars.values():
             bar.close()
@@ -296,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("download", help="download a dataset (mnist, fashion-mnist, cifar10)")
     d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"])
     d.add_argument("--data-dir")
+    d.add_argument("--mirror", metavar="URL",
+                   help="base URL to fetch the files from instead of the official ones")
     sub.add_parser("info", help="print the build configuration (show_config)")
     return parser
 
@@ -304,8 +417,27 @@ COMMANDS = {"run": cmd_run, "bench": cmd_bench, "download": cmd_download, "info"
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader went away (`decentlearn run ... | head -1`). As the Python docs recommend,
+        # point stdout at devnull so that the flush at exit does not fail again, and exit quietly.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str] | None) -> int:
+    from decentlearn.results import OutputError
+
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv or ["run"])
         if args.command is None:
@@ -314,8 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(e, file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError, TypeError) as e:
+    except OutputError as e:  # a full disk, a read-only or vanished directory
         print(f"decentlearn {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError, TypeError) as e:
+        print(f"decentlearn {args.command if args else ''}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("decentlearn: interrupted", file=sys.stderr)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 
+from decentlearn.results import atomic_writer
+
 
 def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -> bool:
     """Saves test accuracy and consensus distance against round to ``path`` (PNG).
 
-    Returns False without writing anything when matplotlib is not installed.
+    Returns False without writing anything when matplotlib is not installed. The file is written
+    atomically (results.atomic_writer): a failure leaves no partial PNG.
     """
     try:
         import matplotlib
@@ -29,8 +32,11 @@ def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -
     ax2.semilogy(rounds, cd, color="C3")
     ax2.set(xlabel="round", ylabel="consensus distance  (1/n) Σ‖xᵢ − x̄‖²")
     ax2.grid(alpha=0.3, which="both")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        if title:
+            fig.suptitle(title, fontsize=10)
+        with atomic_writer(path) as f:  # never a truncated PNG
+            fig.savefig(f, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return True

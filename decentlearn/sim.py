@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +34,20 @@ _STREAM_NETWORK = 100
 
 #: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
 SPECTRAL_GAP_MAX_PEERS = 2048
+
+#: A run is stopped as diverged (DivergenceError) after any round where the consensus distance
+#: (1/n) sum_i ||x_i - x_bar||^2 exceeds this factor times max(1, ||x_0||^2), the squared norm of
+#: the initial model: peers then stand 10x the model's own size apart, which no working run does.
+DIVERGENCE_CONSENSUS_FACTOR = 100.0
+#: ... or where the peers' mean training loss exceeds this factor times its first-round value.
+DIVERGENCE_LOSS_FACTOR = 100.0
+#: Compressed D-PSGD is warned about (SetupWarning) above this variance factor omega
+#: (E||C(x) - x||^2 <= omega ||x||^2); CHOCO-SGD at omega >= 1 (no longer a contraction).
+DPSGD_MAX_VARIANCE = 1.0
+
+
+class SetupWarning(UserWarning):
+    """A run is set up in a way known to work badly (see ``setup_problems``); it still runs."""
 
 
 def _stream_seed(seed: int, stream: int) -> int:
@@ -94,7 +109,7 @@ class RunConfig:
     algorithm: str = "dpsgd"
     variant: str = "atc"
     compress: str = "none"
-    gamma: float = 1.0
+    gamma: float | None = None
     rounds: int = 200
     local_steps: int = 1
     batch_size: int = 32
@@ -123,7 +138,9 @@ class RunConfig:
         positive_int("eval_samples", allow_none=True)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if not (isinstance(self.gamma, (int, float)) and 0 < self.gamma <= 1):
+        if self.gamma is not None and not (isinstance(self.gamma, (int, float))
+                                           and not isinstance(self.gamma, bool)
+                                           and 0 < self.gamma <= 1):
             raise ValueError(f"gamma must be a number in (0, 1], got {self.gamma!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
@@ -138,10 +155,19 @@ class RunConfig:
             if self.precision != "fp32":
                 raise ValueError("cocofl trains the unfrozen layers in float32 (frozen ones run "
                                  f"int8): precision must be 'fp32', got {self.precision!r}")
-        if self.algorithm not in algorithms.available():
-            raise ValueError(f"unknown algorithm {self.algorithm!r}; expected one of "
-                             f"{algorithms.available()}")
+        algorithms._REGISTRY.get(self.algorithm)  # unknown name: ValueError with a suggestion
         network.validate_run(self)
+        if self.algorithm == "choco" and self.gamma is None and self.compress != "none":
+            # No default fits every compressor (docs/simulator.md): on digits, 16 peers, ring,
+            # topk:0.01 works near 0.1-0.2 and diverges at 1; topk:0.1 works best near 0.5.
+            raise ValueError(f"algorithm 'choco' with compress={self.compress!r} needs gamma, "
+                             "the consensus step size in (0, 1]: it depends on the compressor "
+                             "(e.g. 0.1 for topk:0.01, 0.5 for topk:0.1), so there is no default")
+
+    @property
+    def gamma_value(self) -> float:
+        """The consensus step size used: ``gamma``, or 1 when unset (uncompressed CHOCO)."""
+        return 1.0 if self.gamma is None else float(self.gamma)
 
     def replace(self, **changes) -> RunConfig:
         return dataclasses.replace(self, **changes)
@@ -161,14 +187,52 @@ class Result:
 
 
 class DivergenceError(ValueError):
-    """Training blew up: the peers' loss or parameters stopped being finite."""
+    """Training blew up: the peers' loss or parameters stopped being finite, or the consensus
+    distance or the loss grew past the bounds ``DIVERGENCE_CONSENSUS_FACTOR`` and
+    ``DIVERGENCE_LOSS_FACTOR``. ``round`` is the (1-based) round after which it was detected."""
 
-    def __init__(self, t: int, config: RunConfig) -> None:
+    def __init__(self, t: int, config: RunConfig, reason: str | None = None) -> None:
         hint = "lower --lr" + (", or --gamma" if config.algorithm == "choco" else "")
         if config.algorithm == "dpsgd" and config.compress != "none":
             hint += ", or use a lower-variance compressor (compressed D-PSGD needs one) or choco"
-        super().__init__(f"training diverged at round {t + 1}: the peers' loss or parameters are "
-                         f"not finite ({hint})")
+        reason = reason or "the peers' loss or parameters are not finite"
+        super().__init__(f"training diverged at round {t + 1}: {reason} ({hint})")
+        self.round = t + 1
+
+
+def setup_problems(config: RunConfig, compressor, dim: int) -> list[str]:
+    """Problems of a run's setup that are known before it starts (one sentence each); the
+    simulator turns each into a SetupWarning. ``compressor`` is the built compressor and ``dim``
+    the model's number of parameters."""
+    problems = []
+    c = config
+    spec = c.compress
+    if c.algorithm != "choco" and c.gamma is not None and c.gamma != 1:
+        problems.append(f"gamma={c.gamma} is used by choco only; algorithm {c.algorithm!r} "
+                        "ignores it")
+    if spec == "none":
+        return problems
+    omega = compressor.variance_factor(dim)
+    wrapped = type(compressor).__name__ == "ErrorFeedback"
+    if c.algorithm == "dpsgd":
+        if compressor.biased and not wrapped:
+            problems.append(
+                f"compressed D-PSGD (DCD-PSGD) needs an unbiased compressor and {spec!r} is "
+                f"biased: what it drops is lost every round; use --algorithm choco (with "
+                f"--gamma) or error feedback (--compress ef:{spec})")
+        elif omega is not None and omega > DPSGD_MAX_VARIANCE:
+            problems.append(
+                f"compressed D-PSGD needs a low-variance compressor and {spec!r} has variance "
+                f"factor {omega:.3g} on {dim} parameters (E||C(x)-x||^2 <= omega ||x||^2, "
+                f"omega > {DPSGD_MAX_VARIANCE:g}): it is likely to diverge; use more levels, "
+                "natural, int8 or bucket:8:512, or choco with a biased compressor such as topk")
+    elif c.algorithm == "choco" and compressor.unbiased and omega is not None and omega >= 1:
+        problems.append(
+            f"CHOCO-SGD needs a contraction (E||C(x)-x||^2 < ||x||^2) and {spec!r} has variance "
+            f"factor {omega:.3g} >= 1 on {dim} parameters without the paper's 1/(1+omega) "
+            "scaling: the consensus distance is likely to grow; use a lower-variance or a "
+            "sparsifying compressor (topk:R, stc:R)")
+    return problems
 
 
 class Callback:
@@ -218,7 +282,12 @@ class Simulator:
             self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
                                         len(self.model.param_layers),
                                         _stream_seed(c.seed, _STREAM_COCOFL))
-        extra = {"gamma": c.gamma} if c.algorithm == "choco" else {}
+        extra = {"gamma": c.gamma_value} if c.algorithm == "choco" else {}
+        compressor = compress.make(c.compress)
+        #: Setup problems known before the run (also emitted as SetupWarning).
+        self.problems = setup_problems(c, compressor, self.model.dim)
+        for problem in self.problems:
+            warnings.warn(problem, SetupWarning, stacklevel=2)
         if c.asynchronous:  # network hook: event-driven asynchronous gossip replaces both
             from decentlearn.network import asynchronous
             self.comm, self.algorithm = asynchronous.build(
@@ -227,7 +296,7 @@ class Simulator:
             self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
                                              optimizer=optimizer, params=params,
                                              local_steps=c.local_steps, variant=c.variant,
-                                             compressor=compress.make(c.compress),
+                                             compressor=compressor,
                                              seed=_stream_seed(c.seed, _STREAM_COMPRESS),
                                              frozen=self.frozen, **extra)
         self.sampler = PeerSampler(self.partition, c.batch_size,
@@ -273,11 +342,39 @@ class Simulator:
             **self.comm.network_metrics(),
         }
 
+    def check_divergence(self, t: int, losses: np.ndarray) -> None:
+        """Raises DivergenceError after round t if the loss or the parameters are not finite, or
+        the consensus distance or the loss grew past their bounds (see DIVERGENCE_*_FACTOR)."""
+        c = self.config
+        if not np.isfinite(losses).all():
+            raise DivergenceError(t, c)
+        loss = float(losses.mean())
+        if self._loss0 is None:
+            self._loss0 = loss
+        elif loss > DIVERGENCE_LOSS_FACTOR * max(self._loss0, 1e-3):
+            raise DivergenceError(t, c, f"the mean training loss {loss:.4g} exceeds "
+                                  f"{DIVERGENCE_LOSS_FACTOR:g} x its first-round value "
+                                  f"{self._loss0:.4g}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            cd = metrics.consensus_distance_approx(self.params)
+            if not np.isfinite(cd):
+                raise DivergenceError(t, c)
+            bound = DIVERGENCE_CONSENSUS_FACTOR * self._scale0
+            if cd > bound:  # confirm with the exact (float64, centred) value
+                cd = metrics.consensus_distance(self.params)
+        if cd > bound:
+            raise DivergenceError(t, c, f"the consensus distance {cd:.3g} exceeds "
+                                  f"{DIVERGENCE_CONSENSUS_FACTOR:g} x max(1, ||x_0||^2) = "
+                                  f"{bound:.3g}, peers are drifting apart")
+
     def run(self, callbacks: list[Callback] | tuple = ()) -> Result:
         c = self.config
         result = Result(config=c)
         start = time.perf_counter()
         loss_sum, loss_rounds = 0.0, 0
+        x0 = self.params[0].astype(np.float64)
+        self._scale0 = max(1.0, float(x0 @ x0))
+        self._loss0: float | None = None
         for t in range(c.rounds):
             try:
                 # Overflow shows up as a non-finite loss or parameter, reported below in one line.
@@ -290,8 +387,7 @@ class Simulator:
                 self.comm.round_done(t)  # network hook: closes round t on the simulated clock
             except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
                 raise DivergenceError(t, c) from e
-            if not np.isfinite(losses).all():
-                raise DivergenceError(t, c)
+            self.check_divergence(t, losses)
             loss_sum += float(losses.mean())
             loss_rounds += 1
             for cb in callbacks:
@@ -311,7 +407,7 @@ class Simulator:
                               spectral_gap=(self.topology.spectral_gap()
                                             if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),
                               n_params=self.model.dim, precision=c.precision,
-                              config=c.to_dict())
+                              warnings=list(self.problems), config=c.to_dict())
         counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
         result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
                                                         c.local_steps, c.momentum != 0)

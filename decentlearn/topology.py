@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
+
+from decentlearn.registry import Registry
 
 __all__ = [
     "Graph",
@@ -50,7 +51,7 @@ REPR_GAP_MAX_N = 1024
 GraphBuilder = Callable[..., "Graph"]
 WeightRule = Callable[[sp.csr_array, str], sp.csr_array]
 
-_BUILDERS: dict[str, GraphBuilder] = {}
+_BUILDERS: Registry[GraphBuilder] = Registry("topology")
 _WEIGHT_RULES: dict[str, WeightRule] = {}
 
 
@@ -178,25 +179,19 @@ def register(name: str) -> Callable[[GraphBuilder], GraphBuilder]:
     passed only when the builder has such a parameter. It returns a :class:`Graph` with ``n`` peers
     and raises ValueError, naming the parameter, for values it cannot use.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    if not name or ":" in name or name != name.strip():
-        raise ValueError(f"name must be non-empty, without ':' or surrounding spaces, got {name!r}")
-    if name in _BUILDERS:
-        raise ValueError(f"name {name!r} is already registered")
+    add = _BUILDERS.register(name)
 
     def decorator(builder: GraphBuilder) -> GraphBuilder:
         if not callable(builder):
             raise TypeError(f"builder for {name!r} must be callable, got {type(builder).__name__}")
-        _BUILDERS[name] = builder
-        return builder
+        return add(builder)
 
     return decorator
 
 
 def available() -> list[str]:
     """Names of the registered graph builders, sorted."""
-    return sorted(_BUILDERS)
+    return _BUILDERS.available()
 
 
 def _usage(name: str, builder: GraphBuilder) -> str:
@@ -306,6 +301,8 @@ def _random_regular(n: int, d: str = "4", *, seed: int) -> Graph:
         raise ValueError(
             f"a 1-regular graph on n={n} peers is a matching, never connected; use D >= 2"
         )
+    import networkx as nx  # only these two builders need it; keeps `import decentlearn` light
+
     rng = random.Random(seed)  # one stream: every retry draws a new, reproducible graph
     for _ in range(MAX_TRIES):
         g = nx.random_regular_graph(degree, n, seed=rng)
@@ -323,6 +320,8 @@ def _small_world(n: int, k: str = "4", p: str = "0.1", *, seed: int) -> Graph:
     if neighbours % 2 or neighbours >= n:
         raise ValueError(f"K must be even and < n={n}, got K={neighbours}")
     rewire = _parse_probability(p, "P")
+    import networkx as nx
+
     try:
         g = nx.connected_watts_strogatz_graph(n, neighbours, rewire, tries=MAX_TRIES, seed=seed)
     except nx.NetworkXException as exc:
@@ -654,11 +653,7 @@ def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> To
     weights = _check_weights(weights)
     spec = spec.strip()
     key, *params = spec.split(":")
-    builder = _BUILDERS.get(key)
-    if builder is None:
-        raise ValueError(
-            f"unknown topology {key!r} in spec {spec!r}; available: {', '.join(available())}"
-        )
+    builder = _BUILDERS.get(key, spec)
     signature = inspect.signature(builder)
     kwargs = {"seed": seed} if "seed" in signature.parameters else {}
     try:

@@ -134,11 +134,12 @@ def test_payload_type():
 
 
 def test_divergence_is_reported_clearly():
-    from decentlearn.sim import DivergenceError
+    from decentlearn.sim import DivergenceError, SetupWarning
 
     with pytest.raises(DivergenceError, match="training diverged at round"):
         simulate(base(rounds=50, lr=1e30, eval_every=50))
-    with pytest.raises(DivergenceError, match="lower-variance compressor"):
+    with pytest.raises(DivergenceError, match="lower-variance compressor"), \
+            pytest.warns(SetupWarning, match="low-variance compressor"):
         simulate(base(compress="qsgd:2", rounds=100, eval_every=100))
 
 

@@ -125,3 +125,323 @@ def test_bench_gemm_small(capsys, tmp_path):
     assert len(report["rows"]) == 10 and report["numpy_blas"]
     code, _, err = run_cli(["bench", "gemm", "--shapes", "8x16"], capsys)
     assert code == 2 and "--shapes" in err
+
+
+# ------------------------------------------------------------------------------------------------
+# Results survive: streamed rows, summary statuses, signals (real subprocesses)
+
+ROOT = str(Path(decentlearn.__file__).resolve().parent.parent)
+ENV = dict(os.environ, PYTHONWARNINGS="ignore",
+           PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+
+
+def csv_rows(path):
+    """The data rows of metrics.csv, checking that every line is complete."""
+    text = path.read_text()
+    assert text.endswith("\n"), "metrics.csv ends in a partial line"
+    lines = text.splitlines()
+    width = len(lines[0].split(","))
+    assert all(len(line.split(",")) == width for line in lines), "a row has missing fields"
+    return list(csv.DictReader(lines))
+
+
+def start_long_run(out):
+    return subprocess.Popen(
+        [sys.executable, "-m", "decentlearn", "run", "--peers", "4", "--model", "linear",
+         "--rounds", "100000", "--eval-every", "1", "--quiet", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=out.parent)
+
+
+def wait_for_rows(proc, path, n, timeout=60.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if path.exists() and path.read_text().count("\n") >= n + 1:
+            return
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError(f"no {n} rows in {path} after {timeout} s")
+
+
+@pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_signal_leaves_rows_and_interrupted_summary(tmp_path, sig, code):
+    import signal
+    out = tmp_path / "run"
+    proc = start_long_run(out)
+    wait_for_rows(proc, out / "metrics.csv", 3)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and sig in err
+    rows = csv_rows(out / "metrics.csv")
+    assert len(rows) >= 3 and [int(r["round"]) for r in rows] == list(range(1, len(rows) + 1))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["last_round"] >= int(rows[-1]["round"]) == summary["last_eval_round"]
+    assert (out / "config.toml").read_text().count("peers = 4") == 1
+
+
+def test_sigkill_leaves_finished_rows(tmp_path):
+    import signal
+    out = tmp_path / "run"
+    proc = start_long_run(out)
+    wait_for_rows(proc, out / "metrics.csv", 3)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert len(csv_rows(out / "metrics.csv")) >= 3
+    assert json.loads((out / "summary.json").read_text())["status"] == "running"
+
+
+def test_broken_pipe_exits_quietly(tmp_path):
+    """`decentlearn run ... | head -1`: the reader is gone before the table is printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "decentlearn", "run", *SMALL, "--out",
+                             str(tmp_path / "run")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=ENV, cwd=tmp_path)
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert proc.returncode in (0, 141), err
+    assert err == "", err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_divergence_stops_early_with_status(tmp_path, capsys):
+    """The issue's case: compressed D-PSGD with qsgd:2 (default 16 peers) reached a consensus
+    distance of 7.7e23 and stopped only at round 87; now it is warned about at the start and
+    stopped as soon as the loss or consensus distance passes its bound."""
+    out = tmp_path / "run"
+    code, _, err = run_cli(["run", "--compress", "qsgd:2", "--rounds", "100", "--eval-every", "1",
+                            "--quiet", "--out", str(out)], capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "warning: compressed D-PSGD needs a low-variance" in lines[0]
+    assert "training diverged at round" in lines[1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["last_round"] <= 15
+    assert summary["error"].startswith("training diverged at round")
+    assert len(csv_rows(out / "metrics.csv")) == summary["last_round"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Output directories and full disks
+
+
+def test_existing_run_dir_refused_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", *SMALL, "--out", str(out)]) == 0
+    before = (out / "summary.json").read_text()
+    code, _, err = run_cli(["run", *SMALL, "--seed", "3", "--out", str(out)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "already holds a run" in err and "--overwrite" in err
+    assert (out / "summary.json").read_text() == before
+    assert main(["run", *SMALL, "--seed", "3", "--out", str(out), "--overwrite"]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"]["seed"] == 3
+    assert len(csv_rows(out / "metrics.csv")) == 2
+    capsys.readouterr()
+
+
+def test_default_run_dir_never_collides(tmp_path, monkeypatch, capsys):
+    from decentlearn import results
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(results.time, "strftime", lambda fmt: "20260101-120000")
+    for _ in range(2):
+        assert main(["run", *SMALL]) == 0
+    made = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert made == ["20260101-120000", "20260101-120000-2"]
+    assert all((tmp_path / "runs" / m / "summary.json").is_file() for m in made)
+    capsys.readouterr()
+
+
+def unwritable_dir(tmp_path):
+    if os.geteuid() == 0:  # root writes through file modes; /sys refuses everyone
+        return Path("/sys/decentlearn-test-run")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    return ro / "run"
+
+
+@pytest.mark.parametrize("kind", ["read-only", "file", "under-a-file"])
+def test_out_unusable_is_one_line(tmp_path, capsys, kind):
+    (tmp_path / "f").write_text("")
+    out = {"read-only": unwritable_dir(tmp_path), "file": tmp_path / "f",
+           "under-a-file": tmp_path / "f" / "run"}[kind]
+    code, _, err = run_cli(["run", *SMALL, "--out", str(out)], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and str(out) in err
+
+
+@pytest.mark.parametrize("n_ok,failing", [(0, "config.toml"), (4, "metrics.csv"),
+                                          (8, "summary.json")])
+def test_full_disk_is_one_line_and_leaves_no_empty_file(tmp_path, monkeypatch, capsys, n_ok,
+                                                        failing):
+    """ENOSPC injected at the (n_ok + 1)-th write (config, running summary, rows 1 to 6, final
+    summary):
+    one line naming the file and "no space", exit 2, no 0-byte or partial file."""
+    from test_results import full_disk_after
+    out = tmp_path / "run"
+    full_disk_after(monkeypatch, n_ok)
+    code, _, err = run_cli(["run", *SMALL[:4], "--eval-every", "1", "--quiet", "--out", str(out)],
+                            capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines() == [
+        f"decentlearn run: error: cannot write {out / failing}: no space left on device"]
+    for name in ("summary.json", "config.toml"):
+        assert not (out / name).exists() or (out / name).stat().st_size > 0
+    if n_ok:
+        assert json.loads((out / "summary.json").read_text())["status"] == "running"
+        assert len(csv_rows(out / "metrics.csv")) == min(n_ok - 2, 6)
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_plot_failure_keeps_results(tmp_path, monkeypatch, capsys):
+    import decentlearn.plot
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no display\nmore")
+
+    monkeypatch.setattr(decentlearn.plot, "plot_curves", broken)
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["run", *SMALL, "--out", str(out)], capsys)
+    assert code == 0 and err.strip().splitlines() == [
+        f"decentlearn run: warning: {out / 'curves.png'} not written: no display"]
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert len(csv_rows(out / "metrics.csv")) == 2 and not (out / "curves.png").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# One-line errors: downloads, config files, typos
+
+
+@pytest.fixture
+def http_404():
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404, "File not found")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port_url():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # nothing listens there any more: connection refused
+
+
+@pytest.mark.parametrize("where", ["404", "unreachable"])
+def test_download_errors_are_one_line(tmp_path, capsys, http_404, where):
+    url = http_404 if where == "404" else closed_port_url()
+    code, _, err = run_cli(["download", "mnist", "--data-dir", str(tmp_path / "d"),
+                            "--mirror", url], capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("decentlearn download: error: mnist:")
+    assert ("404" in lines[0]) if where == "404" else ("refused" in lines[0].lower())
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('peers = 4\n[run]\nrounds = 3\n', "key 'peers' is outside the [run] table"),
+    ('[run]\npeers = 4\n[sweep]\nlr = [0.1, 0.2]\n', "unknown section [sweep]"),
+    ('[sweep]\nlr = [0.1]\n', "unknown section [sweep]"),
+    ('[run]\npeer = 4\n', "unknown option 'peer'; did you mean 'peers'?"),
+])
+def test_config_file_structure_errors(tmp_path, capsys, text, needle):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    code, _, err = run_cli(["run", "--config", str(cfg), "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_config_run_table_alone_works(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[run]\npeers = 4\nrounds = 2\neval_every = 2\n')
+    assert main(["run", "--config", str(cfg), "--quiet", "--out", str(tmp_path / "r")]) == 0
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["config"]["peers"] == 4
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "--peer", "8"], "unrecognized arguments: --peer 8 (did you mean --peers?)"),
+    (["run", "--pers", "8"], "(did you mean --peers?)"),
+    (["run", "--rouds=5"], "(did you mean --rounds?)"),
+    (["run", "--topology", "rnig"], "unknown topology 'rnig'; did you mean 'ring'?"),
+    (["run", "--algorithm", "choko"], "unknown algorithm 'choko'; did you mean 'choco'?"),
+    (["run", "--compress", "tpok:0.01"], "did you mean 'topk'?"),
+    (["run", "--compress", "ef:tpok:0.01"], "did you mean 'topk'?"),
+    (["run", "--model", "mpl"], "unknown model 'mpl'; did you mean 'mlp'?"),
+    (["run", "--dataset", "fashion-mnst"], "did you mean 'fashion-mnist'?"),
+    (["run", "--partition", "dirichle:0.1"], "did you mean 'dirichlet'?"),
+    (["run", "--precision", "fp33"], "did you mean 'fp32'?"),
+    (["bench", "gosip"], "did you mean 'gossip'?"),
+    (["run", "--algorithm", "choco", "--compress", "topk:0.01"], "needs gamma"),
+    (["run", "--error-feedback"], "--error-feedback needs a compressor"),
+])
+def test_typos_are_caught_with_a_suggestion(args, needle, capsys, tmp_path):
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+def test_every_parser_refuses_abbreviations():
+    from decentlearn.cli import build_parser
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.choices and "run" in a.choices)
+    assert not parser.allow_abbrev
+    assert all(not p.allow_abbrev for p in subparsers.choices.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs set up wrong say so; error feedback; summary formatting
+
+
+def test_setup_warnings_are_one_line_each(tmp_path, capsys):
+    code, _, err = run_cli(["run", *SMALL, "--compress", "topk:0.01", "--gamma", "0.5",
+                            "--out", str(tmp_path / "a")], capsys)
+    assert code == 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("decentlearn run: warning: ") for line in lines)
+    assert "gamma=0.5 is used by choco only" in lines[0]
+    assert "'topk:0.01' is biased" in lines[1] and "--compress ef:topk:0.01" in lines[1]
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert len(summary["warnings"]) == 2
+
+
+@pytest.mark.parametrize("flags", [["--compress", "ef:topk:0.01"],
+                                   ["--compress", "topk:0.01", "--error-feedback"]])
+def test_error_feedback_from_the_cli(tmp_path, capsys, flags):
+    from decentlearn import compress
+    from decentlearn.sim import RunConfig, Simulator
+    code, _, err = run_cli(["run", *SMALL, *flags, "--out", str(tmp_path / "a")], capsys)
+    assert code == 0 and err == ""  # no "biased" warning: error feedback keeps what top-k drops
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["config"]["compress"] == "ef:topk:0.01"
+    sim = Simulator(RunConfig(peers=4, compress="ef:topk:0.01"))
+    assert isinstance(sim.algorithm.compressor, compress.ErrorFeedback)
+
+
+def test_summary_table_spectral_gap_keeps_small_values():
+    from decentlearn.cli import _format_table
+    summary = {"test_accuracy_mean": 0.5, "test_accuracy_min": 0.4, "test_accuracy_max": 0.6,
+               "test_accuracy_avg_model": 0.55, "consensus_distance": 1e-3,
+               "bytes_sent_total": 10, "bytes_sent_max_peer": 5, "spectral_gap": 2.6e-5,
+               "rounds": 1, "wall_seconds": 1.0}
+    table = _format_table(summary)
+    assert "2.6e-05" in table and "0.0000" not in table
+    assert "0.1953" in _format_table(dict(summary, spectral_gap=0.19526214587563473))

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import os
 import pathlib
+import re
 import struct
+import tracemalloc
+import zipfile
+import zlib
 
 import numpy as np
 import pytest
 
 from decentlearn.data import Dataset, load_dataset, make_partition, make_synthetic, read_idx
 from decentlearn.data import datasets as ds_mod
+from decentlearn.data.cifar import read_cifar10_batch
+from decentlearn.data.digits import read_digits
 
 DEBIAN_FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 
@@ -114,6 +121,252 @@ def test_idx_corrupt_gzip_raises(tmp_path):
     (tmp_path / "y.gz").write_bytes(gzip.compress(idx_bytes(np.arange(10, dtype=np.uint8))[:-3]))
     with pytest.raises(ValueError, match="truncated"):
         read_idx(tmp_path / "y.gz")
+
+
+# ------------------------------------------------------------------------------------- hostile IDX files
+# Issue 7 point 7: the reader must never decompress or allocate more than the header declares,
+# must check the declared size before reading, and must raise ValueError naming the file.
+
+
+def idx_header(code: int, shape: tuple[int, ...]) -> bytes:
+    return bytes([0, 0, code, len(shape)]) + b"".join(struct.pack(">I", s) for s in shape)
+
+
+def gzip_stream(head: bytes, zeros: int) -> bytes:
+    """A gzip file holding ``head`` then ``zeros`` zero bytes, compressed chunk by chunk (a bomb)."""
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)
+    parts = [comp.compress(head)]
+    chunk = bytes(1 << 20)
+    left = zeros
+    while left:
+        n = min(left, len(chunk))
+        parts.append(comp.compress(chunk[:n]))
+        left -= n
+    parts.append(comp.flush())
+    return b"".join(parts)
+
+
+def peak_traced_bytes(fn) -> tuple[int, BaseException | None]:
+    """Peak Python/NumPy heap allocation (tracemalloc) while ``fn()`` runs, and what it raised."""
+    tracemalloc.start()
+    try:
+        fn()
+        raised = None
+    except BaseException as exc:  # noqa: BLE001 - returned to the caller
+        raised = exc
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak, raised
+
+
+def test_idx_gzip_bomb_bounded(tmp_path):
+    # The header claims 60,000 MNIST images (47 MB); the stream holds twice that in zeros,
+    # a few hundred kB compressed. The reader must stop one byte past the declared length, keeping nothing.
+    declared = 60_000 * 28 * 28
+    f = tmp_path / "train-images-idx3-ubyte.gz"
+    f.write_bytes(gzip_stream(idx_header(0x08, (60_000, 28, 28)), 2 * declared))
+    assert f.stat().st_size < 1_000_000
+    peak, raised = peak_traced_bytes(lambda: read_idx(f))
+    assert isinstance(raised, ValueError), raised
+    assert str(f) in str(raised) and "trailing" in str(raised)
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB for a refused file"
+
+
+@pytest.mark.parametrize(
+    "shape, match",
+    [
+        ((10**9, 10**9, 10**9), "max_bytes"),   # 1e27 bytes: over the limit, refused from the header
+        ((65536, 65536, 65536, 65536), "max_bytes"),  # 2**64 elements: wraps to 0 in int64
+        ((2**32 - 1,) * 8, "max_bytes"),
+        ((1_000_000, 28, 28), "can hold"),    # 784 MB under the limit, but not in a 1 kB gzip file
+    ],
+)
+def test_idx_gzip_huge_header_refused_before_decompressing(tmp_path, shape, match):
+    f = tmp_path / "x.gz"
+    f.write_bytes(gzip_stream(idx_header(0x08, shape), 1000))
+    peak, raised = peak_traced_bytes(lambda: read_idx(f))
+    assert isinstance(raised, ValueError), raised
+    assert str(f) in str(raised) and re.search(match, str(raised))
+    assert peak < 4 << 20
+
+
+@pytest.mark.parametrize("shape", [(65536, 65536, 65536, 65536), (2**32 - 1, 2**32 - 1, 2**32 - 1, 2**32 - 1)])
+def test_idx_raw_overflowing_dims(tmp_path, shape):
+    # 65536**4 == 2**64: a product in int64 wraps to 0 and the empty payload would "match".
+    f = tmp_path / "x"
+    f.write_bytes(idx_header(0x0C, shape))
+    with pytest.raises(ValueError, match=re.escape(str(f)) + ".*max_bytes"):
+        read_idx(f)
+
+
+def test_idx_raw_size_checked_before_reading(tmp_path):
+    # A 200 MB (sparse) uncompressed file whose header declares 100 MB: refused from its size,
+    # without reading it.
+    f = tmp_path / "sparse-idx1-ubyte"
+    with open(f, "wb") as out:
+        out.write(idx_header(0x08, (100_000_000,)))
+        out.truncate(200_000_000)
+    peak, raised = peak_traced_bytes(lambda: read_idx(f))
+    assert isinstance(raised, ValueError) and "trailing" in str(raised) and str(f) in str(raised), raised
+    assert peak < 4 << 20
+
+
+def test_idx_max_bytes(tmp_path):
+    f = write_idx(tmp_path / "a.gz", np.arange(100, dtype=np.int32))
+    np.testing.assert_array_equal(read_idx(f, max_bytes=400), np.arange(100))
+    with pytest.raises(ValueError, match="400 bytes, more than the limit of 399"):
+        read_idx(f, max_bytes=399)
+    with pytest.raises(ValueError, match="max_bytes"):
+        read_idx(f, max_bytes=-1)
+
+
+def test_idx_multi_member_gzip(tmp_path):
+    # Two concatenated gzip members (a valid gzip file): the trailer's ISIZE covers only the last
+    # member, so the reader measures the stream first, then reads it.
+    a = np.arange(5000, dtype=np.int16).reshape(50, 100)
+    raw = idx_bytes(a)
+    f = tmp_path / "m.gz"
+    f.write_bytes(gzip.compress(raw[:3001]) + gzip.compress(raw[3001:]))
+    np.testing.assert_array_equal(read_idx(f), a)
+    f.write_bytes(gzip.compress(raw[:3001]) + gzip.compress(raw[3001:] + b"\x07"))
+    with pytest.raises(ValueError, match="trailing"):
+        read_idx(f)
+    f.write_bytes(gzip.compress(raw[:3001]) + gzip.compress(raw[3001:-1]))
+    with pytest.raises(ValueError, match="truncated"):
+        read_idx(f)
+
+
+def _flip(data: bytes, pos: int) -> bytes:
+    b = bytearray(data)
+    b[pos] ^= 0xFF
+    return bytes(b)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        pytest.param(lambda g: g[:10], id="gzip-header-only"),
+        pytest.param(lambda g: g[:-4], id="no-isize"),
+        pytest.param(lambda g: g[:-9], id="cut-in-stream"),
+        pytest.param(lambda g: _flip(g, len(g) - 6), id="bad-crc"),
+        pytest.param(lambda g: _flip(g, 20), id="bad-deflate"),
+        pytest.param(lambda g: _flip(g, 3), id="bad-flags"),
+        pytest.param(lambda g: g + b"garbage", id="trailing-garbage"),
+        pytest.param(lambda g: g[:2] + b"\x07" + g[3:], id="bad-method"),
+        pytest.param(lambda g: b"\x1f\x8b", id="magic-only"),
+        pytest.param(lambda g: gzip.compress(b"\x00\x00\x08"), id="short-idx-header"),
+        pytest.param(lambda g: gzip.compress(b""), id="empty-stream"),
+        pytest.param(lambda g: b"", id="empty-file"),
+    ],
+)
+def test_idx_damaged_files_raise_valueerror_naming_file(tmp_path, mutate):
+    good = gzip.compress(idx_bytes(np.arange(3000, dtype=np.int32).reshape(30, 100)))
+    f = tmp_path / "damaged.gz"
+    f.write_bytes(mutate(good))
+    with pytest.raises(ValueError) as info:  # never EOFError, zlib.error, BadGzipFile (OSError)
+        read_idx(f)
+    assert type(info.value) is ValueError and str(f) in str(info.value)
+
+
+# ------------------------------------------------------------------------------------- hostile digits.npz / CIFAR
+
+
+def _npz(path: pathlib.Path, **arrays: np.ndarray) -> pathlib.Path:
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def _digits_arrays(n: int = 20) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "images": rng.integers(0, 17, (n, 8, 8), dtype=np.uint8),
+        "labels": (np.arange(n) % 10).astype(np.uint8),
+        "test": np.arange(n) % 5 == 0,
+    }
+
+
+def test_read_digits_valid_and_embedded(tmp_path):
+    arrays = _digits_arrays()
+    images, labels, test = read_digits(_npz(tmp_path / "d.npz", **arrays))
+    for got, key in ((images, "images"), (labels, "labels"), (test, "test")):
+        np.testing.assert_array_equal(got, arrays[key])
+        assert got.dtype == arrays[key].dtype
+    with np.load(ds_mod._DIGITS_FILE) as ref:
+        for got, key in zip(read_digits(ds_mod._DIGITS_FILE), ("images", "labels", "test")):
+            np.testing.assert_array_equal(got, ref[key])
+
+
+def _npz_bomb(path: pathlib.Path) -> pathlib.Path:
+    # A valid .npy header claiming 10**9 images, with 64 bytes of data: must not be allocated.
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "|u1", "fortran_order": False, "shape": (10**9, 8, 8)}
+    )
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("images.npy", header.getvalue() + bytes(64))  # the header includes the magic
+        zf.writestr("labels.npy", _npy(np.zeros(1, np.uint8)))
+        zf.writestr("test.npy", _npy(np.zeros(1, bool)))
+    return path
+
+
+def _npy(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def _zip_members(path: pathlib.Path, members: dict[str, bytes]) -> pathlib.Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda p: p.write_bytes(b"not a zip at all") and p, "not a valid .npz"),
+        (lambda p: p.write_bytes(b"") or p, "not a valid .npz"),
+        (lambda p: p.write_bytes(_npz(p, **_digits_arrays()).read_bytes()[:-30]) and p, "not a valid .npz"),
+        (lambda p: _npz(p, images=_digits_arrays()["images"], labels=_digits_arrays()["labels"]), "missing arrays \\['test'\\]"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "images": _digits_arrays()["images"].astype(np.float64)}), "'images' must have dtype uint8"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "labels": _digits_arrays()["labels"].astype(np.int64)}), "'labels' must have dtype uint8"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "test": np.array(["a"] * 20, dtype=object)}), "'test' must have dtype bool"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "images": np.zeros((20, 8, 7), np.uint8)}), "shape \\(n, 8, 8\\)"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "labels": np.zeros((20, 1), np.uint8)}), "shape \\(n,\\)"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "labels": np.zeros(19, np.uint8)}), "same length"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "labels": np.full(20, 10, np.uint8)}), "label 10"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "images": np.full((20, 8, 8), 17, np.uint8)}), "pixel value 17"),
+        (lambda p: _npz(p, **{**_digits_arrays(), "test": np.ones(20, bool)}), "no training images"),
+        (lambda p: _npz_bomb(p), "declares shape \\(1000000000, 8, 8\\) \\(64000000000 bytes\\) but holds"),
+        (lambda p: _zip_members(p, {"images.npy": b"\x93NUMPY garbage", "labels.npy": b"", "test.npy": b""}), "not a valid .npy"),
+        (lambda p: _zip_members(p, {"images.npy": _npy(np.zeros((2, 8, 8), np.uint8))[:-5], "labels.npy": b"", "test.npy": b""}), "holds fewer bytes|but holds"),
+    ],
+)
+def test_read_digits_malformed(tmp_path, make, match):
+    path = tmp_path / "digits.npz"
+    make(path)
+    peak, raised = peak_traced_bytes(lambda: read_digits(path))
+    assert type(raised) is ValueError, repr(raised)
+    assert str(path) in str(raised) and re.search(match, str(raised)), str(raised)
+    assert peak < 4 << 20
+
+
+def test_cifar_wrong_length_refused_before_reading(tmp_path):
+    # A 100 MB (sparse) batch that is not a whole number of records: refused from its size.
+    f = tmp_path / "data_batch_1.bin"
+    with open(f, "wb") as out:
+        out.truncate(100_000_000)
+    peak, raised = peak_traced_bytes(lambda: read_cifar10_batch(f))
+    assert type(raised) is ValueError and str(f) in str(raised) and "3073" in str(raised), raised
+    assert peak < 4 << 20
+    f.write_bytes(bytes(3073 * 3))
+    with pytest.raises(ValueError, match=re.escape(str(f)) + ".*3 records, expected 2"):
+        read_cifar10_batch(f, expected_records=2)
+    f.write_bytes(b"")
+    with pytest.raises(ValueError, match="0 bytes"):
+        read_cifar10_batch(f)
 
 
 # ------------------------------------------------------------------------------------- digits

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import gzip
 import hashlib
 import http.server
 import importlib
 import io
+import os
 import pathlib
 import socket
 import struct
@@ -18,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from decentlearn.data import RemoteFile, download, load_dataset
+from decentlearn.data import ChecksumError, DownloadError, RemoteFile, download, load_dataset
 from decentlearn.data import datasets as ds_mod
 
 # The package's `download` attribute is the function; the module is reached through importlib.
@@ -148,6 +150,10 @@ def test_checksum_mismatch_leaves_nothing(server, tmp_path):
     msg = str(info.value)
     assert "f.gz" in msg and "0" * 32 in msg and hashlib.md5(b"hello").hexdigest() in msg
     assert list(root.iterdir()) == []
+    # Also a DownloadError (an OSError) naming the URL, in one line.
+    assert isinstance(info.value, ChecksumError) and isinstance(info.value, DownloadError)
+    assert isinstance(info.value, OSError) and info.value.url == f"{base}/f.gz"
+    assert msg.startswith(f"cannot download {base}/f.gz: checksum mismatch") and "\n" not in msg
 
 
 def test_sha256(server, tmp_path):
@@ -288,3 +294,160 @@ def test_table_and_arguments(tmp_path):
         download("x", tmp_path, files=[], timeout=0)
     with pytest.raises(TypeError, match="progress"):
         download("x", tmp_path, files=[], progress="yes")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------------
+# Failures are one DownloadError (an OSError) with the URL and a one-line reason, and never leave a
+# file behind (issue 7: `decentlearn download` offline or on HTTP 404 printed a 68-line traceback).
+
+
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers each path from ``script``: path -> (status, body, declared Content-Length or None)."""
+
+    script: dict[str, tuple[int, bytes, int | None]]
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        status, body, declared = self.script[self.path]
+        self.send_response(status)
+        if declared is not None:
+            self.send_header("Content-Length", str(declared))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        self.close_connection = True
+
+
+@pytest.fixture
+def scripted(tmp_path):
+    """A server answering from a dict the test fills in; yields (base_url, script)."""
+    script: dict[str, tuple[int, bytes, int | None]] = {}
+    handler = type("Handler", (_Scripted,), {"script": script})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", script
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def _fails(root: pathlib.Path, url: str, checksum: str, timeout: float = 10.0) -> DownloadError:
+    with pytest.raises(DownloadError) as info:
+        download("x", root, files=[RemoteFile("f.gz", url, checksum)], timeout=timeout)
+    err = info.value
+    assert isinstance(err, OSError) and err.url == url
+    assert str(err) == f"cannot download {url}: {err.reason}" and "\n" not in str(err)
+    assert [p.name for p in root.iterdir()] == []  # no partial file, no temp file
+    return err
+
+
+def test_offline_connection_refused(tmp_path):
+    # A port nothing listens on: what an offline machine (or a dead mirror) gives.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    err = _fails(tmp_path / "o", f"http://127.0.0.1:{port}/f.gz", md5(b""))
+    assert "refused" in err.reason.lower()
+
+
+@pytest.mark.parametrize("status, words", [(404, "HTTP 404 Not Found"), (500, "HTTP 500"), (403, "HTTP 403")])
+def test_http_error_status(scripted, tmp_path, status, words):
+    base, script = scripted
+    script["/f.gz"] = (status, b"nope", 4)
+    err = _fails(tmp_path / "o", f"{base}/f.gz", md5(b"nope"))
+    assert err.reason.startswith(words)
+
+
+def test_http_404_from_file_server(server, tmp_path):
+    base, _, _ = server
+    err = _fails(tmp_path / "o", f"{base}/missing.gz", md5(b""))
+    assert err.reason.startswith("HTTP 404")
+
+
+def test_truncated_transfer(scripted, tmp_path):
+    # The server declares 1000 bytes and closes after 600: http.client returns the short body
+    # silently, and the checksum of the whole file would be the only other clue.
+    base, script = scripted
+    body = bytes(range(256)) * 4
+    script["/f.gz"] = (200, body[:600], 1000)
+    err = _fails(tmp_path / "o", f"{base}/f.gz", md5(body[:1000]))
+    assert err.reason == "truncated transfer: received 600 of 1000 bytes"
+    assert not isinstance(err, ValueError)  # not reported as a checksum mismatch
+    # The same file whole is accepted and lands under its final name only.
+    script["/f.gz"] = (200, body[:1000], 1000)
+    download("x", tmp_path / "o", files=[RemoteFile("f.gz", f"{base}/f.gz", md5(body[:1000]))])
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["f.gz"]
+
+
+def test_truncated_transfer_keeps_previous_file(scripted, tmp_path):
+    # A damaged file already under the final name is replaced only by a complete, checked one.
+    base, script = scripted
+    root = tmp_path / "o"
+    root.mkdir()
+    (root / "f.gz").write_bytes(b"old")
+    script["/f.gz"] = (200, b"x" * 10, 20)
+    with pytest.raises(DownloadError, match="truncated"):
+        download("x", root, files=[RemoteFile("f.gz", f"{base}/f.gz", md5(b"x" * 20))])
+    assert sorted(p.name for p in root.iterdir()) == ["f.gz"] and (root / "f.gz").read_bytes() == b"old"
+
+
+def test_unwritable_folder_and_full_disk(server, tmp_path, monkeypatch):
+    # Fault injection (the tests may run as root, who can write anywhere): the temp file cannot be
+    # created, then the disk fills up during the transfer.
+    base, folder, _ = server
+    (folder / "a").write_bytes(b"abc" * 1000)
+    entry = RemoteFile("a", f"{base}/a", md5(b"abc" * 1000))
+    root = tmp_path / "o"
+    root.mkdir()
+
+    def no_create(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(root))
+
+    with monkeypatch.context() as m:
+        m.setattr(dl_mod.tempfile, "mkstemp", no_create)
+        with pytest.raises(DownloadError, match=f"cannot create a file in {root}: Permission denied$"):
+            download("x", root, files=[entry])
+
+    real_fdopen = os.fdopen
+
+    class FullDisk(io.RawIOBase):
+        def __init__(self, fd):
+            self.inner = real_fdopen(fd, "wb")
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            self.inner.close()
+            super().close()
+
+    with monkeypatch.context() as m:
+        m.setattr(dl_mod.os, "fdopen", lambda fd, mode: FullDisk(fd))
+        with pytest.raises(DownloadError, match="No space left on device$") as info:
+            download("x", root, files=[entry])
+    assert "\n" not in str(info.value)
+    assert list(root.iterdir()) == []
+
+
+def test_invalid_url(tmp_path):
+    err = _fails(tmp_path / "o", "nonsense/f.gz", md5(b""))
+    assert err.reason.startswith("not a valid URL")
+    with pytest.raises(DownloadError, match="^cannot download ftp:/x y/f.gz: "):
+        download("x", tmp_path / "o", files=[RemoteFile("f.gz", "http://h/f.gz", md5(b""))], base_url="ftp:/x y")
+
+
+def test_download_error_pickles():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ChecksumError("http://h/f", "checksum mismatch")))
+    assert isinstance(err, ChecksumError) and err.url == "http://h/f" and err.reason == "checksum mismatch"

@@ -343,7 +343,7 @@ def test_from_matrix_rejects(matrix: object, error: type[Exception], message: st
 
 
 def test_register_custom_time_varying_builder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(T, "_BUILDERS", dict(T._BUILDERS))
+    monkeypatch.setattr(T, "_BUILDERS", T._BUILDERS.copy())
 
     @T.register("matchings")
     def matchings(n: int, rounds: str = "2") -> T.Graph:
@@ -373,7 +373,7 @@ def test_register_custom_time_varying_builder(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_time_varying_union_must_be_connected(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(T, "_BUILDERS", dict(T._BUILDERS))
+    monkeypatch.setattr(T, "_BUILDERS", T._BUILDERS.copy())
     T.register("halves")(lambda n: T.Graph(n, (np.array([[0, 1]]), np.array([[1, 0]])), directed=True))
     with pytest.raises(ValueError, match="union of the 2 rounds of 'halves' with n=3 is not connected"):
         T.make("halves", 3)
@@ -386,7 +386,7 @@ def test_time_varying_union_must_be_connected(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: T.make("grid", 16), ValueError, r"unknown topology 'grid'.*available: complete, edges, .*ring"),
+        (lambda: T.make("grid", 16), ValueError, r"unknown topology 'grid'.*expected one of complete, edges, .*ring"),
         (lambda: T.make("random-regular:3", 7), ValueError, r"'random-regular:3' with n=7: n\*D must be even"),
         (lambda: T.make("torus:3:5", 16), ValueError, r"R\*C must equal n=16, got R=3, C=5"),
         (lambda: T.make("torus:3", 16), ValueError, "R=3 must divide n=16"),

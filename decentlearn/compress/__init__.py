@@ -21,33 +21,38 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-_REGISTRY: dict[str, type[Compressor]] = {}
+from decentlearn.registry import Registry
+
+_REGISTRY: Registry[type[Compressor]] = Registry("compressor")
 
 
 def register(name: str):
     """Class decorator: ``@register("topk")`` makes ``make("topk:…")`` build the class from its
     ``from_args(args)`` classmethod."""
+    add = _REGISTRY.register(name)
+
     def deco(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"compressor {name!r} is registered twice")
         cls.kind = name
-        _REGISTRY[name] = cls
-        return cls
+        return add(cls)
     return deco
 
 
 def available() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.available()
 
 
-def make(spec: str) -> Compressor:
-    """Builds a compressor from a spec such as "none", "natural", "topk:0.01", "bucket:8:512"."""
+def make(spec: str) -> Compressor | ErrorFeedback:
+    """Builds a compressor from a spec such as "none", "natural", "topk:0.01", "bucket:8:512";
+    ``"ef:SPEC"`` wraps the compressor of SPEC in error feedback (:class:`ErrorFeedback`)."""
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"compressor spec must be a non-empty string, got {spec!r}")
-    name, *args = spec.split(":")
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown compressor {spec!r}; expected one of {available()}")
-    return _REGISTRY[name].from_args(tuple(args))
+    if spec.startswith("ef:"):
+        inner = make(spec[3:])
+        if isinstance(inner, ErrorFeedback):
+            raise ValueError(f"{spec!r}: error feedback is applied once ('ef:' twice)")
+        return ErrorFeedback(inner)
+    name, args = _REGISTRY.split(spec)
+    return _REGISTRY.get(name, spec).from_args(tuple(args))
 
 
 def parse_ratio(text: str, spec: str) -> float:
@@ -164,6 +169,18 @@ class Compressor(ABC):
     def spec(self) -> str:
         return self.kind
 
+    @property
+    def biased(self) -> bool:
+        """True when E[decompress(compress(x))] != x (top-k, sign, STC, ...)."""
+        return not self.unbiased
+
+    def variance_factor(self, dim: int) -> float | None:
+        """omega such that E||C(x) - x||^2 <= omega ||x||^2 for rows of length ``dim``, for
+        unbiased compressors whose bound is known; None otherwise (biased ones: see ``biased``).
+        Compressed D-PSGD needs omega small; CHOCO-SGD needs C to be a contraction (omega < 1)
+        or the compressor scaled by 1 / (1 + omega)."""
+        return None
+
     @classmethod
     def from_args(cls, args: tuple[str, ...]) -> Compressor:
         if args:
@@ -232,6 +249,9 @@ class Identity(Compressor):
 
     unbiased = True
 
+    def variance_factor(self, dim: int) -> float:
+        return 0.0
+
     def _compress(self, x, seed, step, peer0, n_threads):
         return {"values": x.copy()}, np.full(x.shape[0], 4 * x.shape[1])
 
@@ -265,7 +285,19 @@ class ErrorFeedback:
 
     @property
     def spec(self) -> str:
-        return f"ef({self.compressor.spec})"
+        return f"ef:{self.compressor.spec}"
+
+    #: Error feedback makes no compressor unbiased, but it keeps what a biased one drops.
+    @property
+    def unbiased(self) -> bool:
+        return self.compressor.unbiased
+
+    @property
+    def biased(self) -> bool:
+        return self.compressor.biased
+
+    def variance_factor(self, dim: int) -> float | None:
+        return self.compressor.variance_factor(dim)
 
     def compress(self, x: np.ndarray, **kwargs) -> Payload:
         if self.error is None or self.error.shape != x.shape:

@@ -26,6 +26,9 @@ class Natural(Compressor):
 
     unbiased = True
 
+    def variance_factor(self, dim: int) -> float:
+        return 1 / 8
+
     def _compress(self, x, seed, step, peer0, n_threads):
         codes = ops.natural_encode(x, seed=seed, step=step, peer0=peer0, n_threads=n_threads)
         return {"codes": codes}, np.full(x.shape[0], x.shape[1])
@@ -75,6 +78,11 @@ class NaturalDithering(Compressor):
     def __post_init__(self) -> None:
         ops._dither_s(self.s)
         ops._dither_p(self.p)
+
+    def variance_factor(self, dim: int) -> float:
+        r = min(self.p, 2.0)
+        u = max(dim, 1) ** (1 / r) * 2.0 ** (1 - self.s)
+        return 1 / 8 + u * min(1.0, u)
 
     @classmethod
     def from_args(cls, args):

@@ -11,6 +11,8 @@ out-of-range code, or a message whose values would overflow float32.
 
 from __future__ import annotations
 
+import math
+
 from abc import abstractmethod
 from dataclasses import dataclass
 
@@ -58,6 +60,9 @@ class QSGD(_Quantizer):
 
     levels: int
     unbiased = True
+
+    def variance_factor(self, dim: int) -> float:
+        return min(dim / self.levels**2, math.sqrt(dim) / self.levels)
 
     def __post_init__(self) -> None:
         levels = self.levels
@@ -124,6 +129,12 @@ class Bucket(_Quantizer):
     bits: int
     bucket: int
     unbiased = True
+
+    def variance_factor(self, dim: int) -> float:
+        # Per value the rounding variance is <= scale^2 / 4 with scale = (max - min) / (2^BITS - 1),
+        # and a bucket's squared norm is >= (max - min)^2 / 2 (its two extremes).
+        size = min(self.bucket, max(dim, 1))
+        return size / (2 * (2**self.bits - 1) ** 2)
 
     def __post_init__(self) -> None:
         for name in ("bits", "bucket"):
@@ -233,6 +244,10 @@ class Int8(_Quantizer):
     """
 
     unbiased = True
+
+    def variance_factor(self, dim: int) -> float:
+        # Rounding variance <= scale^2 / 4 per value, scale = max|x| / 127 and ||x||^2 >= max|x|^2.
+        return dim / (4 * 127**2)
 
     def row_nbytes(self, dim: int) -> int:
         return 4 + dim

@@ -142,6 +142,10 @@ class RandK(_FixedK):
     def spec(self) -> str:
         return f"randk:{self.ratio!r}" + (":unbiased" if self.unbiased else "")
 
+    def variance_factor(self, dim: int) -> float | None:
+        """dim / k - 1 when scaled (``:unbiased``); None for the biased, unscaled form."""
+        return dim / max(self.k(dim), 1) - 1 if self.unbiased else None
+
     @classmethod
     def from_args(cls, args):
         spec = ":".join(("randk",) + tuple(args))

@@ -14,7 +14,7 @@ from decentlearn.data.datasets import (
     register_dataset,
     standardize_images,
 )
-from decentlearn.data.download import DATASET_FILES, RemoteFile, download
+from decentlearn.data.download import DATASET_FILES, ChecksumError, DownloadError, RemoteFile, download
 from decentlearn.data.idx import read_idx
 from decentlearn.data.partition import (
     Partition,
@@ -29,8 +29,10 @@ from decentlearn.data.synthetic import make_synthetic
 
 __all__ = [
     "DATASET_FILES",
+    "ChecksumError",
     "Dataset",
     "DatasetLoader",
+    "DownloadError",
     "Partition",
     "PartitionContext",
     "RemoteFile",

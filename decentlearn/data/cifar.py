@@ -2,7 +2,8 @@
 
 Each batch file is a sequence of 3073-byte records: one label byte (0..9) then 3072 pixel bytes,
 the 1024 red, 1024 green and 1024 blue values of a 32x32 image in row-major order. The reader
-checks the length and the labels, so a truncated or corrupt file raises ValueError.
+checks the length (from the file's size, before reading) and the labels, so a truncated or corrupt
+file raises ValueError naming it.
 """
 
 from __future__ import annotations
@@ -33,16 +34,21 @@ def read_cifar10_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read one batch file into ``(images uint8 (n, 3, 32, 32), labels uint8 (n,))``."""
     path = pathlib.Path(path)
-    data = path.read_bytes()
-    if len(data) == 0 or len(data) % RECORD_BYTES != 0:
-        raise ValueError(
-            f"{path}: corrupt CIFAR-10 batch: {len(data)} bytes is not a positive multiple of "
-            f"the {RECORD_BYTES}-byte record"
-        )
-    n = len(data) // RECORD_BYTES
-    if expected_records is not None and n != expected_records:
-        raise ValueError(f"{path}: corrupt CIFAR-10 batch: {n} records, expected {expected_records}")
-    records = np.frombuffer(data, dtype=np.uint8).reshape(n, RECORD_BYTES)
+    with open(path, "rb") as f:
+        # The length is checked on the file's size, before anything is read.
+        size = os.fstat(f.fileno()).st_size
+        if size == 0 or size % RECORD_BYTES != 0:
+            raise ValueError(
+                f"{path}: corrupt CIFAR-10 batch: {size} bytes is not a positive multiple of "
+                f"the {RECORD_BYTES}-byte record"
+            )
+        n = size // RECORD_BYTES
+        if expected_records is not None and n != expected_records:
+            raise ValueError(f"{path}: corrupt CIFAR-10 batch: {n} records, expected {expected_records}")
+        records = np.empty((n, RECORD_BYTES), dtype=np.uint8)
+        got = f.readinto(memoryview(records).cast("B"))
+        if got != size or f.read(1):
+            raise ValueError(f"{path}: CIFAR-10 batch changed while being read ({got} of {size} bytes)")
     labels = records[:, 0].copy()
     if labels.max() > 9:
         raise ValueError(f"{path}: corrupt CIFAR-10 batch: label {int(labels.max())} outside 0..9")

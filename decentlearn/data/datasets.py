@@ -18,7 +18,9 @@ import numpy as np
 
 from decentlearn.data import _spec
 from decentlearn.data.cifar import CIFAR10_DIRNAME, find_cifar10_dir, read_cifar10
+from decentlearn.data.digits import read_digits
 from decentlearn.data.idx import read_idx
+from decentlearn.registry import Registry
 
 __all__ = [
     "CIFAR10_DIRNAME",
@@ -153,7 +155,7 @@ class _Entry:
     form: str
 
 
-_DATASETS: dict[str, _Entry] = {}
+_DATASETS: Registry[_Entry] = Registry("dataset")
 _L = TypeVar("_L", bound=Callable[..., Dataset])
 _T = TypeVar("_T")
 
@@ -163,10 +165,10 @@ def register_dataset(name: str, *, form: str | None = None) -> Callable[[_L], _L
     if not isinstance(name, str) or not name or ":" in name or name != name.lower():
         raise ValueError(f"name must be a non-empty lower-case str without ':', got {name!r}")
 
+    add = _DATASETS.register(name, form=form)
+
     def decorate(loader: _L) -> _L:
-        if name in _DATASETS:
-            raise ValueError(f"dataset {name!r} is already registered")
-        _DATASETS[name] = _Entry(loader, form or name)
+        add(_Entry(loader, form or name))
         return loader
 
     return decorate
@@ -174,7 +176,7 @@ def register_dataset(name: str, *, form: str | None = None) -> Callable[[_L], _L
 
 def available_datasets() -> tuple[str, ...]:
     """The valid dataset specs, e.g. ``('cifar10', 'digits', ..., 'synthetic:ALPHA:BETA | synthetic:iid')``."""
-    return tuple(_DATASETS[k].form for k in sorted(_DATASETS))
+    return tuple(_DATASETS.forms())
 
 
 def load_dataset(
@@ -196,8 +198,7 @@ def load_dataset(
     splits of the fixed data sets never depend on ``seed``.
     """
     key, args = _spec.split_spec(name, "name")
-    if key not in _DATASETS:
-        raise ValueError(f"name must be one of {', '.join(available_datasets())}; got {name!r}")
+    entry = _DATASETS.get(key, name)
     if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
         raise TypeError(f"data_dir must be a str, os.PathLike or None, got {type(data_dir).__name__}")
     if not isinstance(download, bool):
@@ -206,7 +207,7 @@ def load_dataset(
     if n_peers is not None:
         n_peers = _spec.check_int(n_peers, "n_peers", minimum=1)
     path = None if data_dir is None else pathlib.Path(data_dir).expanduser()
-    return _DATASETS[key].loader(
+    return entry.loader(
         args, spec=name, data_dir=path, download=download, seed=seed, n_peers=n_peers
     )
 
@@ -366,8 +367,7 @@ def _load_digits(
     n_peers: int | None,
 ) -> Dataset:
     _no_args(args, spec, "digits")
-    with np.load(_DIGITS_FILE) as f:
-        images, labels, test = f["images"], f["labels"], f["test"]
+    images, labels, test = read_digits(_DIGITS_FILE)
     images = images[:, None, :, :]  # (n, 1, 8, 8)
     return _image_dataset("digits", images[~test], labels[~test], images[test], labels[test], 16, 10)
 

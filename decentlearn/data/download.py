@@ -3,13 +3,16 @@
 Every file is streamed into a temporary file beside its target, its digest checked, and only then
 renamed into place, so an interrupted or corrupt download never leaves a file with the final name.
 Files already present with a valid checksum are skipped. Archives (CIFAR-10) are extracted after
-every member has been checked to stay inside the target folder.
+every member has been checked to stay inside the target folder. Every failure to fetch a file
+(offline, HTTP error, timeout, truncated transfer, checksum mismatch) raises ``DownloadError``, an
+OSError whose message is one line naming the URL and the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import logging
 import os
 import pathlib
@@ -21,7 +24,15 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DATASET_FILES", "ProgressCallback", "RemoteFile", "download", "verify_checksum"]
+__all__ = [
+    "DATASET_FILES",
+    "ChecksumError",
+    "DownloadError",
+    "ProgressCallback",
+    "RemoteFile",
+    "download",
+    "verify_checksum",
+]
 
 _log = logging.getLogger("decentlearn.data")
 
@@ -31,6 +42,24 @@ ProgressCallback = Callable[[str, int, int | None], None]
 _CHECKSUM = re.compile(r"^(md5|sha1|sha256|sha512):([0-9a-f]+)$")
 _DIGEST_LENGTHS = {"md5": 32, "sha1": 40, "sha256": 64, "sha512": 128}
 _CHUNK = 1 << 20
+
+
+class DownloadError(OSError):
+    """A file could not be downloaded: ``url`` and a one-line ``reason`` (offline, HTTP status,
+    timeout, truncated transfer, checksum mismatch, unwritable folder). ``str()`` is one line."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        reason = " ".join(str(reason).split())
+        super().__init__(f"cannot download {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.url, self.reason)
+
+
+class ChecksumError(DownloadError, ValueError):
+    """The downloaded bytes do not match the published checksum (also a ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -133,34 +162,70 @@ def _reporter(progress: bool | ProgressCallback) -> ProgressCallback | None:
     )
 
 
+def _describe(exc: BaseException) -> str:
+    """A one-line reason for a network or file error (``[Errno 111] Connection refused`` -> text)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}".strip()
+    if isinstance(exc, urllib.error.URLError):
+        inner = exc.reason
+        return _describe(inner) if isinstance(inner, BaseException) else str(inner)
+    if isinstance(exc, http.client.IncompleteRead):
+        return f"truncated transfer: the connection closed after {len(exc.partial)} more bytes"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def _fetch(
     url: str, entry: RemoteFile, target: pathlib.Path, timeout: float, report: ProgressCallback | None
 ) -> None:
     h = hashlib.new(entry.algorithm)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    except OSError as exc:
+        raise DownloadError(url, f"cannot create a file in {target.parent}: {_describe(exc)}") from exc
     tmp = pathlib.Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
             try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    length = response.headers.get("Content-Length")
-                    total = int(length) if length is not None and length.isdigit() else None
-                    done = 0
-                    while chunk := response.read(_CHUNK):
-                        h.update(chunk)
-                        out.write(chunk)
-                        done += len(chunk)
-                        if report is not None:
-                            report(entry.filename, done, total)
-            except (urllib.error.URLError, OSError) as exc:
+                response = urllib.request.urlopen(url, timeout=timeout)
+            except (OSError, http.client.HTTPException) as exc:  # URLError, HTTPError, timeouts
                 if isinstance(exc, urllib.error.HTTPError):
                     exc.close()  # it holds the open response
-                raise OSError(f"downloading {url} failed: {exc}") from exc
+                raise DownloadError(url, _describe(exc)) from exc
+            except ValueError as exc:  # "unknown url type", http.client.InvalidURL
+                raise DownloadError(url, f"not a valid URL: {exc}") from exc
+            with response:
+                length = response.headers.get("Content-Length")
+                total = int(length) if length is not None and length.isdigit() else None
+                done = 0
+                while True:
+                    try:
+                        chunk = response.read(_CHUNK)
+                    except (OSError, http.client.HTTPException) as exc:
+                        raise DownloadError(url, _describe(exc)) from exc
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    try:
+                        out.write(chunk)
+                    except OSError as exc:
+                        raise DownloadError(url, f"cannot write {tmp}: {_describe(exc)}") from exc
+                    done += len(chunk)
+                    if report is not None:
+                        report(entry.filename, done, total)
+            if total is not None and done != total:
+                # http.client returns a short body without error when the server closes early.
+                raise DownloadError(url, f"truncated transfer: received {done} of {total} bytes")
         actual = h.hexdigest()
         if actual != entry.digest:
-            raise ValueError(
-                f"checksum mismatch for {entry.filename} downloaded from {url}: "
-                f"expected {entry.algorithm} {entry.digest}, got {actual}; the file was deleted"
+            raise ChecksumError(
+                url,
+                f"checksum mismatch for {entry.filename}: expected {entry.algorithm} "
+                f"{entry.digest}, got {actual}; the download was deleted",
             )
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
@@ -218,8 +283,10 @@ def download(
     server). ``files`` replaces the table entry ``DATASET_FILES[name]``. ``progress`` is False,
     True (report through the ``logging`` logger ``decentlearn.data`` at INFO level) or a callback
     ``f(filename, bytes_done, bytes_total_or_None)``. ``timeout`` bounds each network operation,
-    in seconds. Raises ValueError on a checksum mismatch (no file is left behind) and OSError when
-    a file cannot be fetched.
+    in seconds. Raises ``DownloadError`` (an OSError; one line naming the URL and the reason) when
+    a file cannot be fetched: offline, HTTP error status, timeout, a transfer shorter than its
+    Content-Length, or a checksum mismatch (``ChecksumError``, also a ValueError). No partial or
+    unchecked file is ever left under a final name.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")

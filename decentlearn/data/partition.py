@@ -4,7 +4,7 @@ A partition is stored CSR-style: ``indices`` is the concatenation of every peer'
 (ascending within a peer) and peer i owns ``indices[offsets[i]:offsets[i+1]]``. Schemes are
 registered by name and chosen with a spec string (``"dirichlet:0.5"``); each one returns the
 owner of every sample and is reproducible from ``seed``. All of them are vectorized: their Python
-loops run over classes or retries, never over samples.
+loops run over classes, never over samples or peers.
 """
 
 from __future__ import annotations
@@ -16,21 +16,18 @@ from typing import TypeVar
 import numpy as np
 
 from decentlearn.data import _spec
+from decentlearn.registry import Registry
 
 __all__ = [
-    "DIRICHLET_MAX_TRIES",
     "Partition",
     "PartitionContext",
     "available_partitions",
     "label_skew",
     "make_partition",
     "register_partition",
+    "shards_class_bound",
     "skew_report",
 ]
-
-#: How many Dirichlet draws ``dirichlet:ALPHA`` makes before giving up on the minimum size.
-DIRICHLET_MAX_TRIES = 1000
-
 
 def _as_int_array(value: object, argname: str) -> np.ndarray:
     if not isinstance(value, np.ndarray):
@@ -153,7 +150,7 @@ class _Entry:
     form: str
 
 
-_SCHEMES: dict[str, _Entry] = {}
+_SCHEMES: Registry[_Entry] = Registry("partition")
 _S = TypeVar("_S", bound=Scheme)
 
 
@@ -162,10 +159,10 @@ def register_partition(name: str, *, form: str | None = None) -> Callable[[_S], 
     if not isinstance(name, str) or not name or ":" in name or name != name.lower():
         raise ValueError(f"name must be a non-empty lower-case str without ':', got {name!r}")
 
+    add = _SCHEMES.register(name, form=form)
+
     def decorate(scheme: _S) -> _S:
-        if name in _SCHEMES:
-            raise ValueError(f"partition scheme {name!r} is already registered")
-        _SCHEMES[name] = _Entry(scheme, form or name)
+        add(_Entry(scheme, form or name))
         return scheme
 
     return decorate
@@ -173,7 +170,7 @@ def register_partition(name: str, *, form: str | None = None) -> Callable[[_S], 
 
 def available_partitions() -> tuple[str, ...]:
     """The valid spec forms, e.g. ``('classes:C', 'dirichlet:ALPHA[:MIN_SIZE]', 'iid', ...)``."""
-    return tuple(_SCHEMES[k].form for k in sorted(_SCHEMES))
+    return tuple(_SCHEMES.forms())
 
 
 def _forms() -> str:
@@ -195,8 +192,7 @@ def make_partition(
     every peer gets at least one sample, else ValueError. The result depends only on the arguments.
     """
     key, args = _spec.split_spec(spec)
-    if key not in _SCHEMES:
-        raise ValueError(f"spec {spec!r} is not a valid partition; valid forms: {_forms()}")
+    entry = _SCHEMES.get(key, spec)
     labels = _as_int_array(labels, "labels").astype(np.int64, copy=False)
     if len(labels) and labels.min() < 0:
         raise ValueError(f"labels must be >= 0, got minimum {labels.min()}")
@@ -220,7 +216,7 @@ def make_partition(
         spec=spec,
         args=args,
     )
-    owner = _SCHEMES[key].scheme(ctx)
+    owner = entry.scheme(ctx)
     assigned = np.flatnonzero(owner >= 0)
     indices = assigned[np.argsort(owner[assigned], kind="stable")]
     counts = np.bincount(owner[assigned], minlength=n_peers)
@@ -267,7 +263,9 @@ def _iid(ctx: PartitionContext) -> np.ndarray:
 @register_partition("shards", form="shards:K")
 def _shards(ctx: PartitionContext) -> np.ndarray:
     """McMahan et al. 2017: sort by label (ties in seeded random order), cut into n_peers*K
-    nearly equal shards, give each peer K shards chosen at random."""
+    nearly equal shards, give each peer K shards chosen at random. A peer sees at most
+    ``shards_class_bound(labels, n_peers, K)`` classes (2K while shards are no larger than the
+    smallest class plus one)."""
     _n_args(ctx, 1, 1)
     k = _spec.parse_int(ctx.args[0], what="K (shards per peer)", spec=ctx.spec, forms=_forms())
     n, n_shards = len(ctx.labels), ctx.n_peers * k
@@ -286,11 +284,92 @@ def _shards(ctx: PartitionContext) -> np.ndarray:
     return owner
 
 
+def shards_class_bound(labels: np.ndarray, n_peers: int, k: int) -> int:
+    """The most classes one peer of ``shards:K`` can see: min(C, K * c(s)).
+
+    C is the number of classes present, s = ceil(N / (n_peers * K)) the largest shard size and
+    c(s) = 2 + floor((s - 2) / m) the most classes a run of s label-sorted samples can touch
+    when the smallest class has m samples (two partial classes at the ends, whole classes of at
+    least m samples in between; c(1) = 1). When s <= m + 1 this is 2K. A bound, attained only
+    when the shards fall badly; see docs/data.md.
+    """
+    labels = _as_int_array(labels, "labels")
+    n_peers = _spec.check_int(n_peers, "n_peers", minimum=1)
+    k = _spec.check_int(k, "k", minimum=1)
+    if len(labels) == 0:
+        raise ValueError("labels must not be empty")
+    if len(labels) and labels.min() < 0:
+        raise ValueError(f"labels must be >= 0, got minimum {labels.min()}")
+    counts = np.bincount(labels)
+    counts = counts[counts > 0]
+    s = -(-len(labels) // (n_peers * k))
+    per_shard = 2 + (s - 2) // int(counts.min())  # s = 1 gives 2 + (-1) = 1
+    return int(min(len(counts), k * per_shard))
+
+
+def _water_fill_levels(values: np.ndarray, take: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Per row r, the smallest integer level L_r >= floor_r with sum_c max(0, values[r, c] - L_r) <= take_r.
+
+    ``values`` is (R, C) int64, ``take`` and ``floor`` (R,) int64. Vectorized bisection over the rows.
+    """
+    low = floor.copy()  # invariant: level low may take too much (or exactly enough)
+    high = np.maximum(values.max(axis=1, initial=0), floor)  # level high takes nothing: always ok
+    while True:
+        active = low < high
+        if not active.any():
+            return high
+        mid = (low + high) // 2
+        taken = np.maximum(values - mid[:, None], 0).sum(axis=1)
+        ok = taken <= take
+        high = np.where(active & ok, mid, high)
+        low = np.where(active & ~ok, mid + 1, low)
+
+
+def _take_from_top(values: np.ndarray, take: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Remove ``take_r`` units from row r of ``values`` (R, C), always from its largest entries
+    (water-filling down to a common level, ties broken by the lowest column), never below
+    ``floor_r``; return the (R, C) amounts removed. Needs sum_c max(0, values - floor) >= take."""
+    level = _water_fill_levels(values, take, floor)
+    removed = np.maximum(values - level[:, None], 0)
+    short = take - removed.sum(axis=1)  # < #{c: values >= level} by the choice of level
+    at_level = (values >= level[:, None]) & (level[:, None] > floor[:, None])
+    removed += at_level & (np.cumsum(at_level, axis=1) <= short[:, None])
+    return removed
+
+
+def _repair_min_size(counts: np.ndarray, min_size: int) -> np.ndarray:
+    """Give every peer (column of the (n_classes, n_peers) ``counts``) at least ``min_size`` samples.
+
+    The D missing samples are taken from the largest peers — lowered to a common size, never
+    below ``min_size`` — and, within each donor, from its most plentiful classes; then the taken
+    samples, ordered by (donor, class), are handed to the short peers in increasing peer order.
+    Pure arithmetic on ``counts``: deterministic, and the identity when no peer is short.
+    """
+    sizes = counts.sum(axis=0)
+    need = np.maximum(min_size - sizes, 0)
+    total = int(need.sum())
+    if total == 0:
+        return counts
+    # Which peers give how much: water-fill the peer sizes (one row) down to a common level.
+    give = _take_from_top(sizes[None, :], np.array([total]), np.array([min_size]))[0]
+    # Which classes each donor gives: water-fill its class counts.
+    donors = np.flatnonzero(give)
+    taken = _take_from_top(counts[:, donors].T, give[donors], np.zeros(len(donors), dtype=np.int64)).T
+    out = counts.copy()
+    out[:, donors] -= taken
+    # Units ordered by (donor, class), handed out in order to the short peers.
+    unit_class = np.repeat(np.tile(np.arange(counts.shape[0]), len(donors)), taken.T.ravel())
+    unit_peer = np.repeat(np.arange(counts.shape[1]), need)
+    np.add.at(out, (unit_class, unit_peer), 1)
+    return out
+
+
 @register_partition("dirichlet", form="dirichlet:ALPHA[:MIN_SIZE]")
 def _dirichlet(ctx: PartitionContext) -> np.ndarray:
     """Hsu et al. 2019: for each class c draw q_c ~ Dir(ALPHA * 1) over the peers and give peer j
     the samples floor(n_c * sum_{i<=j} q_ci) - floor(n_c * sum_{i<j} q_ci) of the (shuffled)
-    class; redraw all classes until every peer has >= MIN_SIZE (default 1) samples."""
+    class; then repair the draw so every peer has >= MIN_SIZE (default 1) samples: the missing
+    samples come from the largest peers' most plentiful classes (``_repair_min_size``)."""
     _n_args(ctx, 1, 2)
     alpha = _spec.parse_float(ctx.args[0], what="ALPHA", spec=ctx.spec, forms=_forms(), positive=True)
     min_size = 1
@@ -304,20 +383,12 @@ def _dirichlet(ctx: PartitionContext) -> np.ndarray:
         )
     by_class = ctx.class_indices()
     class_sizes = np.array([len(c) for c in by_class], dtype=np.int64)
-    concentration = np.full(peers, alpha)
-    for _ in range(DIRICHLET_MAX_TRIES):
-        q = ctx.rng.dirichlet(concentration, size=len(by_class))  # (n_classes, n_peers)
-        cuts = np.floor(np.cumsum(q, axis=1) * class_sizes[:, None]).astype(np.int64)
-        cuts = np.minimum(cuts, class_sizes[:, None])
-        cuts[:, -1] = class_sizes
-        counts = np.diff(cuts, axis=1, prepend=0)
-        if counts.sum(axis=0).min() >= min_size:
-            break
-    else:
-        raise ValueError(
-            f"spec {ctx.spec!r}: no draw out of {DIRICHLET_MAX_TRIES} gave every one of the {peers} "
-            f"peers at least {min_size} samples; use a larger ALPHA, fewer peers or a smaller MIN_SIZE"
-        )
+    q = ctx.rng.dirichlet(np.full(peers, alpha), size=len(by_class))  # (n_classes, n_peers)
+    cuts = np.floor(np.cumsum(q, axis=1) * class_sizes[:, None]).astype(np.int64)
+    cuts = np.minimum(cuts, class_sizes[:, None])
+    cuts[:, -1] = class_sizes
+    # MIN_SIZE 0 means 1: make_partition refuses an empty peer.
+    counts = _repair_min_size(np.diff(cuts, axis=1, prepend=0), max(min_size, 1))
     owner = np.empty(n, dtype=np.int64)
     peer_ids = np.arange(peers)
     for c, idx in enumerate(by_class):

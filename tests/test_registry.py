@@ -1,0 +1,111 @@
+"""The shared Registry: registration, lookup with closest-name suggestions, and every family on it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import decentlearn
+
+from decentlearn import algorithms, compress, topology
+from decentlearn.data import load_dataset, make_partition
+from decentlearn.registry import Registry, closest
+
+
+def test_register_get_make_available():
+    reg = Registry("widget")
+
+    @reg.register("pair", form="pair:A:B")
+    def pair(prefix, a, b, scale=1):
+        return (prefix, a, b, scale)
+
+    reg.register("solo")(lambda: "solo")
+    assert reg.available() == ["pair", "solo"] and "pair" in reg and len(reg) == 2
+    assert reg.forms() == ["pair:A:B", "solo"]
+    assert reg.get("pair") is pair
+    assert reg.make("pair:1:2", "x", scale=3) == ("x", "1", "2", 3)
+    with pytest.raises(ValueError, match="widget 'pair' is already registered"):
+        reg.register("pair")
+    with pytest.raises(ValueError, match="without ':'"):
+        reg.register("a:b")
+    with pytest.raises(TypeError, match="name must be a str"):
+        reg.register(3)
+    with pytest.raises(ValueError, match="non-empty"):
+        reg.make("")
+    other = reg.copy()
+    other.register("extra")(lambda: 0)
+    assert "extra" in other and "extra" not in reg
+
+
+def test_unknown_name_suggests_the_closest():
+    reg = Registry("topology")
+    for name in ("ring", "torus", "exponential", "complete"):
+        reg.register(name)(object)
+    with pytest.raises(ValueError) as info:
+        reg.get("rnig")
+    assert str(info.value) == ("unknown topology 'rnig'; did you mean 'ring'? expected one of "
+                               "complete, exponential, ring, torus")
+    with pytest.raises(ValueError, match="did you mean 'exponential'"):
+        reg.get("exp")  # a unique prefix
+    with pytest.raises(ValueError, match=r"^unknown topology 'zzzzz'; expected one of"):
+        reg.get("zzzzz")  # nothing close: no guess
+    with pytest.raises(ValueError, match="in spec 'tors:4'; did you mean 'torus'"):
+        reg.make("tors:4")
+    assert closest("--peer", ["--peers", "--precision"]) == "--peers"
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: algorithms.make("choko"), "unknown algorithm 'choko'; did you mean 'choco'?"),
+    (lambda: compress.make("tpok:0.1"), "unknown compressor 'tpok' in spec 'tpok:0.1'; did you mean 'topk'?"),
+    (lambda: compress.make("ef:qsdg:4"), "did you mean 'qsgd'?"),
+    (lambda: topology.make("rign", 8), "unknown topology 'rign'; did you mean 'ring'?"),
+    (lambda: load_dataset("digts"), "unknown dataset 'digts'; did you mean 'digits'?"),
+    (lambda: make_partition("dirichlett:0.5", [0, 1, 2, 3], 2),
+     "unknown partition 'dirichlett' in spec 'dirichlett:0.5'; did you mean 'dirichlet'?"),
+])
+def test_every_family_suggests(call, message):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert message in str(info.value)
+
+
+def test_public_functions_still_work():
+    assert {"dpsgd", "choco"} <= set(algorithms.available())
+    assert {"topk", "qsgd", "none"} <= set(compress.available())
+    assert "ring" in topology.available()
+    ef = compress.make("ef:topk:0.5")
+    assert isinstance(ef, compress.ErrorFeedback) and ef.spec == "ef:topk:0.5" and ef.biased
+    with pytest.raises(ValueError, match="once"):
+        compress.make("ef:ef:topk:0.5")
+
+
+def test_lazy_package_attributes_and_no_heavy_imports():
+    """`import decentlearn as dl` gives every submodule lazily (PEP 562) and imports neither
+    matplotlib nor networkx (fresh interpreter)."""
+    code = (
+        "import sys\n"
+        "import decentlearn as dl\n"
+        "heavy = [m for m in ('matplotlib', 'networkx', 'scipy', 'decentlearn.sim') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "t = dl.topology.make('ring', 8)\n"
+        "assert t.n == 8\n"
+        "for name in ('compress', 'ops', 'data', 'sim', 'algorithms', 'comm', 'metrics', 'nn',\n"
+        "             'optim', 'registry', 'results'):\n"
+        "    assert getattr(dl, name).__name__ == 'decentlearn.' + name, name\n"
+        "assert dl.RunConfig is dl.sim.RunConfig and dl.simulate is dl.sim.simulate\n"
+        "assert {'topology', 'simulate', 'RunConfig'} <= set(dir(dl))\n"
+        "assert 'matplotlib' not in sys.modules and 'networkx' not in sys.modules\n"
+        "try:\n"
+        "    dl.nonexistent\n"
+        "except AttributeError as e:\n"
+        "    assert 'nonexistent' in str(e)\n"
+        "else:\n"
+        "    raise SystemExit('no AttributeError')\n"
+        "print('ok')\n"
+    )
+    root = str(Path(decentlearn.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
