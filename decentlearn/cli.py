@@ -120,6 +120,11 @@ def _add_run_parser(sub) -> None:
     a("--threads", type=_optional_int, help="threads for the C kernels (default: all allowed)")
     a("--eval-every", type=int, help="evaluate every N rounds")
     a("--eval-samples", type=_optional_int, help="evaluate on N test samples (default all)")
+    a("--network", metavar="PRESET|FILE.toml",
+      help="simulate time on a network: datacenter, wan, edge, mobile, or a TOML file "
+           "(docs/network.md); adds sim_seconds to the metrics")
+    a("--async", dest="asynchronous", action="store_true", default=None,
+      help="event-driven asynchronous gossip (dpsgd -> AD-PSGD); needs --network")
     a("--out", help="output directory (default runs/<timestamp>, never an existing one)")
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")

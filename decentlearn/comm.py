@@ -11,6 +11,12 @@ behind the same methods:
 * ``count(t, nbytes)``: bytes of one send per out-neighbour.
 
 Bytes are counted per sending peer, from ``Payload.nbytes`` for compressed messages.
+
+With a network model (``SimComm(topology, network=NetworkModel(...), samples_per_round=...)``,
+see :mod:`decentlearn.network`) every ``count`` also advances the simulated clock
+(``sim_seconds``), and W_t is the round's faulty view when links drop or peers churn: a dropped
+link carries no bytes. Algorithms do not change; ``round_done(t)`` closes a round's clock (the
+simulator calls it) and ``network_metrics()`` gives the columns that join metrics.csv.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn import ops
-from decentlearn.topology import Topology
+from decentlearn.topology import RoundTopology, Topology, edges_of
 
 FLOAT32_BYTES = 4
 
@@ -26,13 +32,28 @@ FLOAT32_BYTES = 4
 class SimComm:
     """All peers in one process; ``mix`` is one call of the C gossip kernel on the whole matrix."""
 
-    def __init__(self, topology: Topology, n_threads: int | None = None) -> None:
-        if not isinstance(topology, Topology):
+    def __init__(self, topology: Topology | RoundTopology, n_threads: int | None = None, *,
+                 network=None, samples_per_round: float = 0.0,
+                 mixing_kind: str | None = None) -> None:
+        if not isinstance(topology, (Topology, RoundTopology)):
             raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
         self.topology = topology
         self.n_threads = ops.resolve_threads(n_threads)
         self.bytes_sent = np.zeros(topology.n, dtype=np.int64)
         self._spare: np.ndarray | None = None
+        #: The network model (decentlearn.network.NetworkModel) or None; its clock.
+        self.network = network
+        self.clock = None
+        #: The W_t actually used: the topology, or its per-round faulty view.
+        self.mixing = topology
+        if network is not None:
+            from decentlearn.network.clock import SyncClock
+            from decentlearn.network.faults import FaultyTopology
+            if network.n != topology.n:
+                raise ValueError(f"network has {network.n} peers but the topology {topology.n}")
+            self.clock = SyncClock(network, samples_per_round)
+            if network.config.has_faults:
+                self.mixing = FaultyTopology(topology, network, kind=mixing_kind)
 
     @property
     def n_peers(self) -> int:
@@ -46,7 +67,7 @@ class SimComm:
         """
         if self._spare is None or self._spare.shape != X.shape:
             self._spare = np.empty_like(X)
-        out = ops.gossip(self.topology, X, out=self._spare, n_threads=self.n_threads, t=t)
+        out = ops.gossip(self.mixing, X, out=self._spare, n_threads=self.n_threads, t=t)
         self._spare = X
         self.count(t, X.shape[1] * FLOAT32_BYTES)
         return out
@@ -54,7 +75,7 @@ class SimComm:
     def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """W_t X over values every peer already holds (replicas kept from earlier exchanges):
         local computation, no bytes on the wire."""
-        return ops.gossip(self.topology, X, out=out, n_threads=self.n_threads, t=t)
+        return ops.gossip(self.mixing, X, out=out, n_threads=self.n_threads, t=t)
 
     def exchange(self, compressor, payload, t: int) -> np.ndarray:
         """Each peer sends its row's message to its out-neighbours; returns the decoded rows that
@@ -63,5 +84,39 @@ class SimComm:
         return compressor.decompress(payload, n_threads=self.n_threads)
 
     def count(self, t: int, payload_nbytes) -> None:
-        """Adds one send of ``payload_nbytes`` (scalar or per peer) to every out-neighbour."""
-        self.bytes_sent += self.topology.send_counts(t) * np.asarray(payload_nbytes, dtype=np.int64)
+        """Adds one send of ``payload_nbytes`` (scalar or per peer) to every out-neighbour, and
+        with a network model delivers it on the simulated clock."""
+        nbytes = np.asarray(payload_nbytes, dtype=np.int64)
+        self.bytes_sent += self.mixing.send_counts(t) * nbytes
+        if self.clock is not None:
+            dst, src = edges_of(self.mixing, t)
+            self.clock.send(t, dst, src, nbytes)
+
+    # Simulated time (a network model) --------------------------------------------------------
+
+    def round_done(self, t: int) -> None:
+        """Closes round t on the simulated clock (training time counts even without traffic)."""
+        if self.clock is not None:
+            self.clock.finish(t)
+
+    @property
+    def sim_seconds(self) -> float | None:
+        """Simulated seconds since the start (None without a network model)."""
+        return None if self.clock is None else self.clock.sim_seconds
+
+    def network_metrics(self) -> dict:
+        """Columns for metrics.csv: sim_seconds and, under faults, the drop/offline/straggler
+        rates so far (empty without a network model)."""
+        if self.clock is None:
+            return {}
+        row = {"sim_seconds": self.clock.sim_seconds}
+        if hasattr(self.mixing, "stats"):
+            row.update(self.mixing.stats())
+        return row
+
+    def network_summary(self) -> dict:
+        """``network_metrics()`` plus ``sim_round_seconds``, the simulated duration of every
+        round, for summary.json (empty without a network model)."""
+        if self.clock is None:
+            return {}
+        return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, cocofl, compress, metrics, topology
+from decentlearn import algorithms, cocofl, compress, metrics, network
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
@@ -28,6 +28,9 @@ from decentlearn.optim import SGD, SGDConfig
 (_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
  _STREAM_COMPRESS, _STREAM_LOWP, _STREAM_COCOFL) = range(8)
 
+
+#: Random stream of the network model (decentlearn.network), apart from the streams above.
+_STREAM_NETWORK = 100
 
 #: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
 SPECTRAL_GAP_MAX_PEERS = 2048
@@ -118,6 +121,10 @@ class RunConfig:
     threads: int | None = None
     eval_every: int = 10
     eval_samples: int | None = None
+    #: Network model (decentlearn.network): a preset name or a TOML file; None = no simulated time.
+    network: str | None = None
+    #: Event-driven asynchronous gossip (decentlearn.network.asynchronous); needs ``network``.
+    asynchronous: bool = False
 
     def __post_init__(self):
         def positive_int(name, allow_none=False):
@@ -149,6 +156,7 @@ class RunConfig:
                 raise ValueError("cocofl trains the unfrozen layers in float32 (frozen ones run "
                                  f"int8): precision must be 'fp32', got {self.precision!r}")
         algorithms._REGISTRY.get(self.algorithm)  # unknown name: ValueError with a suggestion
+        network.validate_run(self)
         if self.algorithm == "choco" and self.gamma is None and self.compress != "none":
             # No default fits every compressor (docs/simulator.md): on digits, 16 peers, ring,
             # topk:0.01 works near 0.1-0.2 and diverges at 1; topk:0.1 works best near 0.5.
@@ -248,14 +256,22 @@ class Simulator:
         self.partition = make_partition(c.partition, d.y_train, c.peers,
                                         seed=_stream_seed(c.seed, _STREAM_PARTITION),
                                         groups=d.groups)
-        self.topology = topology.make(c.topology, c.peers,
-                                      seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
-                                      weights=c.weights)
+        # Network hook (decentlearn.network): time-varying/directed graphs, the network model.
+        accepted = network.accepted_mixing(c.algorithm)
+        self.topology = network.make_topology(c.topology, c.peers,
+                                              seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
+                                              weights=c.weights, mixing=accepted)
+        network.check_mixing(self.topology, c.algorithm, accepted)
+        self.network = (network.NetworkModel(c.network, c.peers,
+                                             seed=_stream_seed(c.seed, _STREAM_NETWORK))
+                        if c.network is not None else None)
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
-        self.comm = SimComm(self.topology, n_threads=c.threads)
+        self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
+                            samples_per_round=c.local_steps * c.batch_size,
+                            mixing_kind="column" if "column" in accepted else None)
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
                                   weight_decay=c.weight_decay), params.shape)
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
@@ -272,14 +288,23 @@ class Simulator:
         self.problems = setup_problems(c, compressor, self.model.dim)
         for problem in self.problems:
             warnings.warn(problem, SetupWarning, stacklevel=2)
-        self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
-                                         optimizer=optimizer, params=params,
-                                         local_steps=c.local_steps, variant=c.variant,
-                                         compressor=compressor,
-                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS),
-                                         frozen=self.frozen, **extra)
+        if c.asynchronous:  # network hook: event-driven asynchronous gossip replaces both
+            from decentlearn.network import asynchronous
+            self.comm, self.algorithm = asynchronous.build(
+                self, params, optimizer.config, _stream_seed(c.seed, _STREAM_COMPRESS))
+        else:
+            self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
+                                             optimizer=optimizer, params=params,
+                                             local_steps=c.local_steps, variant=c.variant,
+                                             compressor=compressor,
+                                             seed=_stream_seed(c.seed, _STREAM_COMPRESS),
+                                             frozen=self.frozen, **extra)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
+        #: Freezes offline peers' state under churn (None without churn).
+        self.offline_hook = (network.OfflineHook(self.network, self.algorithm, init)
+                             if self.network is not None and self.network.config.churn_leave > 0
+                             else None)
         if c.eval_samples is not None and c.eval_samples < len(d.y_test):
             pick = np.random.default_rng(0).choice(len(d.y_test), c.eval_samples, replace=False)
             pick.sort()
@@ -313,6 +338,8 @@ class Simulator:
             "consensus_distance": metrics.consensus_distance(X),
             "bytes_sent_total": int(sent.sum()),
             "bytes_sent_max_peer": int(sent.max()),
+            # Network hook: sim_seconds and fault rates with --network (nothing otherwise).
+            **self.comm.network_metrics(),
         }
 
     def check_divergence(self, t: int, losses: np.ndarray) -> None:
@@ -352,7 +379,12 @@ class Simulator:
             try:
                 # Overflow shows up as a non-finite loss or parameter, reported below in one line.
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    if self.offline_hook is not None:  # network hook: churn
+                        self.offline_hook.before_round(t)
                     losses = self.algorithm.round(self.sample, t)
+                    if self.offline_hook is not None:
+                        self.offline_hook.after_round(t)
+                self.comm.round_done(t)  # network hook: closes round t on the simulated clock
             except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
                 raise DivergenceError(t, c) from e
             self.check_divergence(t, losses)
@@ -370,6 +402,7 @@ class Simulator:
                     cb.on_eval(self, row)
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
+        result.summary.update(self.comm.network_summary())  # network hook: sim_seconds
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=(self.topology.spectral_gap()
                                             if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),

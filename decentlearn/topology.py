@@ -696,3 +696,174 @@ def from_matrix(W: npt.ArrayLike | sp.sparray | sp.spmatrix, *, name: str = "mat
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, got {name!r}")
     return Topology(name, "given", (_canonical(W, "W"),))
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-round topologies (decentlearn.network): W_t produced on demand, possibly only column- or
+# row-stochastic. Additive to the Topology class above; the C gossip kernel reads either through
+# ``csr(t)``.
+
+#: What a mixing matrix preserves: "doubly" (rows and columns sum to 1: the mean), "column"
+#: (columns sum to 1: the sum, as push-sum needs), "row" (rows sum to 1: a weighted average).
+STOCHASTIC_KINDS = ("doubly", "column", "row")
+
+#: How many rounds a RoundTopology keeps cached (an algorithm reads W_t a few times per round).
+ROUND_CACHE = 4
+
+
+def check_stochastic(w: sp.csr_array, kind: str, name: str) -> None:
+    """Raises ValueError unless ``w`` is nonnegative, finite and ``kind``-stochastic (rows and/or
+    columns summing to 1 within :data:`TOLERANCE`)."""
+    if kind not in STOCHASTIC_KINDS:
+        raise ValueError(f"stochastic must be one of {STOCHASTIC_KINDS}, got {kind!r}")
+    if kind == "doubly":
+        _check_doubly_stochastic(w, name)
+        return
+    if not np.all(np.isfinite(w.data)):
+        raise ValueError(f"{name} must be finite, got NaN or infinity")
+    if w.nnz and w.data.min() < 0.0:
+        raise ValueError(f"{name} must be nonnegative, got an entry {float(w.data.min())!r}")
+    axis, what = (0, "column") if kind == "column" else (1, "row")
+    sums = np.asarray(w.sum(axis=axis)).ravel()
+    worst = int(np.argmax(np.abs(sums - 1.0)))
+    if abs(sums[worst] - 1.0) > TOLERANCE:
+        raise ValueError(f"{name} is not {kind}-stochastic: {what} {worst} sums to "
+                         f"{float(sums[worst])!r} (every {what} must sum to 1 within {TOLERANCE})")
+
+
+def stochastic_kind(topology: Any) -> str:
+    """"doubly" for a :class:`Topology`, else the topology's ``stochastic`` attribute."""
+    return getattr(topology, "stochastic", "doubly")
+
+
+def round_matrix(topology: Any, t: int) -> sp.csr_array:
+    """W_t of a :class:`Topology` or :class:`RoundTopology` as canonical float64 CSR (read-only
+    by convention)."""
+    if isinstance(topology, Topology):
+        return topology.rounds[topology._round(t)]
+    return topology.matrix(t)
+
+
+def column_weights(adj: sp.csr_array) -> sp.csr_array:
+    """Push-sum weights on a directed pattern (A[i, j] = 1: i receives from j): every sender j
+    splits its value equally among itself and its out-neighbours, W[i, j] = 1 / (1 + outdeg j).
+    Column-stochastic."""
+    n = adj.shape[0]
+    out_degree = np.bincount(adj.indices, minlength=n)
+    share = 1.0 / (1.0 + out_degree)
+    return _assemble(adj, share[adj.indices], share)
+
+
+def row_weights(adj: sp.csr_array) -> sp.csr_array:
+    """Averaging of what arrives (Epidemic Learning): W[i, j] = 1 / (1 + indeg i) for every
+    in-neighbour j and for i itself. Row-stochastic."""
+    degree = np.diff(adj.indptr)
+    rows = np.repeat(np.arange(adj.shape[0]), degree)
+    share = 1.0 / (1.0 + degree)
+    return _assemble(adj, share[rows], share)
+
+
+class RoundTopology:
+    """A topology whose W_t is computed on demand by ``matrix_of(t)`` (time-varying random graphs,
+    fault-masked views): the read API of :class:`Topology` (``n``, ``csr(t)``, ``send_counts(t)``,
+    ``degree(t)``, ``neighbors(i, t)``, ``mixing_matrix(t)``, ``spectral_gap(t)``), with
+    ``stochastic`` saying what each W_t is checked to be ("doubly", "column" or "row") and
+    ``period`` None for an aperiodic sequence. Every W_t is checked when first computed and the
+    last :data:`ROUND_CACHE` rounds are cached; the diagonal is always stored (the C kernel and
+    :meth:`csr` list it even when zero).
+    """
+
+    def __init__(self, name: str, n: int, matrix_of: Callable[[int], sp.csr_array], *,
+                 weights: str = "given", stochastic: str = "doubly", period: int | None = None,
+                 directed: bool = True) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if stochastic not in STOCHASTIC_KINDS:
+            raise ValueError(f"stochastic must be one of {STOCHASTIC_KINDS}, got {stochastic!r}")
+        if period is not None:
+            period = _check_int(period, "period", minimum=1)
+        self.name, self.n, self.weights = name, _check_int(n, "n", minimum=1), weights
+        self.stochastic, self.period, self.directed = stochastic, period, bool(directed)
+        self._matrix_of = matrix_of
+        self._cache: dict[int, dict[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        period = "aperiodic" if self.period is None else f"period={self.period}"
+        return (f"RoundTopology({self.name!r}, n={self.n}, weights={self.weights!r}, "
+                f"stochastic={self.stochastic!r}, {period})")
+
+    def _entry(self, t: int) -> dict[str, Any]:
+        t = _check_int(t, "t", minimum=0)
+        key = t if self.period is None else t % self.period
+        entry = self._cache.get(key)
+        if entry is None:
+            w = self._matrix_of(key)
+            if w.shape != (self.n, self.n):
+                raise ValueError(f"W_{t} of {self.name!r} must have shape ({self.n}, {self.n}), "
+                                 f"got {w.shape}")
+            check_stochastic(w, self.stochastic, f"W_{t} of {self.name!r}")
+            entry = {"w": w}
+            if len(self._cache) >= ROUND_CACHE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = entry
+        return entry
+
+    def matrix(self, t: int) -> sp.csr_array:
+        return self._entry(t)["w"]
+
+    def mixing_matrix(self, t: int = 0) -> np.ndarray:
+        return _read_only(self.matrix(t).toarray())
+
+    def csr(self, t: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        entry = self._entry(t)
+        if "csr" not in entry:
+            w = entry["w"]
+            entry["csr"] = (_read_only(np.array(w.indptr, dtype=np.int64)),
+                            _read_only(np.array(w.indices, dtype=np.int32)),
+                            _read_only(np.array(w.data, dtype=np.float32)))
+        return entry["csr"]
+
+    def edges(self, t: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(dst, src) int64 of the off-diagonal nonzeros of W_t: src sends to dst in round t."""
+        entry = self._entry(t)
+        if "edges" not in entry:
+            w = entry["w"]
+            rows = np.repeat(np.arange(self.n), np.diff(w.indptr))
+            off = (w.indices != rows) & (w.data != 0)
+            entry["edges"] = (_read_only(rows[off].astype(np.int64)),
+                              _read_only(w.indices[off].astype(np.int64)))
+        return entry["edges"]
+
+    def degree(self, t: int = 0) -> np.ndarray:
+        return _read_only(np.bincount(self.edges(t)[0], minlength=self.n).astype(np.int64))
+
+    def send_counts(self, t: int = 0) -> np.ndarray:
+        return _read_only(np.bincount(self.edges(t)[1], minlength=self.n).astype(np.int64))
+
+    def neighbors(self, i: int, t: int = 0) -> np.ndarray:
+        dst, src = self.edges(t)
+        return _read_only(np.sort(src[dst == _check_int(i, "i", minimum=0)]))
+
+    def spectral_gap(self, t: int = 0) -> float:
+        """1 - sigma_2(W_t) (as :meth:`Topology.spectral_gap`); dense, O(n^3)."""
+        if self.n == 1:
+            return 1.0
+        w = self.matrix(t)
+        if _is_symmetric(w):
+            eig = np.linalg.eigvalsh(w.toarray())
+            second = max(abs(eig[-2]), abs(eig[0]))
+        else:
+            eig = np.linalg.eigvalsh((w.T @ w).toarray())
+            second = math.sqrt(max(eig[-2], 0.0))
+        return float(min(1.0, max(0.0, 1.0 - second)))
+
+
+def edges_of(topology: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dst, src) of the messages of round t (off-diagonal nonzeros of W_t) for either kind of
+    topology."""
+    if isinstance(topology, RoundTopology):
+        return topology.edges(t)
+    w = round_matrix(topology, t)
+    rows = np.repeat(np.arange(topology.n), np.diff(w.indptr))
+    off = w.indices != rows
+    return rows[off].astype(np.int64), w.indices[off].astype(np.int64)
