@@ -37,6 +37,11 @@ def available() -> list[str]:
     return _REGISTRY.available()
 
 
+def get(name: str) -> type[Algorithm]:
+    """The registered algorithm class ``name`` (ValueError naming the closest name if unknown)."""
+    return _REGISTRY.get(name)
+
+
 def make(name: str, **kwargs) -> Algorithm:
     """Builds a registered algorithm, e.g. ``make("dpsgd", model=..., comm=..., ...)``."""
     return _REGISTRY.get(name)(**kwargs)

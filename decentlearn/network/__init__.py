@@ -30,8 +30,7 @@ def accepted_mixing(algorithm: str) -> tuple[str, ...]:
     """The kinds of mixing matrix ("doubly", "column", "row") the registered ``algorithm``
     declares it handles (its class attribute ``mixing``; "doubly" when it declares none)."""
     from decentlearn import algorithms
-    cls = getattr(algorithms, "_REGISTRY", {}).get(algorithm)
-    return tuple(getattr(cls, "mixing", ("doubly",)))
+    return tuple(getattr(algorithms.get(algorithm), "mixing", ("doubly",)))
 
 
 def validate_run(config) -> None:
