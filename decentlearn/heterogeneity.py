@@ -99,8 +99,9 @@ class D2(Algorithm):
         x_1 = W̄ (x_0 - lr g(x_0))
         x_{t+1} = W̄ (2 x_t - x_{t-1} - lr g(x_t) + lr g(x_{t-1}))
 
-    Exact convergence on heterogeneous data with a constant step. Plain steps (momentum must be
-    0). Bytes per round: one float32 vector per out-neighbour; one gradient per peer. Needs a static
+    Exact convergence on heterogeneous data with a constant step, in exact arithmetic: the
+    correction telescopes, so float32 rounding accumulates in the peers' mean like an integrator
+    (measured: ~2.5e-7 per round on a quadratic, see tests). Plain steps (momentum must be 0). Bytes per round: one float32 vector per out-neighbour; one gradient per peer. Needs a static
     graph (the correction telescopes over a fixed W).
     """
 
