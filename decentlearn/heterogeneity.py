@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from decentlearn import compress
+from decentlearn import batchnorm, compress  # noqa: F401 (batchnorm registers cnn-bn)
 from decentlearn.algorithms import Algorithm, Sampler, register
 from decentlearn.baselines import options
 
@@ -269,3 +269,92 @@ class CompNGC(NGC):
     def _send_cross(self, G, t):
         return self._sender.compress(G, seed=self.seed, step=t, peer0=0,
                                      n_threads=self.comm.n_threads)
+
+
+@options("skew_target", "skew_probe_every", "skew_period_max")
+@register("skewscout")
+class SkewScout(Algorithm):
+    """D-PSGD whose communication period is set by SkewScout's control loop (Hsieh et al. 2020).
+
+    A round is one local SGD step on every peer; the peers gossip (x <- W_t x) once every
+    ``period`` rounds. Every ``skew_probe_every`` rounds the control loop estimates the accuracy
+    loss between partitions by model traveling: each peer sends its model to the next peer
+    (p -> p + 1 mod n, 4·dim bytes, ``comm.shift``), which measures on a minibatch of its own
+    training data the accuracy of its own model, a_own, and of the traveled one, a_remote. With
+    the estimated loss L = mean(a_own - a_remote):
+      L > skew_target       -> period = max(1, period // 2)   (communicate more)
+      L < skew_target / 2   -> period = min(skew_period_max, 2 · period)
+    (the hysteresis band avoids oscillation). The period starts at 1. ``stats()`` reports the
+    communications made, the period history and the bytes saved against gossiping every round
+    (gossip bytes avoided minus the probes' bytes). Time-varying graphs: yes (W_t of the round
+    in which the peers communicate).
+    """
+
+    def __init__(self, *, skew_target: float = 0.05, skew_probe_every: int = 20,
+                 skew_period_max: int = 16, variant: str = "atc", **kwargs) -> None:
+        super().__init__(**kwargs)
+        _check_atc("skewscout", variant)
+        _no_compressor(self)
+        _one_step(self)
+        if isinstance(skew_target, bool) or not isinstance(skew_target, (int, float)) \
+                or not 0 < skew_target <= 1:
+            raise ValueError(f"skew_target must be a number in (0, 1], got {skew_target!r}")
+        for name, v in (("skew_probe_every", skew_probe_every),
+                        ("skew_period_max", skew_period_max)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        self.target = float(skew_target)
+        self.probe_every = skew_probe_every
+        self.period_max = skew_period_max
+        self.period = 1
+        self._since = 0
+        self.communications = 0
+        self.skipped_bytes = 0
+        self.probe_bytes = 0
+        #: (round, estimated accuracy loss, period after the decision) of every probe.
+        self.history: list[tuple[int, float, int]] = []
+        self._travel = np.roll(np.arange(self.comm.n_peers), 1)  # p receives from p - 1
+        self._mix_bytes = 0  # bytes of the last gossip
+
+    def _bytes_now(self) -> int:
+        return int(self.comm.bytes_sent.sum())
+
+    def _probe(self, sample: Sampler, t: int) -> None:
+        before = self._bytes_now()
+        remote = self.comm.shift(self.params, t, self._travel)
+        self.probe_bytes += self._bytes_now() - before
+        x, y = sample()
+        own = np.argmax(self.model.forward(self.params, x), axis=-1) == y
+        other = np.argmax(self.model.forward(remote, x), axis=-1) == y
+        loss = float(own.mean() - other.mean())
+        if loss > self.target:
+            self.period = max(1, self.period // 2)
+        elif loss < self.target / 2:
+            self.period = min(self.period_max, 2 * self.period)
+        self.history.append((t, loss, self.period))
+
+    def round(self, sample: Sampler, t: int) -> np.ndarray:
+        losses = self.local_step(sample)
+        self._since += 1
+        before = self._bytes_now()
+        if self._since >= self.period:
+            self.params = self.comm.mix(self.params, t)
+            self._since = 0
+            self.communications += 1
+            self._mix_bytes = self._bytes_now() - before
+        else:
+            self.skipped_bytes += self._mix_bytes or self._gossip_bytes(t)
+        if (t + 1) % self.probe_every == 0:
+            self._probe(sample, t)
+        return losses
+
+    def _gossip_bytes(self, t: int) -> int:
+        """Bytes one gossip of float32 rows would cost in round t (for the bytes-saved count)."""
+        _, senders, _ = self.comm.edges(t)
+        return int(senders.size) * 4 * self.model.dim
+
+    def stats(self) -> dict:
+        return {"communications": self.communications, "period": self.period,
+                "probe_bytes": self.probe_bytes,
+                "bytes_saved_vs_every_round": self.skipped_bytes - self.probe_bytes,
+                "probes": self.history}
