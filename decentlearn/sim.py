@@ -133,7 +133,10 @@ class RunConfig:
                 bound = "(0, 1]" if lo_open else "[0, 1]"
                 raise ValueError(f"{name} must be a number in {bound}, got {v!r}")
         if self.server_compress is not None:
-            compress.make(self.server_compress)
+            try:
+                compress.make(self.server_compress)
+            except ValueError as e:
+                raise ValueError(f"server_compress: {e}") from None
         positive_int("eval_samples", allow_none=True)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
