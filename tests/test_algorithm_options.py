@@ -52,10 +52,3 @@ def test_bad_hyperparameters_one_line_exit_2(args, word, capsys, tmp_path):
     _, err = capsys.readouterr()
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and word in err, err
-
-
-def test_cli_runs_new_algorithm(tmp_path, capsys):
-    code = main(["run", "--peers", "4", "--rounds", "2", "--eval-every", "2", "--quiet",
-                 "--algorithm", "compngc", "--compress", "sign", "--out", str(tmp_path / "r")])
-    assert code == 0
-    assert (tmp_path / "r" / "summary.json").is_file()
