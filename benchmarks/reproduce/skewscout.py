@@ -4,7 +4,9 @@
 
 16 peers, ring, Fashion-MNIST ``classes:2``, MLP, lr 0.02, momentum 0.9, batch 32. D-PSGD gossips
 after every step; SkewScout gossips every ``period`` steps, the period adapted every 20 steps to keep
-the estimated accuracy loss between partitions (model traveling) under 5 points. Claim: within 1
+the estimated accuracy loss between partitions (model traveling) under ``--target`` (default 0.3:
+on this partition the loss measured while gossiping every step is already 0.19-0.29, so a lower
+target, e.g. 0.05, never lets the period grow). Claim: within 1
 point of every-step communication with fewer bytes (the saving is reported net of the probes).
 """
 
@@ -19,13 +21,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", type=float, default=0.3)
     args = ap.parse_args()
     base = RunConfig(dataset="fashion-mnist", peers=16, topology="ring", partition="classes:2",
                      model="mlp", rounds=args.rounds, lr=0.02, momentum=0.9, batch_size=32,
                      eval_every=max(1, args.rounds // 10), eval_samples=1000, seed=args.seed)
     runs = [run("D-PSGD, every step", base.replace(algorithm="dpsgd")),
-            run("SkewScout (target 0.05)", base.replace(algorithm="skewscout", skew_target=0.05,
-                                                        skew_probe_every=20))]
+            run(f"SkewScout (target {args.target})",
+                base.replace(algorithm="skewscout", skew_target=args.target, skew_probe_every=20))]
     every, skew = runs
     a_every, a_skew = last_mean(every["history"]), last_mean(skew["history"])
     st = skew["stats"]
