@@ -1,7 +1,7 @@
 """Baselines with a server or an exact all-reduce: what decentralized algorithms are measured against.
 
 * ``allreduce``: every peer trains, then the peers' models are averaged exactly (ring all-reduce), or,
-  with a compressor, every peer's compressed change is gathered by all (Bagua's "centralized,
+  with a compressor, by a compressed all-reduce of their changes (Bagua's "centralized,
   low-precision" corner).
 * ``fedavg``: FedAvg (McMahan et al. 2017) with partial participation: each round the server draws a
   seeded sample of clients, they download the model, run ``local_steps`` SGD steps on their own data
@@ -128,9 +128,10 @@ class _ServerAlgorithm(Algorithm):
 class AllReduce(Algorithm):
     """Local steps, then exact averaging of all peers' models (ring all-reduce).
 
-    With a compressor: every peer sends C(x_i - x_bar_prev) to all (ring all-gather) and everyone
-    sets x <- x_bar_prev + mean_i decompress(C(x_i - x_bar_prev)), so all peers stay identical.
-    Bytes per round and peer: 2(n-1)/n · 4·dim (float32) or ~ sum of the messages (compressed).
+    With a compressor: the peers all-reduce their changes Δ_i = x_i - x_bar_prev compressed
+    (``comm.allreduce_compressed``: compressed scatter-reduce, the chunk averages compressed again
+    and all-gathered) and set x <- x_bar_prev + that estimate, so all peers stay identical.
+    Bytes per round and peer: 2(n-1)/n · 4·dim (float32) or 2(n-1)/n of a compressed row.
     """
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
@@ -152,7 +153,7 @@ class AllReduce(Algorithm):
             self._buf, self.params = self.params, out
         else:
             delta = np.subtract(self.params, self.anchor, out=self._buf)
-            mean = self.comm.allgather_mean(self.compressor, self.compress(delta, t), t)
+            mean = self.comm.allreduce_compressed(self.compressor, delta, t, seed=self.seed)
             self.anchor += mean
             self.params[...] = self.anchor
         return losses / self.local_steps

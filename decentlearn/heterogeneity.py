@@ -283,6 +283,10 @@ class CompNGC(NGC):
         return received
 
 
+#: SkewScout doubles the period when the estimated loss is below this fraction of the target.
+_GROW_BELOW = 0.8
+
+
 @options("skew_target", "skew_probe_every", "skew_period_max")
 @register("skewscout")
 class SkewScout(Algorithm):
@@ -294,9 +298,9 @@ class SkewScout(Algorithm):
     (p -> p + 1 mod n, 4·dim bytes, ``comm.shift``), which measures on a minibatch of its own
     training data the accuracy of its own model, a_own, and of the traveled one, a_remote. With
     the estimated loss L = mean(a_own - a_remote):
-      L > skew_target       -> period = max(1, period // 2)   (communicate more)
-      L < skew_target / 2   -> period = min(skew_period_max, 2 · period)
-    (the hysteresis band avoids oscillation). The period starts at 1. ``stats()`` reports the
+      L > skew_target         -> period = max(1, period // 2)   (communicate more)
+      L < 0.8 · skew_target   -> period = min(skew_period_max, 2 · period)
+    (the band between them damps oscillation). The period starts at 1. ``stats()`` reports the
     communications made, the period history and the bytes saved against gossiping every round
     (gossip bytes avoided minus the probes' bytes). Time-varying graphs: yes (W_t of the round
     in which the peers communicate).
@@ -341,7 +345,7 @@ class SkewScout(Algorithm):
         loss = float(own.mean() - other.mean())
         if loss > self.target:
             self.period = max(1, self.period // 2)
-        elif loss < self.target / 2:
+        elif loss < _GROW_BELOW * self.target:
             self.period = min(self.period_max, 2 * self.period)
         self.history.append((t, loss, self.period))
 

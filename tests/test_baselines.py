@@ -51,10 +51,32 @@ def test_allreduce_compressed_keeps_peers_identical():
     sim = _sim(algorithm="allreduce", compress="int8", rounds=4, eval_every=4)
     sim.run()
     assert np.array_equal(sim.params, np.broadcast_to(sim.params[0], sim.params.shape))
-    dim = sim.model.dim
-    n = 6
-    # all-gather: each peer forwards n - 1 messages of 4 + dim bytes per round.
-    assert (sim.comm.bytes_sent == 4 * (n - 1) * (4 + dim)).all()
+    n, dim = 6, sim.model.dim
+    c = -(-dim // n)
+    # per round: n - 1 chunk messages, then the chunk average to n - 1 peers; 4 + c bytes each.
+    assert (sim.comm.bytes_sent == 4 * 2 * (n - 1) * (4 + c)).all()
+
+
+def test_allreduce_compressed_dense_reference():
+    """Chunked scatter-reduce with re-compression, written with an explicit loop over chunks and
+    a deterministic compressor (keep even entries): mean of C(chunks), then C of the mean."""
+    comm = SimComm(make_topology("ring", 3))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3, 10)).astype(np.float32)
+    got = comm.allreduce_compressed(KeepHalf(), X, 0)
+    c = 4
+    padded = np.zeros((3, 12))
+    padded[:, :10] = X
+    out = np.zeros(12)
+    for j in range(3):
+        parts = padded[:, j * c:(j + 1) * c].copy()
+        parts[:, 1::2] = 0
+        avg = parts.mean(axis=0)
+        avg[1::2] = 0
+        out[j * c:(j + 1) * c] = avg
+    np.testing.assert_allclose(got[0], out[:10], atol=1e-6)
+    # KeepHalf: 4 · ceil(c / 2) = 8 bytes per message; 2 + 2 messages per peer.
+    np.testing.assert_array_equal(comm.bytes_sent, [32, 32, 32])
 
 
 def test_fedavg_partial_participation_matches_dense(record_batches):
