@@ -1,7 +1,7 @@
-"""Baselines with a server or an exact all-reduce: what decentralized algorithms are measured against.
+"""Baselines with a server or an exact all-reduce: the references of the decentralized ones.
 
-* ``allreduce``: every peer trains, then the peers' models are averaged exactly (ring all-reduce), or,
-  with a compressor, by a compressed all-reduce of their changes (Bagua's "centralized,
+* ``allreduce``: every peer trains, then the peers' models are averaged exactly (ring all-reduce),
+  or, with a compressor, by a compressed all-reduce of their changes (Bagua's "centralized,
   low-precision" corner).
 * ``fedavg``: FedAvg (McMahan et al. 2017) with partial participation: each round the server draws a
   seeded sample of clients, they download the model, run ``local_steps`` SGD steps on their own data
@@ -10,9 +10,10 @@
   Communication-Efficient Federated Learning from Non-IID Data", 2019): upstream and downstream STC
   with error feedback on the clients and on the server; clients that skipped rounds download the
   sum of the updates they missed (sparse, counted exactly).
-* ``fedhisyn``: FedHiSyn (Li et al. 2022): devices grouped into categories by compute speed; inside a
-  category, devices pass their models along a ring, training on each, as many hops as the round's
-  time budget allows the category's slowest device; the server then averages every device's model.
+* ``fedhisyn``: FedHiSyn (Li et al. 2022): devices grouped into categories by compute speed;
+  inside a category, devices pass their models along a ring, training on each, as many hops as
+  the round's time budget allows the category's slowest device; the server then averages every
+  device's model.
 
 The algorithms' rows of ``params`` hold the server model after each round (the model a client
 downloads when it is next selected); bytes sent by clients go to ``comm.bytes_sent`` and bytes sent

@@ -10,9 +10,9 @@ behind the same methods:
 * ``combine(X, t)``: W_t applied to replicas every peer already holds (no traffic);
 * ``count(t, nbytes)``: bytes of one send per out-neighbour.
 
-The non-IID algorithms and server baselines add ``allreduce``, ``allreduce_compressed``, ``upload``,
-``broadcast``, ``count_server``, ``edges``, ``self_weights``, ``neighbor_rows``, ``reply`` and ``shift``
-(docs/algorithms.md lists what each sends and counts).
+The non-IID algorithms and server baselines add ``allreduce``, ``allreduce_compressed``,
+``upload``, ``broadcast``, ``count_server``, ``edges``, ``self_weights``, ``neighbor_rows``,
+``reply`` and ``shift`` (docs/algorithms.md lists what each sends and counts).
 
 Bytes are counted per sending peer, from ``Payload.nbytes`` for compressed messages.
 """

@@ -101,7 +101,8 @@ class D2(Algorithm):
 
     Exact convergence on heterogeneous data with a constant step, in exact arithmetic: the
     correction telescopes, so float32 rounding accumulates in the peers' mean like an integrator
-    (measured: ~2.5e-7 per round on a quadratic, see tests). Plain steps (momentum must be 0). Bytes per round: one float32 vector per out-neighbour; one gradient per peer. Needs a static
+    (measured: ~2.5e-7 per round on a quadratic, see tests). Plain steps (momentum must be 0).
+    Bytes per round: one float32 vector per out-neighbour; one gradient per peer. Needs a static
     graph (the correction telescopes over a fixed W).
     """
 
@@ -138,8 +139,8 @@ class D2(Algorithm):
 
 @register("dacfl")
 class DACFL(Algorithm):
-    """DACFL (Chen et al. 2022): each peer trains its model omega_i for ``local_steps`` steps from its
-    current estimate x_i, and x tracks the average of the omegas by first-order dynamic average
+    """DACFL (Chen et al. 2022): each peer trains its model omega_i for ``local_steps`` steps from
+    its current estimate x_i, and x tracks the average of the omegas by first-order dynamic average
     consensus:
 
         omega_i(t+1) = LocalSGD(x_i(t))

@@ -4,7 +4,6 @@ rules, with exact byte counts."""
 import numpy as np
 import pytest
 
-from decentlearn import compress
 from decentlearn.comm import SimComm
 from decentlearn.sim import RunConfig, Simulator, simulate
 from decentlearn.topology import make as make_topology

@@ -3,8 +3,8 @@ float32 vs low-precision (int8) messages, communication every step vs every 4 lo
 
     nice python benchmarks/reproduce/bagua_grid.py [--steps 400] [--seed 0]
 
-16 peers, ring (for D-PSGD), Fashion-MNIST ``classes:2``, MLP, lr 0.02, momentum 0.9, batch 32; every
-cell runs the same number of SGD steps. The table gives accuracy and bytes of each cell: the
+16 peers, ring (for D-PSGD), Fashion-MNIST ``classes:2``, MLP, lr 0.02, momentum 0.9, batch 32;
+every cell runs the same number of SGD steps. The table gives accuracy and bytes of each cell: the
 trade-off study, not a claim.
 """
 

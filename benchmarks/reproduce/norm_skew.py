@@ -35,7 +35,8 @@ def main() -> None:
              "(1000 test samples).", "", "| partition | BatchNorm CNN | GroupNorm CNN |",
              "|---|---|---|"]
     for part in args.partitions.split(","):
-        table.append(f"| {part} | {acc[('BatchNorm', part)]:.4f} | {acc[('GroupNorm', part)]:.4f} |")
+        bn, gn = acc[("BatchNorm", part)], acc[("GroupNorm", part)]
+        table.append(f"| {part} | {bn:.4f} | {gn:.4f} |")
     print("\n".join(table))
     save("norm_skew", runs, table, "BatchNorm vs GroupNorm CNN under label skew", x_bytes=False)
 

@@ -1,8 +1,9 @@
-"""STC in federated mode against FedAvg at equal total bytes on a non-IID partition (Sattler et al.).
+"""STC in federated mode against FedAvg at equal total bytes, non-IID partition (Sattler et al.).
 
     nice python benchmarks/reproduce/stc_fl.py [--seed 0]
 
-16 clients, Fashion-MNIST ``classes:2``, MLP, full participation, SGD lr 0.02 momentum 0.9, batch 32.
+16 clients, Fashion-MNIST ``classes:2``, MLP, full participation, SGD lr 0.02 momentum 0.9,
+batch 32.
 FedAvg: 10 local steps per round (float32 up and down). STC-FL: 1 local step per round, ``stc:0.01``
 up and down with error feedback on both sides. Bytes are the clients' uploads plus the server's
 downloads. The claim: at equal total bytes, STC-FL is more accurate; accuracy of each run at a byte
@@ -40,8 +41,8 @@ def main() -> None:
     fedavg, stc = runs
     budgets = sorted({stc["total_bytes"], fedavg["history"][0]["bytes_sent_total"]
                       * fedavg["total_bytes"] / fedavg["history"][-1]["bytes_sent_total"]})
-    table = [f"Fashion-MNIST classes:2, 16 clients, MLP, full participation, lr 0.02, momentum 0.9, "
-             f"seed {args.seed}; accuracy = mean over clients' (= server) model, 1000 test samples.",
+    table = [f"Fashion-MNIST classes:2, 16 clients, MLP, full participation, lr 0.02, "
+             f"momentum 0.9, seed {args.seed}; accuracy of the server model, 1000 test samples.",
              "", "| run | rounds | total bytes | final accuracy |", "|---|---|---|---|"]
     for r in runs:
         table.append(f"| {r['label']} | {r['config']['rounds']} | {r['total_bytes']:,} | "
