@@ -23,13 +23,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", type=float, default=0.3)
+    ap.add_argument("--period-max", type=int, default=2)
+    ap.add_argument("--out", default="skewscout", help="name of the result files")
     args = ap.parse_args()
     base = RunConfig(dataset="fashion-mnist", peers=16, topology="ring", partition="classes:2",
                      model="mlp", rounds=args.rounds, lr=0.02, momentum=0.9, batch_size=32,
                      eval_every=max(1, args.rounds // 10), eval_samples=1000, seed=args.seed)
     runs = [run("D-PSGD, every step", base.replace(algorithm="dpsgd")),
-            run(f"SkewScout (target {args.target})",
-                base.replace(algorithm="skewscout", skew_target=args.target, skew_probe_every=20))]
+            run(f"SkewScout (target {args.target}, period <= {args.period_max})",
+                base.replace(algorithm="skewscout", skew_target=args.target, skew_probe_every=20,
+                             skew_period_max=args.period_max))]
     every, skew = runs
     a_every, a_skew = last_mean(every["history"]), last_mean(skew["history"])
     st = skew["stats"]
@@ -47,7 +50,7 @@ def main() -> None:
              f"({every['total_bytes'] / skew['total_bytes']:.2f}x fewer bytes); "
              f"periods chosen: {periods}."]
     print("\n".join(table))
-    save("skewscout", runs, table, "SkewScout vs every-step D-PSGD, Fashion-MNIST classes:2")
+    save(args.out, runs, table, "SkewScout vs every-step D-PSGD, Fashion-MNIST classes:2")
 
 
 if __name__ == "__main__":
