@@ -20,13 +20,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--partitions", default="iid,classes:2")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--models", default="cnn-bn,cnn:gn")
+    ap.add_argument("--out", default="norm_skew", help="name of the result files")
     args = ap.parse_args()
     base = RunConfig(dataset="fashion-mnist", peers=16, topology="ring", rounds=args.rounds,
                      lr=0.02, momentum=0.9, batch_size=32, eval_every=max(1, args.rounds // 5),
                      eval_samples=1000, seed=args.seed)
     runs, acc = [], {}
     for part in args.partitions.split(","):
-        for model, label in (("cnn-bn", "BatchNorm"), ("cnn:gn", "GroupNorm")):
+        for model in args.models.split(","):
+            label = {"cnn-bn": "BatchNorm", "cnn:gn": "GroupNorm"}.get(model, model)
             r = run(f"{label}, {part}", base.replace(model=model, partition=part))
             runs.append(r)
             acc[(label, part)] = last_mean(r["history"], k=2)
@@ -35,10 +38,11 @@ def main() -> None:
              "(1000 test samples).", "", "| partition | BatchNorm CNN | GroupNorm CNN |",
              "|---|---|---|"]
     for part in args.partitions.split(","):
-        bn, gn = acc[("BatchNorm", part)], acc[("GroupNorm", part)]
+        bn, gn = acc.get(("BatchNorm", part), float("nan")), acc.get(("GroupNorm", part),
+                                                                     float("nan"))
         table.append(f"| {part} | {bn:.4f} | {gn:.4f} |")
     print("\n".join(table))
-    save("norm_skew", runs, table, "BatchNorm vs GroupNorm CNN under label skew", x_bytes=False)
+    save(args.out, runs, table, "BatchNorm vs GroupNorm CNN under label skew", x_bytes=False)
 
 
 if __name__ == "__main__":
