@@ -228,3 +228,22 @@ def test_comm_edges_and_reply_count_bytes():
     G = np.ones((recv.size, 3), np.float32)
     np.testing.assert_array_equal(comm.reply(ident, ident.compress(G), 0), G)
     np.testing.assert_array_equal(comm.bytes_sent, topo.degree() * 12)
+
+
+@pytest.mark.parametrize("target,periods", [(1.0, [2, 4, 4, 4, 4, 4]), (1e-6, [1] * 6)])
+def test_skewscout_control_loop_and_bytes(target, periods):
+    """Probe every 10 rounds: L < 0.8 target doubles the period (up to the cap), L > target
+    halves it. Bytes: every gossip sends 4·dim to both ring neighbours, every probe 4·dim to one;
+    the saving is the gossips not sent minus the probes."""
+    sim = _mlp_sim(algorithm="skewscout", rounds=60, eval_every=60, skew_target=target,
+                   skew_probe_every=10, skew_period_max=4)
+    sim.run()
+    st = sim.algorithm.stats()
+    assert [p for _, _, p in st["probes"]] == periods
+    dim, n = sim.model.dim, 6
+    gossip = n * 2 * 4 * dim
+    assert sim.comm.bytes_sent.sum() == st["communications"] * gossip + 6 * n * 4 * dim
+    assert st["bytes_saved_vs_every_round"] == (60 - st["communications"]) * gossip \
+        - st["probe_bytes"]
+    if target == 1e-6:
+        assert st["communications"] == 60
