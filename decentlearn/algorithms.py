@@ -216,3 +216,7 @@ class CHOCO(Algorithm):
         mixed *= np.float32(self.gamma)
         self.params += mixed
         return losses / self.local_steps
+
+
+# Algorithms in other modules register themselves on import (they import this module's base class).
+from decentlearn import baselines, heterogeneity  # noqa: E402,F401

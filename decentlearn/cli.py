@@ -99,8 +99,9 @@ def _add_run_parser(sub) -> None:
       help="CoCoFL partial freezing: FRACTION:K[,FRACTION:K...] — a fraction of the peers "
            "(drawn from --seed) freezes its first K layers with parameters, which run int8 and "
            "are not trained; K=drop: those peers do not train at all (baseline)")
-    a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD) "
-                           "or choco (CHOCO-SGD)")
+    a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD), "
+                           "choco (CHOCO-SGD), dsgt, d2, dacfl, ngc, compngc, skewscout, "
+                           "allreduce, fedavg, stc-fl, fedhisyn (docs/algorithms.md)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
                          "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8; ef:SPEC adds "
                          "error feedback")
@@ -109,6 +110,21 @@ def _add_run_parser(sub) -> None:
     a("--gamma", type=float, help="CHOCO consensus step size in (0, 1]; required with a "
                                   "compressor (no default fits all), 1 without")
     a("--variant", help="atc (adapt then combine, default) or cta (combine then adapt)")
+    a("--participation", type=float,
+      help="fedavg, stc-fl, fedhisyn: fraction of clients sampled per round, in (0, 1] (default 1)")
+    a("--server-compress", help="stc-fl: downstream (server) compressor spec (default: --compress)")
+    a("--categories", type=int, help="fedhisyn: speed categories (default 4)")
+    a("--speeds", help="fedhisyn: device speeds, lognormal:SIGMA (default lognormal:1.0) or "
+                       "uniform:LO:HI")
+    a("--hops-max", type=int, help="fedhisyn: most ring hops of a category per round (default 8)")
+    a("--ngc-alpha", type=float,
+      help="ngc, compngc: weight of data-variant vs model-variant cross-gradients, in [0, 1] "
+           "(default 0.5)")
+    a("--skew-target", type=float,
+      help="skewscout: target accuracy loss between partitions, in (0, 1] (default 0.05)")
+    a("--skew-probe-every", type=int, help="skewscout: rounds between probes (default 20)")
+    a("--skew-period-max", type=int,
+      help="skewscout: longest communication period in rounds (default 16)")
     a("--rounds", type=int, help="communication rounds")
     a("--local-steps", type=int, help="SGD steps per peer between communications")
     a("--batch-size", type=int, help="minibatch size per peer and step")

@@ -10,6 +10,10 @@ behind the same methods:
 * ``combine(X, t)``: W_t applied to replicas every peer already holds (no traffic);
 * ``count(t, nbytes)``: bytes of one send per out-neighbour.
 
+The non-IID algorithms and server baselines add ``allreduce``, ``allreduce_compressed``,
+``upload``, ``broadcast``, ``count_server``, ``edges``, ``self_weights``, ``neighbor_rows``,
+``reply`` and ``shift`` (docs/algorithms.md lists what each sends and counts).
+
 Bytes are counted per sending peer, from ``Payload.nbytes`` for compressed messages.
 
 With a network model (``SimComm(topology, network=NetworkModel(...), samples_per_round=...)``,
@@ -120,3 +124,136 @@ class SimComm:
         if self.clock is None:
             return {}
         return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}
+
+
+    # ---- operations of the non-IID algorithms and server baselines (decentlearn.baselines,
+    # decentlearn.heterogeneity). Each counts its bytes exactly; an MPI backend implements the same
+    # signatures with collectives or point-to-point messages.
+
+    #: Bytes sent by the parameter server (FedAvg-like baselines), summed over all its messages.
+    server_bytes_sent: int = 0
+
+    @property
+    def static(self) -> bool:
+        """True when W_t is the same in every round (algorithms that need a static graph check)."""
+        return self.mixing.period == 1
+
+    def allreduce(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Exact average of the rows, returned in every row (ring all-reduce of float32 rows).
+
+        The mean is accumulated in float64 in row order, so it does not depend on threads. Bytes:
+        the row of ``dim`` values is cut into n chunks (``numpy.array_split``); in the
+        reduce-scatter peer p sends every chunk but one and in the all-gather every chunk but
+        another, 2(n-1)/n of the row on average, 2(n-1)·dim·4 bytes in all; nothing for n = 1.
+        """
+        n, dim = X.shape
+        mean = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+        if out is None:
+            out = np.empty_like(X)
+        out[...] = mean
+        if n > 1:
+            chunk = np.array([len(c) for c in np.array_split(np.empty(dim, np.int8), n)],
+                             dtype=np.int64)
+            p = np.arange(n)
+            self.bytes_sent += FLOAT32_BYTES * (2 * dim - chunk[(p + 1) % n] - chunk[p])
+            if self.clock is not None:
+                self.clock.allreduce(t, FLOAT32_BYTES * dim)
+        return out
+
+    def allreduce_compressed(self, compressor, X: np.ndarray, t: int, seed: int = 0) -> np.ndarray:
+        """Compressed all-reduce (Bagua's centralized low-precision exchange, as its ByteGrad):
+        returns the (1, dim) estimate of the rows' mean that every peer ends with.
+
+        The row is zero-padded to n chunks of c = ceil(dim / n) values. Scatter-reduce: peer i
+        compresses each of its chunks and sends chunk j to peer j; peer j decodes the n messages
+        of its chunk, averages them, compresses the average and all-gathers it. Every message is
+        one row of one compress call, (n·n, c) then (n, c) rows, keyed by (seed, t, row). Peer p
+        sends the n - 1 messages of its chunks j != p, then its average to n - 1 peers: about
+        2(n-1)/n of one compressed row. For n = 1 nothing is sent and the row is returned as is.
+        """
+        n, dim = X.shape
+        if n == 1:
+            return X.copy()
+        c = -(-dim // n)
+        padded = np.zeros((n, n * c), dtype=np.float32)
+        padded[:, :dim] = X
+        chunks = padded.reshape(n * n, c)  # row i·n + j: peer i's chunk j
+        first = compressor.compress(chunks, seed=seed, step=t, peer0=0, n_threads=self.n_threads)
+        sizes = np.asarray(first.row_nbytes, dtype=np.int64).reshape(n, n)
+        self.bytes_sent += sizes.sum(axis=1) - np.diagonal(sizes)
+        decoded = compressor.decompress(first, n_threads=self.n_threads).reshape(n, n, c)
+        means = decoded.mean(axis=0, dtype=np.float64).astype(np.float32)  # (n, c): chunk j at j
+        second = compressor.compress(means, seed=seed, step=t, peer0=n * n,
+                                     n_threads=self.n_threads)
+        self.bytes_sent += (n - 1) * np.asarray(second.row_nbytes, dtype=np.int64)
+        if self.clock is not None:  # timed as a ring all-reduce of the mean compressed row
+            self.clock.allreduce(t, float(np.mean(first.row_nbytes)) * n)
+        out = compressor.decompress(second, n_threads=self.n_threads).reshape(1, n * c)
+        return np.ascontiguousarray(out[:, :dim])
+
+    def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+        """Peers ``clients`` (sorted int array, one payload row each) send their message to the
+        server; returns the decoded rows (len(clients), dim) the server reconstructs."""
+        clients = np.asarray(clients, dtype=np.int64)
+        if payload.n_rows != clients.size:
+            raise ValueError(f"payload must have one row per client ({clients.size}), "
+                             f"got {payload.n_rows}")
+        np.add.at(self.bytes_sent, clients, np.asarray(payload.row_nbytes, dtype=np.int64))
+        return compressor.decompress(payload, n_threads=self.n_threads)
+
+    def broadcast(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+        """The server sends one message (a one-row payload) to each of ``clients``; returns the
+        decoded (1, dim) row. Counted in ``server_bytes_sent``: len(clients) · payload.nbytes."""
+        if payload.n_rows != 1:
+            raise ValueError(f"a broadcast payload must have one row, got {payload.n_rows}")
+        self.server_bytes_sent += int(np.asarray(clients).size) * payload.nbytes
+        return compressor.decompress(payload, n_threads=self.n_threads).reshape(1, -1)
+
+    def count_server(self, t: int, nbytes: int) -> None:
+        """Adds ``nbytes`` sent by the server (messages whose size the caller computed)."""
+        self.server_bytes_sent += int(nbytes)
+
+    def edges(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The directed edges of round t in CSR order, self loops excluded: (receiver i, sender j,
+        w_ij) as int64, int64, float32 arrays of length E. ``neighbor_rows`` and ``reply`` use
+        this order; ``self_weights`` gives the diagonal."""
+        indptr, indices, data = self.mixing.csr(t)
+        rows = np.repeat(np.arange(self.n_peers, dtype=np.int64), np.diff(indptr))
+        off = indices != rows
+        return rows[off], indices[off].astype(np.int64), data[off]
+
+    def self_weights(self, t: int) -> np.ndarray:
+        """w_ii of round t, float32 (n_peers,)."""
+        return self.mixing.mixing_matrix(t).diagonal().astype(np.float32)
+
+    def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
+        """Each peer sends its row to its out-neighbours and keeps what it receives: returns the
+        (E, dim) matrix whose row e is X[sender(e)] for edge e of ``edges(t)`` (as ``mix``, but
+        the received rows are kept apart). Bytes as ``mix``."""
+        _, senders, _ = self.edges(t)
+        self.count(t, X.shape[1] * FLOAT32_BYTES)
+        return X[senders]
+
+    def reply(self, compressor, payload, t: int) -> np.ndarray:
+        """The reverse of ``neighbor_rows``: for every edge e = (i, j) of ``edges(t)``, peer i
+        sends payload row e back to peer j; returns the decoded (E, dim) rows. Peer i's bytes
+        are the sum of its edges' row_nbytes."""
+        receivers, _, _ = self.edges(t)
+        if payload.n_rows != receivers.size:
+            raise ValueError(f"payload must have one row per edge ({receivers.size}), "
+                             f"got {payload.n_rows}")
+        self.bytes_sent += np.bincount(receivers, weights=payload.row_nbytes,
+                                       minlength=self.n_peers).astype(np.int64)
+        return compressor.decompress(payload, n_threads=self.n_threads)
+
+    def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
+        """Point-to-point: peer p receives the row of peer ``source[p]`` (a permutation; source[p]
+        == p means p keeps its own row and nothing is sent). Returns the new (n, dim) matrix;
+        every peer whose row goes elsewhere sends dim float32 values once."""
+        source = np.asarray(source, dtype=np.int64)
+        if source.shape != (self.n_peers,) or not np.array_equal(np.sort(source),
+                                                                  np.arange(self.n_peers)):
+            raise ValueError(f"source must be a permutation of range({self.n_peers})")
+        moved = source != np.arange(self.n_peers)
+        self.bytes_sent[source[moved]] += X.shape[1] * FLOAT32_BYTES
+        return X[source]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, cocofl, compress, metrics, network
+from decentlearn import algorithms, baselines, cocofl, compress, metrics, network
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
@@ -125,6 +125,17 @@ class RunConfig:
     network: str | None = None
     #: Event-driven asynchronous gossip (decentlearn.network.asynchronous); needs ``network``.
     asynchronous: bool = False
+    # Options of the non-IID algorithms and server baselines (decentlearn.baselines,
+    # decentlearn.heterogeneity; each algorithm reads only its own, see docs/algorithms.md).
+    participation: float = 1.0
+    server_compress: str | None = None
+    categories: int = 4
+    speeds: str = "lognormal:1.0"
+    hops_max: int = 8
+    ngc_alpha: float = 0.5
+    skew_target: float = 0.05
+    skew_probe_every: int = 20
+    skew_period_max: int = 16
 
     def __post_init__(self):
         def positive_int(name, allow_none=False):
@@ -133,8 +144,21 @@ class RunConfig:
                 return
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("peers", "rounds", "local_steps", "batch_size", "eval_every"):
+        for name in ("peers", "rounds", "local_steps", "batch_size", "eval_every", "categories",
+                     "hops_max", "skew_probe_every", "skew_period_max"):
             positive_int(name)
+        for name, lo, lo_open in (("participation", 0.0, True), ("ngc_alpha", 0.0, False),
+                                  ("skew_target", 0.0, True)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    (lo < v if lo_open else lo <= v) and v <= 1):
+                bound = "(0, 1]" if lo_open else "[0, 1]"
+                raise ValueError(f"{name} must be a number in {bound}, got {v!r}")
+        if self.server_compress is not None:
+            try:
+                compress.make(self.server_compress)
+            except ValueError as e:
+                raise ValueError(f"server_compress: {e}") from None
         positive_int("eval_samples", allow_none=True)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
@@ -283,6 +307,7 @@ class Simulator:
                                         len(self.model.param_layers),
                                         _stream_seed(c.seed, _STREAM_COCOFL))
         extra = {"gamma": c.gamma_value} if c.algorithm == "choco" else {}
+        extra.update(baselines.config_options(c.algorithm, c))
         compressor = compress.make(c.compress)
         #: Setup problems known before the run (also emitted as SetupWarning).
         self.problems = setup_problems(c, compressor, self.model.dim)

@@ -489,3 +489,25 @@ def test_push_sum_under_drops_and_churn_keeps_the_weight_sum_and_learns(tmp_path
     assert sim.algorithm.weights.sum() == pytest.approx(8, rel=40 * 1e-7)
     assert r.summary["offline_rate"] > 0 and r.summary["link_drop_rate"] > 0.2
     assert r.summary["test_accuracy_mean"] > 0.6  # chance is 0.1; resets cost accuracy
+
+
+def test_allreduce_algorithm_is_timed_and_untimed_algorithms_refuse_a_network():
+    """The all-reduce baseline's rounds take the ring all-reduce cost model's time; algorithms
+    whose messages the model does not time yet refuse --network in one line."""
+    from decentlearn.sim import RunConfig, Simulator
+    base = dict(peers=4, rounds=2, eval_every=2, partition="iid", model="linear", lr=0.05,
+                network="datacenter")
+    sim = Simulator(RunConfig(algorithm="allreduce", **base))
+    comm = sim.comm
+    sim.run()
+    from decentlearn.network import allreduce_time
+    collective = allreduce_time(sim.network, 4 * sim.model.dim)
+    assert collective > 0
+    # each round: training (same for every peer on this preset's draw) + the collective
+    assert all(r >= collective for r in comm.clock.round_seconds)
+    untimed = Simulator(RunConfig(algorithm="dpsgd", topology="complete", **base))
+    untimed.run()
+    assert comm.sim_seconds != untimed.comm.sim_seconds
+    for name in ("fedavg", "stc-fl", "fedhisyn", "ngc", "compngc", "skewscout"):
+        with pytest.raises(ValueError, match=f"network: algorithm {name!r}"):
+            RunConfig(algorithm=name, **base)

@@ -44,6 +44,11 @@ def validate_run(config) -> None:
             load_network(config.network)
         except ValueError as e:
             raise ValueError(f"network: {e}") from None
+        from decentlearn import algorithms
+        if not getattr(algorithms.get(config.algorithm), "simulated_time", True):
+            raise ValueError(f"network: algorithm {config.algorithm!r} sends messages (server "
+                             "rounds, point-to-point replies) that the network model does not "
+                             "time yet; run it without --network")
     if not isinstance(config.asynchronous, bool):
         raise ValueError(f"asynchronous must be true or false, got {config.asynchronous!r}")
     if config.asynchronous:
