@@ -85,6 +85,8 @@ def _add_run_parser(sub) -> None:
     a("--threads", type=_optional_int, help="threads for the C kernels (default: all allowed)")
     a("--eval-every", type=int, help="evaluate every N rounds")
     a("--eval-samples", type=_optional_int, help="evaluate on N test samples (default all)")
+    a("--eval-peer-samples", type=_optional_int, help="evaluate each peer on a fixed stratified "
+      "subsample of N test samples (default: sized to keep evaluation near 10%% of the run)")
     a("--out", help="output directory (default runs/<timestamp>)")
     a("--quiet", action="store_true", help="no progress bar")
 

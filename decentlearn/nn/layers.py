@@ -61,13 +61,15 @@ class Scratch:
     array taken from here is valid until the same role is taken again, i.e. until the next pass.
     """
 
-    __slots__ = ("_bufs", "rng")
+    __slots__ = ("_bufs", "n_threads", "rng")
 
     def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
         #: (seed, step) of the counter RNG for stochastic layers (int8 rounding of gradients), set
         #: by the model before each backward pass.
         self.rng: tuple[int, int] = (0, 0)
+        #: Threads of the C kernels the layer calls (None: decentlearn's default), set by the model.
+        self.n_threads: int | None = None
 
     def empty(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         n = math.prod(shape)
@@ -139,6 +141,24 @@ def _check_init(init: object) -> None:
         raise ValueError(f"init must be one of {sorted(INITIALIZERS)}, got {init!r}")
 
 
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, n_threads: int | None,
+            accumulate: bool = False) -> np.ndarray:
+    """out (P, M, N) (+)= a @ b over peers; a and b may lack the peer axis (shared by all peers).
+    float32 runs the C kernel (peers split over decentlearn's threads, BLAS not involved), other
+    dtypes np.matmul."""
+    if out.dtype == np.float32 and a.dtype == np.float32 and b.dtype == np.float32:
+        return ops.nn_gemm(a if a.ndim == 3 else a[None], b if b.ndim == 3 else b[None], out,
+                           accumulate, n_threads)
+    if accumulate:
+        out += np.matmul(a, b)
+        return out
+    return np.matmul(a, b, out=out)
+
+
+def _threads(scratch: Scratch | None) -> int | None:
+    return None if scratch is None else scratch.n_threads
+
+
 def _is_shared(x: np.ndarray) -> bool:
     return x.shape[0] == 1 or x.strides[0] == 0
 
@@ -175,25 +195,50 @@ class Dense(Layer):
         return (self.out_features,)
 
     def forward(
-        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch, relu: bool = False
     ) -> tuple[np.ndarray, Any]:
+        """``relu=True`` fuses the ReLU that follows (the model's call; the output is then the
+        ReLU's)."""
         weight, bias = w
         if self.precision == "int8":
-            return lowp.dense_forward(x, weight, bias, train, _is_shared(x))
+            y, ctx = lowp.dense_forward(x, weight, bias, train, _is_shared(x),
+                                        n_threads=_threads(scratch))
+            if relu:
+                np.maximum(y, 0, out=y)
+            return y, ctx
+        if weight.dtype == np.float32 and x.dtype == np.float32:
+            # One C call: every peer's gemm, bias and ReLU, peers split over threads.
+            y = ops.dense_forward(x, weight, bias, relu, n_threads=_threads(scratch))
+            return y, (x if train else None)
         y = np.matmul(x, weight)  # (P, B, out); a stride-0 shared x is not copied
         y += bias[:, None, :]
+        if relu:
+            np.maximum(y, 0, out=y)
         return y, (x if train else None)
 
     def backward(
-        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch,
+        mask: np.ndarray | None = None,
     ) -> np.ndarray | None:
+        """``mask``: the output of a ReLU below whose backward is fused (dx is zeroed where
+        mask <= 0)."""
         weight, _ = w
         g_weight, g_bias = g
         if self.precision == "int8":
-            return lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng)
-        np.matmul(ctx.transpose(0, 2, 1), dy, out=g_weight)
-        np.sum(dy, axis=1, out=g_bias)
-        return np.matmul(dy, weight.transpose(0, 2, 1)) if need_dx else None
+            dx = lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
+                                     n_threads=_threads(scratch))
+        elif weight.dtype == np.float32 and dy.dtype == np.float32:
+            dx = np.empty(dy.shape[:2] + (self.in_features,), np.float32) if need_dx else None
+            ops.dense_backward(ctx, weight, np.ascontiguousarray(dy), g_weight, g_bias, dx, mask,
+                               n_threads=_threads(scratch))
+            return dx
+        else:
+            np.matmul(ctx.transpose(0, 2, 1), dy, out=g_weight)
+            np.sum(dy, axis=1, out=g_bias)
+            dx = np.matmul(dy, weight.transpose(0, 2, 1)) if need_dx else None
+        if dx is not None and mask is not None:
+            np.multiply(dx, mask > 0, out=dx)
+        return dx
 
 
 @dataclass(frozen=True)
@@ -323,7 +368,8 @@ class Conv2d(Layer):
         y = scratch.empty("y", (n_peers, cout, b * run), dt)
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
-            np.matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp), out=y[..., b0 * run : b1 * run])
+            _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp), y[..., b0 * run : b1 * run],
+                    scratch.n_threads)
         out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
         return out, ((xp, (h, wd)) if train else None)
 
@@ -356,11 +402,14 @@ class Conv2d(Layer):
             b1 = min(b, b0 + chunk)
             dy_c = dyw[..., b0 * run : b1 * run]
             cols_c = self._unfold(xp, b0, b1, cols, ho, wp)
-            np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
-            if b0:
-                g_wb += part
+            if dt == np.float32:  # accumulates the chunks in place
+                _matmul(cols_c, dy_c.swapaxes(-1, -2), g_wb, scratch.n_threads, accumulate=b0 > 0)
+            else:
+                np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
+                if b0:
+                    g_wb += part
             if need_dx:
-                dc = np.matmul(w_t, dy_c, out=dcols[..., : (b1 - b0) * run])
+                dc = _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
                 self._fold(dc, dxp[:, :, b0:b1], ho, wp)
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
@@ -401,12 +450,13 @@ class Conv2d(Layer):
         # quantized once (per peer) and unfolded as int8 codes.
         rows = xp.shape[0] if lead else 1
         flat = np.reshape(xp, (rows, -1), copy=False)
-        sx = ops.absmax_scale(flat, axis=0)
+        sx = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
         xq = scratch.empty("xq", xp.shape, np.int8)
-        ops.quantize_s8(flat, sx, axis=0, out=np.reshape(xq, flat.shape, copy=False))
+        ops.quantize_s8(flat, sx, axis=0, out=np.reshape(xq, flat.shape, copy=False),
+                        n_threads=scratch.n_threads)
         if not lead:
             sx = np.broadcast_to(sx, (n_peers,))
-        wq, sw = lowp.quantize_weights(weight)
+        wq, sw = lowp.quantize_weights(weight, n_threads=scratch.n_threads)
         wq = _view(wq, (n_peers, cout, kk))
         cols = scratch.empty("colsq", (*lead, kk, min(b, chunk) * run), np.int8)
         y = scratch.empty("y", (n_peers, cout, b * run), np.float32)
@@ -414,7 +464,7 @@ class Conv2d(Layer):
             b1 = min(b, b0 + chunk)
             cq = self._unfold(xq, b0, b1, cols, ho, wp)
             ops.gemm_s8_batched_f32(wq, np.broadcast_to(cq, (n_peers, *cq.shape[-2:])), sw, sx,
-                                    out=y[..., b0 * run : b1 * run])
+                                    out=y[..., b0 * run : b1 * run], n_threads=scratch.n_threads)
         y += bias[:, :, None]
         out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
         return out, ((xq, sx, wq, sw, hw) if train else None)
@@ -434,10 +484,10 @@ class Conv2d(Layer):
         dyw[..., :wo] = dy
         flat = np.reshape(dyw, (n_peers, -1), copy=False)
         seed, step = scratch.rng
-        sdy = ops.absmax_scale(flat, axis=0)
+        sdy = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
         dyq = scratch.empty("dyq", (n_peers, cout, b * run), np.int8)
         ops.quantize_s8(flat, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
-                        out=np.reshape(dyq, flat.shape, copy=False))
+                        out=np.reshape(dyq, flat.shape, copy=False), n_threads=scratch.n_threads)
         cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
         g_w = _view(g_weight, (n_peers, cout, kk))
         part = scratch.empty("g_w_part", g_w.shape, np.float32)
@@ -449,12 +499,13 @@ class Conv2d(Layer):
             dq = dyq[..., b0 * run : b1 * run]
             cq = self._unfold(xq, b0, b1, cols, ho, wp)
             cq = np.broadcast_to(cq, (n_peers, *cq.shape[-2:]))
-            ops.gemm_s8_batched_f32(dq, cq, sdy, sx, out=part if b0 else g_w, trans_b=True)
+            ops.gemm_s8_batched_f32(dq, cq, sdy, sx, out=part if b0 else g_w, trans_b=True,
+                                    n_threads=scratch.n_threads)
             if b0:
                 g_w += part
             if need_dx:
                 dc = ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
-                                             trans_a=True)
+                                             trans_a=True, n_threads=scratch.n_threads)
                 self._fold(dc, dxp[:, :, b0:b1], ho, wp)
         return self._crop(dxp, h, wd) if need_dx else None
 

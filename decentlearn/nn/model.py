@@ -17,6 +17,7 @@ from decentlearn.nn.layers import (
     Dense,
     Layer,
     Params,
+    ReLU,
     Scratch,
     _check_float_dtype,
     _check_positive_int,
@@ -109,6 +110,14 @@ class Model:
                 widest = max(widest, s[0] * s[1] * (s[2] + layer.kernel_size - 1))
         self._widest = widest
         self._local = threading.local()  # per-thread Scratch of every layer
+        #: Threads of the layers' C kernels (None: decentlearn's default, ops.resolve_threads).
+        self.n_threads: int | None = None
+        # A Dense layer followed by a ReLU runs both in one C call (forward), and the ReLU's
+        # backward rides in the dx of the Dense above it: _fused[i] says layer i is such a ReLU.
+        self._fused = tuple(
+            i > 0 and isinstance(ly, ReLU) and isinstance(layers[i - 1], Dense)
+            for i, ly in enumerate(layers)
+        )
         # Indices of the layers with parameters, in layout() order (what CoCoFL freezes).
         self._param_layers = tuple(i for i, e in enumerate(self._slices) if e)
         in_shapes = [self.input_shape if self._spatial_input else (math.prod(self.input_shape),)]
@@ -126,10 +135,12 @@ class Model:
         return "int8" if any(getattr(ly, "precision", "fp32") == "int8" for ly in self._layers) \
             else "fp32"
 
-    def _scratch(self) -> list[Scratch]:
+    def _scratch(self, params: np.ndarray | None = None) -> list[Scratch]:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = [Scratch() for _ in self._layers]
+        for sc in scratch:
+            sc.n_threads = self.n_threads
         return scratch
 
     @property
@@ -273,14 +284,18 @@ class Model:
             h = x.transpose(0, 2, 1, 3, 4)  # channel-major (P, C, B, H, W), a view
         else:
             h = np.reshape(x, (n_peers, batch, -1))
-        ctxs = []
-        for i, (layer, w, scratch) in enumerate(
-            zip(self._layers, self._views(params), self._scratch())
-        ):
-            if i >= first_trained:
-                h, ctx = layer.forward(w, h, train, scratch)
+        ctxs: list = []
+        layers, fused = self._layers, self._fused
+        for i, (w, scratch) in enumerate(zip(self._views(params), self._scratch(params))):
+            if fused[i]:  # done by the Dense below; its output is this ReLU's context
+                ctxs.append(h if train and i >= first_trained else None)
+                continue
+            layer = layers[i] if i >= first_trained else self._frozen_layers[i]
+            train_i = train and i >= first_trained
+            if i + 1 < len(layers) and fused[i + 1]:
+                h, ctx = layer.forward(w, h, train_i, scratch, relu=True)
             else:
-                h, ctx = self._frozen_layers[i].forward(w, h, False, scratch)
+                h, ctx = layer.forward(w, h, train_i, scratch)
             ctxs.append(ctx)
         return h, ctxs
 
@@ -385,8 +400,16 @@ class Model:
         for sc, layer_seed in zip(scratch, self._layer_seeds):
             sc.rng = (layer_seed, step)
         h: np.ndarray | None = dlogits
-        for i in range(len(self._layers) - 1, first - 1, -1):
-            h = self._layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > first, scratch[i])
+        layers, fused = self._layers, self._fused
+        i = len(layers) - 1
+        while i >= first:
+            if i > first and fused[i - 1]:  # the ReLU below: its mask is fused into dx
+                h = layers[i].backward(w_views[i], g_views[i], h, ctxs[i], True, scratch[i],
+                                       mask=ctxs[i - 1])
+                i -= 2
+            else:
+                h = layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > first, scratch[i])
+                i -= 1
         grad[:, : self.frozen_cut(n_frozen)] = 0
         return loss
 
