@@ -148,3 +148,31 @@ def test_sgd_step_bad_input():
         ops.sgd_step(p, p, None, 0.1)
     with pytest.raises(TypeError, match="float32"):
         ops.sgd_step(p, p.astype(np.float64), None, 0.1)
+
+
+@pytest.mark.parametrize("spec,input_shape", [("linear", (1, 8, 8)), ("mlp:24,12", (1, 8, 8)),
+                                              ("cnn", (1, 8, 8)), ("cnn:gn", (3, 8, 8))])
+def test_model_float32_c_path_matches_float64_numpy_path(spec, input_shape):
+    # float32 runs the C kernels (fused bias/ReLU, the ReLU mask inside dX, conv GEMMs); float64
+    # runs np.matmul with the same fusion done in NumPy (checked by finite differences elsewhere).
+    from decentlearn.nn import make_model
+
+    model = make_model(spec, input_shape, 5)
+    rng = np.random.default_rng(3)
+    p64 = np.stack([model.init(s, np.float64) for s in range(4)])
+    p64 += 0.05 * rng.standard_normal(p64.shape)
+    x = rng.standard_normal((4, 7, *input_shape))
+    y = rng.integers(0, 5, (4, 7))
+    l64, g64 = model.loss_and_grad(p64, x, y)
+    for nt in (1, 2):
+        model.n_threads = nt
+        l32, g32 = model.loss_and_grad(p64.astype(np.float32), x.astype(np.float32), y)
+        np.testing.assert_allclose(l32, l64, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(g32, g64, rtol=2e-3, atol=2e-4 * np.abs(g64).max())
+        if nt == 1:
+            g_one = g32
+        else:
+            assert np.array_equal(g32, g_one)
+    acc32, _ = model.evaluate(p64.astype(np.float32), x[0].astype(np.float32), y[0])
+    acc64, _ = model.evaluate(p64, x[0], y[0])
+    assert np.abs(acc32 - acc64).max() <= 1 / 7 + 1e-12  # at most one near-tie flips
