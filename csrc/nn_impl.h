@@ -295,9 +295,11 @@ static int64_t nn_row_block(int64_t n_peers, int64_t m, int n_threads) {
     return dl_max_i64(DL_NN_MR, (per + DL_NN_MR - 1) / DL_NN_MR * DL_NN_MR);
 }
 
-/* Fewer threads than work: below ~2^18 multiply-adds a thread team costs more than it saves. */
+/* Small work on one thread: below ~2^22 flops (about 0.1 ms on one core) a thread team costs more
+ * than it saves, and far more when the machine is oversubscribed (a barrier then waits for a
+ * descheduled thread). */
 static int nn_threads(int n_threads, int64_t items, double flops) {
-    if (flops < (double)(1 << 18)) return 1;
+    if (flops < (double)(1 << 22)) return 1;
     return (int)dl_min_i64(n_threads, items);
 }
 

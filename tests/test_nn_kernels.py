@@ -80,15 +80,16 @@ def test_dense_matches_reference(isa, P, B, I, O, shared):
 @pytest.mark.parametrize("P", [1, 3, 64])
 def test_gemm_dense_thread_count_bit_identical(P):
     rng = np.random.default_rng(P)
-    a, b = _rand(rng, (P, 37, 70)), _rand(rng, (P, 70, 45))
+    batch = 50 if P >= 64 else 700  # enough work for a thread team (row blocks when P is small)
+    a, b = _rand(rng, (P, 301, 200)), _rand(rng, (P, 200, 45))
     one = ops.nn_gemm(a, b, n_threads=1)
     assert np.array_equal(one, ops.nn_gemm(a, b, n_threads=2))
     assert np.array_equal(one, ops.nn_gemm(a, b, n_threads=3))
     for n_out in (40, 10):  # 10: the transposed narrow-output path
-        x, w, bias = _rand(rng, (P, 50, 64)), _rand(rng, (P, 64, n_out)), _rand(rng, (P, n_out))
+        x, w, bias = _rand(rng, (P, batch, 128)), _rand(rng, (P, 128, n_out)), _rand(rng, (P, n_out))
         assert np.array_equal(ops.dense_forward(x, w, bias, True, n_threads=1),
                               ops.dense_forward(x, w, bias, True, n_threads=2))
-    dy = _rand(rng, (P, 50, 10))
+    dy = _rand(rng, (P, batch, 10))
     outs = []
     for nt in (1, 2):
         gw, gb, dx = np.empty_like(w), np.empty_like(bias), np.empty_like(x)

@@ -393,7 +393,7 @@ class Conv2d(Layer):
         cols[..., kk, :] = 1
         # [dW | db] transposed: cols @ dy^T runs much faster in OpenBLAS than dy @ cols^T here.
         g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
-        part = scratch.empty("g_wb_part", g_wb.shape, dt)
+        part = scratch.empty("g_wb_part", g_wb.shape, dt) if dt != np.float32 else None
         if need_dx:
             w_t = _view(weight, (n_peers, cout, kk)).transpose(0, 2, 1)
             dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), dt)
