@@ -40,6 +40,11 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .sign_encode_f32 = W(dl_sign_encode_f32_##isa),                                               \
     .int8_encode_f32 = W(dl_int8_encode_f32_##isa)
 
+/* The float32 GEMMs of the layers (nn_impl.h): a portable and an AVX2 build; AVX-512 runs AVX2's. */
+#define DL_NN_KERNELS(isa, W)                                                                      \
+    .nn_gemm_f32 = W(dl_nn_gemm_f32_##isa), .nn_dense_forward_f32 = W(dl_nn_dense_forward_f32_##isa), \
+    .nn_dense_backward_f32 = W(dl_nn_dense_backward_f32_##isa)
+
 /* The exact int8 GEMM on the int16 layout (generic, AVX2) with the portable quantize helpers. */
 #define DL_GEMM_S16_KERNELS(isa, W)                                                                \
     .gemm_s8_layout = &dl_gemm_s8_layout_s16, .gemm_s8_pack_b = W(dl_gemm_s8_pack_b_##isa),        \
@@ -49,11 +54,11 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
 
 static const dl_dispatch_t tables[DL_ISA_COUNT] = {
     {.isa = DL_ISA_GENERIC, .name = "generic", DL_ISA_KERNELS(generic, DL_ANY),
-     DL_GEMM_S16_KERNELS(generic, DL_ANY)},
+     DL_GEMM_S16_KERNELS(generic, DL_ANY), DL_NN_KERNELS(generic, DL_ANY)},
     {.isa = DL_ISA_AVX2, .name = "avx2", DL_ISA_KERNELS(avx2, DL_X86_ONLY),
-     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY)},
+     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY), DL_NN_KERNELS(avx2, DL_X86_ONLY)},
     {.isa = DL_ISA_AVX512, .name = "avx512", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
-     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY)},
+     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY), DL_NN_KERNELS(avx2, DL_X86_ONLY)},
     {.isa = DL_ISA_AVX512VNNI, .name = "avx512vnni", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
      .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
      .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
@@ -61,7 +66,8 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
      .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
      .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni),
-     .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni)},
+     .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni),
+     DL_NN_KERNELS(avx2, DL_X86_ONLY)},
 };
 
 static const dl_dispatch_t *active = NULL;

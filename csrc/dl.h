@@ -134,6 +134,49 @@ typedef int (*dl_gemm_s8_batched_fn)(const dl_gemm_s8_batch_t *bt, int n_threads
 /* >>> dispatch-types limits */
 typedef int (*dl_peak_s8_fn)(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
 /* <<< dispatch-types limits */
+/* >>> dispatch-types nn */
+/* C_p (+)= A_p B_p for p < n_peers: A_p m x k, B_p k x n with element strides (row, column) and a
+ * peer stride each (0 broadcasts one matrix to every peer); C_p's rows are contiguous (row stride
+ * c_rs). C must not overlap A or B. */
+typedef struct {
+    int64_t n_peers, m, n, k;
+    const float *a;
+    int64_t a_ps, a_rs, a_cs;
+    const float *b;
+    int64_t b_ps, b_rs, b_cs;
+    float *c;
+    int64_t c_ps, c_rs;
+    int accumulate;
+} dl_nn_gemm_t;
+/* One peer-batched dense layer; strides in elements, rows contiguous. Forward: y (P, B, O) =
+ * x (P, B, I) @ w (P, I, O) + bias (P, O) (NULL: none), then ReLU when relu. Backward: gb (P, O) =
+ * sum_b dy, gw (P, I, O) = x^T dy, and when dx != NULL dx (P, B, I) = dy w^T, zeroed where
+ * mask (P, B, I) (NULL: none) is not > 0. Peer strides may be 0 for inputs (shared x). */
+typedef struct {
+    int64_t n_peers, batch, n_in, n_out;
+    const float *x;
+    int64_t x_ps, x_rs;
+    const float *w;
+    int64_t w_ps;
+    const float *bias;
+    int64_t b_ps;
+    int relu;
+    float *y;
+    int64_t y_ps, y_rs;
+    const float *dy;
+    int64_t dy_ps, dy_rs;
+    float *gw;
+    int64_t gw_ps;
+    float *gb;
+    int64_t gb_ps;
+    float *dx;
+    int64_t dx_ps, dx_rs;
+    const float *mask;
+    int64_t m_ps, m_rs;
+} dl_nn_dense_t;
+typedef int (*dl_nn_gemm_f32_fn)(const dl_nn_gemm_t *g, int n_threads);
+typedef int (*dl_nn_dense_f32_fn)(const dl_nn_dense_t *d, int n_threads);
+/* <<< dispatch-types nn */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
 typedef struct {
@@ -168,6 +211,11 @@ typedef struct {
     /* >>> dispatch-members limits */
     dl_peak_s8_fn peak_s8; /* the int8 peak loop of the instruction the active gemm_s8 uses */
     /* <<< dispatch-members limits */
+    /* >>> dispatch-members nn */
+    dl_nn_gemm_f32_fn nn_gemm_f32;
+    dl_nn_dense_f32_fn nn_dense_forward_f32;
+    dl_nn_dense_f32_fn nn_dense_backward_f32;
+    /* <<< dispatch-members nn */
 } dl_dispatch_t;
 
 /* dispatch.c */
@@ -386,5 +434,15 @@ int dl_peak_s8_avx512vnni(int64_t reps, int n_threads, int64_t *ops, int64_t *ch
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t dl_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t dl_cdiv_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* >>> nn: peer-batched float32 GEMMs (nn_impl.h) and the optimizer step (optim.c) */
+DL_DECLARE_ISA(dl_nn_gemm_f32, int, (const dl_nn_gemm_t *g, int n_threads))
+DL_DECLARE_ISA(dl_nn_dense_forward_f32, int, (const dl_nn_dense_t *d, int n_threads))
+DL_DECLARE_ISA(dl_nn_dense_backward_f32, int, (const dl_nn_dense_t *d, int n_threads))
+/* One SGD step over P rows of dim (see optim.c). */
+int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
+                     float lr, float momentum, float weight_decay, int nesterov,
+                     const int64_t *frozen, int n_threads);
+/* <<< nn */
 
 #endif /* DL_H */

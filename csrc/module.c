@@ -1413,6 +1413,317 @@ static PyObject *py_peak_s8(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LL)", (long long)ops, (long long)check);
 }
 /* <<< glue limits */
+/* >>> glue nn: peer-batched float32 GEMMs of the layers and the SGD step ------------------------
+ * Operands are float32 arrays of 3 dimensions (peers, rows, cols) with non-negative strides that
+ * are multiples of 4 bytes; a leading dimension of 1 is broadcast to every peer (peer stride 0).
+ * Strides reach the kernels in elements. */
+
+/* Checks a float32 operand of `ndim` dimensions against `shape` (-1: any) and fills its strides
+ * in elements. unit_last: the last axis must be contiguous. */
+static int nn_operand(PyObject *o, const char *fn, const char *name, int ndim,
+                      const npy_intp *shape, int unit_last, int writeable, int64_t *st) {
+    if (!PyArray_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a numpy array, got %s", fn, name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyArrayObject *a = (PyArrayObject *)o;
+    if (PyArray_TYPE(a) != NPY_FLOAT32) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must have dtype float32, got %S", fn, name,
+                     (PyObject *)PyArray_DESCR(a));
+        return -1;
+    }
+    if (PyArray_NDIM(a) != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be %d-dimensional, got %d dimensions", fn,
+                     name, ndim, PyArray_NDIM(a));
+        return -1;
+    }
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] >= 0 && PyArray_DIM(a, d) != shape[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: %s has %zd entries on axis %d, expected %zd", fn,
+                         name, (Py_ssize_t)PyArray_DIM(a, d), d, (Py_ssize_t)shape[d]);
+            return -1;
+        }
+        const npy_intp s = PyArray_STRIDE(a, d);
+        if (PyArray_DIM(a, d) > 1 && (s < 0 || s % 4)) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s must have non-negative strides that are multiples of 4 bytes",
+                         fn, name);
+            return -1;
+        }
+        st[d] = PyArray_DIM(a, d) > 1 ? (int64_t)(s / 4) : 0;
+    }
+    if (unit_last && PyArray_DIM(a, ndim - 1) > 1 && st[ndim - 1] != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have a contiguous last axis", fn, name);
+        return -1;
+    }
+    if (!PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned to its dtype", fn, name);
+        return -1;
+    }
+    if (writeable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be writeable", fn, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bytes one peer (index 0 of axis 0) of an array spans, from its first element. */
+static npy_intp nn_peer_extent(PyArrayObject *a) {
+    npy_intp end = PyArray_ITEMSIZE(a);
+    for (int d = 1; d < PyArray_NDIM(a); d++) end += (PyArray_DIM(a, d) - 1) * PyArray_STRIDE(a, d);
+    return end;
+}
+
+/* Disjoint byte ranges, or views of the rows of one (P, dim) matrix that take disjoint column
+ * ranges of every row (a layer's weight and bias gradients): same peer count and peer stride,
+ * and each peer's span of one lies between the other's in every row. */
+static int nn_rows_disjoint(PyArrayObject *a, PyArrayObject *b) {
+    if (gemm_disjoint(a, b)) return 1;
+    if (PyArray_NDIM(a) < 2 || PyArray_NDIM(b) < 2 || PyArray_DIM(a, 0) != PyArray_DIM(b, 0) ||
+        PyArray_STRIDE(a, 0) != PyArray_STRIDE(b, 0) || PyArray_STRIDE(a, 0) <= 0 ||
+        PyArray_SIZE(a) == 0 || PyArray_SIZE(b) == 0)
+        return 0;
+    const npy_intp s = PyArray_STRIDE(a, 0);
+    const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
+    if (pb < pa) {
+        PyArrayObject *t = a;
+        a = b, b = t;
+        const char *tp = pa;
+        pa = pb, pb = tp;
+    }
+    const npy_intp ea = nn_peer_extent(a), eb = nn_peer_extent(b), d = (npy_intp)(pb - pa) % s;
+    return ea <= s && eb <= s && ea <= d && d + eb <= s;
+}
+
+/* An output must not overlap an input (the kernels read inputs while writing outputs). */
+static int nn_disjoint(const char *fn, PyObject *out, const char *oname, PyObject *in,
+                       const char *iname) {
+    if (in == NULL || in == Py_None) return 0;
+    if (!nn_rows_disjoint((PyArrayObject *)out, (PyArrayObject *)in)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must not overlap %s", fn, oname, iname);
+        return -1;
+    }
+    return 0;
+}
+
+/* Peers of an operand whose leading axis is 1 or P. */
+static int nn_peers(const char *fn, const char *name, PyObject *o, npy_intp P) {
+    const npy_intp n = PyArray_DIM((PyArrayObject *)o, 0);
+    if (n != 1 && n != P) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 or %zd peers on axis 0, got %zd", fn,
+                     name, (Py_ssize_t)P, (Py_ssize_t)n);
+        return -1;
+    }
+    return 0;
+}
+
+/* nn_gemm(a, b, c, accumulate, n_threads) -> c: c[p] (+)= a[p] @ b[p]; a (1|P, M, K), b (1|P, K, N)
+ * with any non-negative strides, c (P, M, N) with contiguous rows. */
+static PyObject *py_nn_gemm(PyObject *self, PyObject *args) {
+    const char *fn = "nn_gemm";
+    PyObject *a, *b, *c;
+    int accumulate, n_threads, status;
+    int64_t sa[3], sb[3], sc[3];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOpi:nn_gemm", &a, &b, &c, &accumulate, &n_threads)) return NULL;
+    const npy_intp any3[3] = {-1, -1, -1};
+    if (nn_operand(c, fn, "c", 3, any3, 1, 1, sc) < 0) return NULL;
+    const npy_intp P = PyArray_DIM((PyArrayObject *)c, 0), M = PyArray_DIM((PyArrayObject *)c, 1),
+                   N = PyArray_DIM((PyArrayObject *)c, 2);
+    const npy_intp shape_a[3] = {-1, M, -1};
+    if (nn_operand(a, fn, "a", 3, shape_a, 0, 0, sa) < 0 || nn_peers(fn, "a", a, P) < 0)
+        return NULL;
+    const npy_intp K = PyArray_DIM((PyArrayObject *)a, 2);
+    const npy_intp shape_b[3] = {-1, K, N};
+    if (nn_operand(b, fn, "b", 3, shape_b, 0, 0, sb) < 0 || nn_peers(fn, "b", b, P) < 0 ||
+        check_threads(fn, n_threads) < 0 || nn_disjoint(fn, c, "c", a, "a") < 0 ||
+        nn_disjoint(fn, c, "c", b, "b") < 0)
+        return NULL;
+    const dl_nn_gemm_t g = {
+        .n_peers = P, .m = M, .n = N, .k = K,
+        .a = (const float *)PyArray_DATA((PyArrayObject *)a), .a_ps = sa[0], .a_rs = sa[1],
+        .a_cs = sa[2],
+        .b = (const float *)PyArray_DATA((PyArrayObject *)b), .b_ps = sb[0], .b_rs = sb[1],
+        .b_cs = sb[2],
+        .c = (float *)PyArray_DATA((PyArrayObject *)c), .c_ps = sc[0], .c_rs = sc[1],
+        .accumulate = accumulate};
+    Py_BEGIN_ALLOW_THREADS status = dl_dispatch()->nn_gemm_f32(&g, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(c);
+    return c;
+}
+
+/* nn_dense_forward(x, w, bias|None, relu, y, n_threads) -> y: y[p] = act(x[p] @ w[p] + bias[p]);
+ * x (1|P, B, I), w (P, I, O) and y (P, B, O) with contiguous rows, bias (P, O). */
+static PyObject *py_nn_dense_forward(PyObject *self, PyObject *args) {
+    const char *fn = "nn_dense_forward";
+    PyObject *x, *w, *bias, *y;
+    int relu, n_threads, status;
+    int64_t sx[3], sw[3], sbias[2] = {0, 0}, sy[3];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOpOi:nn_dense_forward", &x, &w, &bias, &relu, &y, &n_threads))
+        return NULL;
+    const npy_intp any3[3] = {-1, -1, -1};
+    if (nn_operand(w, fn, "w", 3, any3, 1, 0, sw) < 0) return NULL;
+    const npy_intp P = PyArray_DIM((PyArrayObject *)w, 0), NI = PyArray_DIM((PyArrayObject *)w, 1),
+                   NO = PyArray_DIM((PyArrayObject *)w, 2);
+    const npy_intp shape_x[3] = {-1, -1, NI};
+    if (nn_operand(x, fn, "x", 3, shape_x, 1, 0, sx) < 0 || nn_peers(fn, "x", x, P) < 0)
+        return NULL;
+    const npy_intp NB = PyArray_DIM((PyArrayObject *)x, 1);
+    const npy_intp shape_y[3] = {P, NB, NO}, shape_b[2] = {P, NO};
+    if (nn_operand(y, fn, "y", 3, shape_y, 1, 1, sy) < 0 ||
+        (bias != Py_None && nn_operand(bias, fn, "bias", 2, shape_b, 1, 0, sbias) < 0) ||
+        check_threads(fn, n_threads) < 0 || nn_disjoint(fn, y, "y", x, "x") < 0 ||
+        nn_disjoint(fn, y, "y", w, "w") < 0 || nn_disjoint(fn, y, "y", bias, "bias") < 0)
+        return NULL;
+    if (NI > 1 && sw[1] != NO) {
+        PyErr_Format(PyExc_ValueError, "%s: w must hold each peer's (I, O) matrix contiguously", fn);
+        return NULL;
+    }
+    const dl_nn_dense_t d = {
+        .n_peers = P, .batch = NB, .n_in = NI, .n_out = NO,
+        .x = (const float *)PyArray_DATA((PyArrayObject *)x), .x_ps = sx[0], .x_rs = sx[1],
+        .w = (const float *)PyArray_DATA((PyArrayObject *)w), .w_ps = sw[0],
+        .bias = bias == Py_None ? NULL : (const float *)PyArray_DATA((PyArrayObject *)bias),
+        .b_ps = sbias[0], .relu = relu,
+        .y = (float *)PyArray_DATA((PyArrayObject *)y), .y_ps = sy[0], .y_rs = sy[1]};
+    Py_BEGIN_ALLOW_THREADS status = dl_dispatch()->nn_dense_forward_f32(&d, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(y);
+    return y;
+}
+
+/* nn_dense_backward(x, w, dy, mask|None, gw, gb, dx|None, n_threads) -> None: gb[p] = sum_b dy[p],
+ * gw[p] = x[p]^T dy[p], dx[p] = (dy[p] @ w[p]^T) * (mask[p] > 0). Shapes as in nn_dense_forward;
+ * dy (P, B, O), mask and dx (P, B, I), gw (P, I, O), gb (P, O). */
+static PyObject *py_nn_dense_backward(PyObject *self, PyObject *args) {
+    const char *fn = "nn_dense_backward";
+    PyObject *x, *w, *dy, *mask, *gw, *gb, *dx;
+    int n_threads, status;
+    int64_t sx[3], sw[3], sdy[3], sm[3] = {0, 0, 0}, sgw[3], sgb[2], sdx[3] = {0, 0, 0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOi:nn_dense_backward", &x, &w, &dy, &mask, &gw, &gb, &dx,
+                          &n_threads))
+        return NULL;
+    const npy_intp any3[3] = {-1, -1, -1};
+    if (nn_operand(w, fn, "w", 3, any3, 1, 0, sw) < 0) return NULL;
+    const npy_intp P = PyArray_DIM((PyArrayObject *)w, 0), NI = PyArray_DIM((PyArrayObject *)w, 1),
+                   NO = PyArray_DIM((PyArrayObject *)w, 2);
+    const npy_intp shape_x[3] = {-1, -1, NI};
+    if (nn_operand(x, fn, "x", 3, shape_x, 1, 0, sx) < 0 || nn_peers(fn, "x", x, P) < 0)
+        return NULL;
+    const npy_intp NB = PyArray_DIM((PyArrayObject *)x, 1);
+    const npy_intp shape_dy[3] = {P, NB, NO}, shape_dx[3] = {P, NB, NI}, shape_gw[3] = {P, NI, NO},
+                   shape_gb[2] = {P, NO};
+    if (nn_operand(dy, fn, "dy", 3, shape_dy, 1, 0, sdy) < 0 ||
+        (mask != Py_None && nn_operand(mask, fn, "mask", 3, shape_dx, 1, 0, sm) < 0) ||
+        nn_operand(gw, fn, "gw", 3, shape_gw, 1, 1, sgw) < 0 ||
+        nn_operand(gb, fn, "gb", 2, shape_gb, 1, 1, sgb) < 0 ||
+        (dx != Py_None && nn_operand(dx, fn, "dx", 3, shape_dx, 1, 1, sdx) < 0) ||
+        check_threads(fn, n_threads) < 0)
+        return NULL;
+    if ((NI > 1 && (sw[1] != NO || sgw[1] != NO))) {
+        PyErr_Format(PyExc_ValueError, "%s: w and gw must hold each peer's (I, O) matrix "
+                     "contiguously", fn);
+        return NULL;
+    }
+    PyObject *ins[4] = {x, w, dy, mask};
+    const char *in_names[4] = {"x", "w", "dy", "mask"};
+    PyObject *outs[3] = {gw, gb, dx};
+    const char *out_names[3] = {"gw", "gb", "dx"};
+    for (int o = 0; o < 3; o++) {
+        if (outs[o] == Py_None) continue;
+        for (int i = 0; i < 4; i++)
+            if (nn_disjoint(fn, outs[o], out_names[o], ins[i], in_names[i]) < 0) return NULL;
+        for (int j = o + 1; j < 3; j++)
+            if (nn_disjoint(fn, outs[o], out_names[o], outs[j], out_names[j]) < 0) return NULL;
+    }
+    const dl_nn_dense_t d = {
+        .n_peers = P, .batch = NB, .n_in = NI, .n_out = NO,
+        .x = (const float *)PyArray_DATA((PyArrayObject *)x), .x_ps = sx[0], .x_rs = sx[1],
+        .w = (const float *)PyArray_DATA((PyArrayObject *)w), .w_ps = sw[0],
+        .dy = (const float *)PyArray_DATA((PyArrayObject *)dy), .dy_ps = sdy[0], .dy_rs = sdy[1],
+        .gw = (float *)PyArray_DATA((PyArrayObject *)gw), .gw_ps = sgw[0],
+        .gb = (float *)PyArray_DATA((PyArrayObject *)gb), .gb_ps = sgb[0],
+        .dx = dx == Py_None ? NULL : (float *)PyArray_DATA((PyArrayObject *)dx), .dx_ps = sdx[0],
+        .dx_rs = sdx[1],
+        .mask = mask == Py_None ? NULL : (const float *)PyArray_DATA((PyArrayObject *)mask),
+        .m_ps = sm[0], .m_rs = sm[1]};
+    Py_BEGIN_ALLOW_THREADS status = dl_dispatch()->nn_dense_backward_f32(&d, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_RETURN_NONE;
+}
+
+/* sgd_step(params, grad, buf|None, lr, momentum, weight_decay, nesterov, frozen|None, n_threads)
+ * -> None: one SGD step in place on params (and buf); all (P, dim) C-contiguous float32, frozen
+ * (P,) int64 prefix lengths. */
+static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
+    const char *fn = "sgd_step";
+    PyArrayObject *params, *grad;
+    PyObject *buf, *frozen;
+    float lr, mu, wd;
+    int nesterov, n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!OfffpOi:sgd_step", &PyArray_Type, &params, &PyArray_Type,
+                          &grad, &buf, &lr, &mu, &wd, &nesterov, &frozen, &n_threads))
+        return NULL;
+    if (check_array(params, fn, "params", NPY_FLOAT32, 2, 1) < 0 ||
+        check_array(grad, fn, "grad", NPY_FLOAT32, 2, 0) < 0 || check_threads(fn, n_threads) < 0)
+        return NULL;
+    const npy_intp P = PyArray_DIM(params, 0), D = PyArray_DIM(params, 1);
+    if (check_shape2(grad, fn, "grad", P, D) < 0) return NULL;
+    if (overlaps(params, grad)) {
+        PyErr_Format(PyExc_ValueError, "%s: grad must not overlap params", fn);
+        return NULL;
+    }
+    float *bufp = NULL;
+    if (buf != Py_None) {
+        if (!PyArray_Check(buf)) {
+            PyErr_Format(PyExc_TypeError, "%s: buf must be a numpy array or None", fn);
+            return NULL;
+        }
+        PyArrayObject *b = (PyArrayObject *)buf;
+        if (check_array(b, fn, "buf", NPY_FLOAT32, 2, 1) < 0 || check_shape2(b, fn, "buf", P, D) < 0)
+            return NULL;
+        if (overlaps(b, params) || overlaps(b, grad)) {
+            PyErr_Format(PyExc_ValueError, "%s: buf must not overlap params or grad", fn);
+            return NULL;
+        }
+        bufp = (float *)PyArray_DATA(b);
+    } else if (mu != 0.0f) {
+        PyErr_Format(PyExc_ValueError, "%s: buf is required when momentum != 0", fn);
+        return NULL;
+    }
+    const int64_t *fz = NULL;
+    if (frozen != Py_None) {
+        if (!PyArray_Check(frozen)) {
+            PyErr_Format(PyExc_TypeError, "%s: frozen must be a numpy array or None", fn);
+            return NULL;
+        }
+        PyArrayObject *f = (PyArrayObject *)frozen;
+        if (check_array(f, fn, "frozen", NPY_INT64, 1, 0) < 0) return NULL;
+        if (PyArray_DIM(f, 0) != P) {
+            PyErr_Format(PyExc_ValueError, "%s: frozen must have shape (%zd,), got (%zd,)", fn,
+                         (Py_ssize_t)P, (Py_ssize_t)PyArray_DIM(f, 0));
+            return NULL;
+        }
+        fz = (const int64_t *)PyArray_DATA(f);
+        for (npy_intp r = 0; r < P; r++)
+            if (fz[r] < 0 || fz[r] > D) {
+                PyErr_Format(PyExc_ValueError, "%s: frozen must hold prefix lengths in [0, %zd], "
+                             "got %lld", fn, (Py_ssize_t)D, (long long)fz[r]);
+                return NULL;
+            }
+    }
+    Py_BEGIN_ALLOW_THREADS status =
+        dl_optim_sgd_f32(P, D, (float *)PyArray_DATA(params), (const float *)PyArray_DATA(grad),
+                         bufp, lr, mu, wd, nesterov, fz, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_RETURN_NONE;
+}
+/* <<< glue nn */
 
 /* config() -> dict describing the build and the active paths. */
 static PyObject *py_config(PyObject *self, PyObject *unused) {
@@ -1536,6 +1847,15 @@ static PyMethodDef methods[] = {
     {"peak_s8", py_peak_s8, METH_VARARGS,
      "peak_s8(reps, n_threads) -> (ops, check): the active path's int8 multiply-add peak loop."},
     /* <<< methods limits */
+    /* >>> methods nn */
+    {"nn_gemm", py_nn_gemm, METH_VARARGS, "nn_gemm(a, b, c, accumulate, n_threads) -> c."},
+    {"nn_dense_forward", py_nn_dense_forward, METH_VARARGS,
+     "nn_dense_forward(x, w, bias, relu, y, n_threads) -> y."},
+    {"nn_dense_backward", py_nn_dense_backward, METH_VARARGS,
+     "nn_dense_backward(x, w, dy, mask, gw, gb, dx, n_threads) -> None."},
+    {"sgd_step", py_sgd_step, METH_VARARGS,
+     "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads)."},
+    /* <<< methods nn */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
     {NULL, NULL, 0, NULL},

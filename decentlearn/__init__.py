@@ -72,6 +72,22 @@ def config() -> dict:
     }
 
 
+def set_num_threads(n_threads: int | None) -> None:
+    """Threads of every C kernel called without an explicit ``n_threads`` (layers, optimizer,
+    gossip, compressors, int8) and of numpy's BLAS (via threadpoolctl); None: the default,
+    min(OpenMP's maximum, CPU count), which honours OMP_NUM_THREADS. -1: every CPU."""
+    from decentlearn import ops
+
+    ops.set_num_threads(n_threads)
+
+
+def get_num_threads() -> int:
+    """Threads a kernel called without ``n_threads`` uses (see set_num_threads)."""
+    from decentlearn import ops
+
+    return ops.get_num_threads()
+
+
 def show_config() -> None:
     """Prints version, OpenMP, thread count, active instruction-set path, numpy and its BLAS."""
     for key, value in config().items():

@@ -136,6 +136,8 @@ def _add_run_parser(sub) -> None:
     a("--threads", type=_optional_int, help="threads for the C kernels (default: all allowed)")
     a("--eval-every", type=int, help="evaluate every N rounds")
     a("--eval-samples", type=_optional_int, help="evaluate on N test samples (default all)")
+    a("--eval-peer-samples", type=_optional_int, help="evaluate each peer on a fixed stratified "
+      "subsample of N test samples (default: sized to keep evaluation near 10%% of the run)")
     a("--network", metavar="PRESET|FILE.toml",
       help="simulate time on a network: datacenter, wan, edge, mobile, or a TOML file "
            "(docs/network.md); adds sim_seconds to the metrics")

@@ -56,44 +56,48 @@ def check_f32(name: str, x: np.ndarray) -> None:
 
 
 def quantize_peers(x2: np.ndarray, rounding: str = "nearest", seed: int = 0, step: int = 0,
-                   peer0: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                   peer0: int = 0, n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """int8 codes (R, L) and scales (R,) of a float32 (R, L) whose rows are each contiguous (row
     stride free: slices of the parameter matrix need no copy): row r is peer peer0 + r,
     scale max|row| / 127, rounding "nearest" or "stochastic" (keyed by (seed, step, peer))."""
-    scale = ops.absmax_scale(x2, axis=0)
-    q = ops.quantize_s8(x2, scale, axis=0, rounding=rounding, seed=seed, step=step, peer0=peer0)
+    scale = ops.absmax_scale(x2, axis=0, n_threads=n_threads)
+    q = ops.quantize_s8(x2, scale, axis=0, rounding=rounding, seed=seed, step=step, peer0=peer0,
+                        n_threads=n_threads)
     return q, scale
 
 
-def quantize_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_weights(weight: np.ndarray,
+                     n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-peer, per-tensor codes (P, *shape) and scales (P,) of a (P, ...) weight view whose peer
     rows are each contiguous (views into the parameter matrix are)."""
     rows = np.reshape(weight, (weight.shape[0], -1), copy=False)  # strided rows: a view
-    q, scale = quantize_peers(rows)
+    q, scale = quantize_peers(rows, n_threads=n_threads)
     return q.reshape(weight.shape), scale
 
 
 def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bool,
-                  shared: bool) -> tuple[np.ndarray, Any]:
+                  shared: bool, n_threads: int | None = None) -> tuple[np.ndarray, Any]:
     """y (P, B, out) = Q(x) Q(W) + b for x (P, B, in) (stride 0 over P when ``shared``), weight
     (P, in, out), bias (P, out). Returns y and the backward context (None unless ``train``)."""
     check_f32("inputs", x)
     check_f32("parameters", weight)
     n_peers, batch, n_in = x.shape
     if shared:  # quantized once, broadcast to every peer by the GEMM (stride 0)
-        xq, sx = quantize_peers(np.ascontiguousarray(x[0]).reshape(1, -1))
+        xq, sx = quantize_peers(np.ascontiguousarray(x[0]).reshape(1, -1), n_threads=n_threads)
         xq = xq.reshape(batch, n_in)
         sx = np.broadcast_to(sx, (n_peers,))
     else:
-        xq, sx = quantize_peers(np.ascontiguousarray(x).reshape(n_peers, -1))
+        xq, sx = quantize_peers(np.ascontiguousarray(x).reshape(n_peers, -1), n_threads=n_threads)
         xq = xq.reshape(n_peers, batch, n_in)
-    wq, sw = quantize_weights(weight)
-    y = ops.gemm_s8_batched_f32(xq, wq, sx, sw, bias=np.ascontiguousarray(bias))
+    wq, sw = quantize_weights(weight, n_threads=n_threads)
+    y = ops.gemm_s8_batched_f32(xq, wq, sx, sw, bias=np.ascontiguousarray(bias),
+                                n_threads=n_threads)
     return y, ((xq, sx, wq, sw) if train else None)
 
 
 def dense_backward(dy: np.ndarray, ctx: Any, g_weight: np.ndarray, g_bias: np.ndarray,
-                   need_dx: bool, seed: int, step: int) -> np.ndarray | None:
+                   need_dx: bool, seed: int, step: int,
+                   n_threads: int | None = None) -> np.ndarray | None:
     """Writes dW = Q(x)^T Q_s(dY) into g_weight (P, in, out) and db = sum dY into g_bias (P, out);
     returns dX = Q_s(dY) Q(W)^T (P, B, in) when ``need_dx``. Q_s: stochastic rounding keyed by
     (seed, step, peer)."""
@@ -101,9 +105,9 @@ def dense_backward(dy: np.ndarray, ctx: Any, g_weight: np.ndarray, g_bias: np.nd
     n_peers, batch, n_out = dy.shape
     np.sum(dy, axis=1, out=g_bias)
     dyq, sdy = quantize_peers(np.ascontiguousarray(dy, dtype=np.float32).reshape(n_peers, -1),
-                              "stochastic", seed, step)
+                              "stochastic", seed, step, n_threads=n_threads)
     dyq = dyq.reshape(n_peers, batch, n_out)
-    ops.gemm_s8_batched_f32(xq, dyq, sx, sdy, out=g_weight, trans_a=True)
+    ops.gemm_s8_batched_f32(xq, dyq, sx, sdy, out=g_weight, trans_a=True, n_threads=n_threads)
     if not need_dx:
         return None
-    return ops.gemm_s8_batched_f32(dyq, wq, sdy, sw, trans_b=True)
+    return ops.gemm_s8_batched_f32(dyq, wq, sdy, sw, trans_b=True, n_threads=n_threads)

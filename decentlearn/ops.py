@@ -27,9 +27,34 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+#: The process-wide default set by set_num_threads (None: OpenMP's maximum and the CPU count).
+_NUM_THREADS: int | None = None
+
+
+def set_num_threads(n_threads: int | None) -> None:
+    """Sets the threads every kernel uses when given ``n_threads=None`` (the layers, the optimizer,
+    int8 GEMMs, gossip and compressors), and limits numpy's BLAS to the same count through
+    threadpoolctl so that the two never oversubscribe the CPUs. None restores the default."""
+    global _NUM_THREADS
+    if n_threads is None:
+        _NUM_THREADS = None
+    else:
+        _NUM_THREADS = resolve_threads(n_threads)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=resolve_threads(None), user_api="blas")
+
+
+def get_num_threads() -> int:
+    """The threads a kernel given ``n_threads=None`` uses."""
+    return resolve_threads(None)
+
+
 def resolve_threads(n_threads: int | None, work: int | None = None) -> int:
     """Turns a user's ``n_threads`` into a positive count (see the module docstring)."""
-    if n_threads is None:
+    if n_threads is None and _NUM_THREADS is not None:
+        n = _NUM_THREADS
+    elif n_threads is None:
         n = min(_core.config()["omp_max_threads"], cpu_count())
     elif isinstance(n_threads, (bool, np.bool_)) or not isinstance(n_threads, (int, np.integer)):
         raise TypeError(f"n_threads must be an int or None, got {type(n_threads).__name__}")
@@ -823,3 +848,68 @@ def peak_s8(reps: int, n_threads: int | None = None) -> tuple[int, int]:
     returns (operations done, 2 per multiply-add; a checksum). Time it to get the int8 peak."""
     return _core.peak_s8(_check_int("reps", reps, 0, 1 << 40), resolve_threads(n_threads))
 # <<< ops limits
+
+# >>> ops nn: peer-batched float32 GEMMs of the layers and the SGD step (csrc/nn_impl.h, optim.c)
+
+
+def _f32_operand(name: str, a: object, ndim: int) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {a.shape}")
+    return a
+
+
+def nn_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, accumulate: bool = False,
+            n_threads: int | None = None) -> np.ndarray:
+    """float32 ``out[p] (+)= a[p] @ b[p]`` for P peers. ``a`` (P or 1, M, K) and ``b`` (P or 1, K,
+    N) may be any views with non-negative strides (transposes, stride-0 broadcasts, rows of the
+    parameter matrix); a leading 1 is shared by every peer. ``out`` (P, M, N) needs contiguous rows
+    and must not overlap the inputs; ``accumulate`` adds to it instead of overwriting."""
+    a = _f32_operand("a", a, 3)
+    b = _f32_operand("b", b, 3)
+    n_peers = max(a.shape[0], b.shape[0])
+    if out is None:
+        if accumulate:
+            raise ValueError("accumulate=True needs out")
+        out = np.empty((n_peers, a.shape[1], b.shape[2]), dtype=np.float32)
+    out = _f32_operand("out", out, 3)
+    return _core.nn_gemm(a, b, out, bool(accumulate), resolve_threads(n_threads))
+
+
+def dense_forward(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, relu: bool = False,
+                  out: np.ndarray | None = None, n_threads: int | None = None) -> np.ndarray:
+    """``y[p] = x[p] @ w[p] + bias[p]`` (then ReLU when ``relu``) for a peer-batched dense layer:
+    x (P or 1, B, I), w (P, I, O) with each peer's matrix contiguous, bias (P, O) or None; returns y
+    (P, B, O) float32."""
+    x = _f32_operand("x", x, 3)
+    w = _f32_operand("w", w, 3)
+    if out is None:
+        out = np.empty((w.shape[0], x.shape[1], w.shape[2]), dtype=np.float32)
+    return _core.nn_dense_forward(x, w, bias, bool(relu), out, resolve_threads(n_threads))
+
+
+def dense_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, gw: np.ndarray, gb: np.ndarray,
+                   dx: np.ndarray | None = None, mask: np.ndarray | None = None,
+                   n_threads: int | None = None) -> None:
+    """Backward pass of :func:`dense_forward` (without its ReLU): writes ``gb[p] = dy[p].sum(0)``,
+    ``gw[p] = x[p]^T dy[p]`` and, when ``dx`` is given, ``dx[p] = dy[p] @ w[p]^T``, zeroed where
+    ``mask[p] <= 0`` (the ReLU of the layer below, fused; None: no mask)."""
+    _core.nn_dense_backward(x, w, dy, mask, gw, gb, dx, resolve_threads(n_threads))
+
+
+def sgd_step(params: np.ndarray, grad: np.ndarray, buf: np.ndarray | None, lr: float,
+             momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
+             frozen: np.ndarray | None = None, n_threads: int | None = None) -> None:
+    """One SGD step in place over the (P, dim) float32 ``params`` (and momentum ``buf``), in one
+    pass: ``g = grad + wd p; buf = mu buf + g; g = g + mu buf`` (Nesterov) or ``g = buf``;
+    ``p -= lr g``. ``frozen`` (P,) int64: row r keeps its first frozen[r] entries (buf zeroed)."""
+    if frozen is not None:
+        frozen = np.ascontiguousarray(frozen, dtype=np.int64)
+    _core.sgd_step(params, grad, buf, float(lr), float(momentum), float(weight_decay),
+                   bool(nesterov), frozen, resolve_threads(n_threads, params.size))
+
+
+# <<< ops nn

@@ -1,7 +1,9 @@
 """Optimizers that update every peer's parameters at once. The state of an optimizer for P peers is
 one ``(P, dim)`` array (the momentum buffer), so it can be averaged or reset by the simulator like
-the parameters themselves, and one ``step`` is a handful of in-place whole-matrix NumPy operations
-with a single reusable scratch array: no per-peer loop and no temporaries the size of the model.
+the parameters themselves. For float32 one ``step`` is one pass of a C kernel over the whole matrix
+(``ops.sgd_step``, rows split over threads, frozen prefixes honoured, bit-identical to its NumPy
+reference in decentlearn/_reference/nn.py for any thread count); float64 runs a handful of in-place
+whole-matrix NumPy operations with a single reusable scratch array.
 ``SGD`` follows PyTorch's ``torch.optim.SGD`` (dampening 0): ``g = grad + wd * params``;
 ``buf = momentum * buf + g``; ``g = g + momentum * buf`` with Nesterov, else ``g = buf``;
 ``params -= lr * g``.
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from decentlearn import ops
 
 __all__ = ["SGD", "SGDConfig"]
 
@@ -60,7 +64,8 @@ class SGD:
     unless written to.
     """
 
-    def __init__(self, config: SGDConfig, shape: tuple[int, int], dtype: Any = np.float32) -> None:
+    def __init__(self, config: SGDConfig, shape: tuple[int, int], dtype: Any = np.float32,
+                 n_threads: int | None = None) -> None:
         if not isinstance(config, SGDConfig):
             raise TypeError(f"config must be an SGDConfig, got {type(config).__name__}")
         if (
@@ -81,6 +86,8 @@ class SGD:
         self.dtype: np.dtype = dt
         self._buf = np.zeros(self.shape, dtype=dt)
         self._scratch: np.ndarray | None = None
+        #: Threads of the float32 step kernel (None: decentlearn's default).
+        self.n_threads = ops.resolve_threads(n_threads) if n_threads is not None else None
 
     @property
     def momentum_buffer(self) -> np.ndarray:
@@ -111,9 +118,6 @@ class SGD:
         layers, decentlearn.cocofl); masked per distinct value, not per peer."""
         self._check(params, "params")
         self._check(grad, "grad")
-        mask = None
-        if frozen is not None:
-            mask = _frozen_groups(frozen, self.shape)
         if not params.flags.writeable:
             raise ValueError("params must be writable")
         cfg = self.config
@@ -121,6 +125,18 @@ class SGD:
             lr = cfg.lr
         elif _check_real(lr, "lr") <= 0:
             raise ValueError(f"lr must be > 0, got {lr}")
+        if (self.dtype == np.float32 and params.flags.c_contiguous and grad.flags.c_contiguous
+                and not np.may_share_memory(params, grad)):
+            cut = None
+            if frozen is not None:
+                _frozen_groups(frozen, self.shape)  # validates
+                cut = np.asarray(frozen, dtype=np.int64)
+            ops.sgd_step(params, grad, self._buf, lr, cfg.momentum, cfg.weight_decay,
+                         cfg.nesterov, cut, n_threads=self.n_threads)
+            return
+        mask = None
+        if frozen is not None:
+            mask = _frozen_groups(frozen, self.shape)
         if self._scratch is None:
             self._scratch = np.empty(self.shape, dtype=self.dtype)
         s = self._scratch

@@ -54,6 +54,46 @@ def _stream_seed(seed: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
 
 
+#: Evaluation budget: test-sample forward passes per evaluation, as a fraction of the forward-pass
+#: equivalents of the training since the previous one (a training step costs about 3 forwards).
+EVAL_PEER_BUDGET = 0.05
+EVAL_AVG_BUDGET = 0.05
+
+
+def eval_sizes(config: RunConfig, n_test: int, n_classes: int) -> tuple[int, int]:
+    """(samples per peer, samples for the average model) of an intermediate evaluation.
+
+    ``eval_peer_samples`` when set; else the largest count within EVAL_PEER_BUDGET of the training
+    work since the last evaluation, eval_every * local_steps * batch_size * 3 forward passes per
+    peer, but at least 10 per class. The average model (one model, not P) gets EVAL_AVG_BUDGET of
+    all peers' training work, and at least the peers' count. Both at most ``n_test``; the final
+    evaluation runs the average model on the whole evaluation set. Together they keep evaluation
+    near 10% of a run's compute (measured: docs/performance.md, "Round time")."""
+    c = config
+    train_fwd = c.eval_every * c.local_steps * c.batch_size * 3  # per peer
+    if c.eval_peer_samples is not None:
+        peer = c.eval_peer_samples
+    else:
+        peer = max(10 * n_classes, int(EVAL_PEER_BUDGET * train_fwd))
+    peer = min(n_test, peer)
+    avg = min(n_test, max(peer, int(EVAL_AVG_BUDGET * train_fwd * c.peers)))
+    return peer, avg
+
+
+def stratified_order(y: np.ndarray, n_classes: int, seed: int = 0) -> np.ndarray:
+    """A fixed order of the indices of ``y`` whose every prefix is stratified: each class appears
+    in proportion to its frequency (within one sample), in a random order fixed by ``seed``."""
+    y = np.asarray(y)
+    rng = np.random.default_rng(seed)
+    key = np.empty(len(y))
+    for k in range(n_classes):
+        idx = np.flatnonzero(y == k)
+        if idx.size:
+            # the r-th sample of class k (random order) goes to position (r + u) / n_k
+            key[idx] = (rng.permutation(idx.size) + rng.random(idx.size)) / idx.size
+    return np.argsort(key, kind="stable")
+
+
 class PeerSampler:
     """Draws each peer's minibatch indices from its own partition, all peers at once.
 
@@ -121,6 +161,7 @@ class RunConfig:
     threads: int | None = None
     eval_every: int = 10
     eval_samples: int | None = None
+    eval_peer_samples: int | None = None
     #: Network model (decentlearn.network): a preset name or a TOML file; None = no simulated time.
     network: str | None = None
     #: Event-driven asynchronous gossip (decentlearn.network.asynchronous); needs ``network``.
@@ -160,6 +201,7 @@ class RunConfig:
             except ValueError as e:
                 raise ValueError(f"server_compress: {e}") from None
         positive_int("eval_samples", allow_none=True)
+        positive_int("eval_peer_samples", allow_none=True)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.gamma is not None and not (isinstance(self.gamma, (int, float))
@@ -291,13 +333,15 @@ class Simulator:
                         if c.network is not None else None)
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
+        self.model.n_threads = c.threads
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
         self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
                             samples_per_round=c.local_steps * c.batch_size,
                             mixing_kind="column" if "column" in accepted else None)
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
-                                  weight_decay=c.weight_decay), params.shape)
+                                  weight_decay=c.weight_decay), params.shape,
+                        n_threads=c.threads)
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
         self.frozen: np.ndarray | None = None
         #: Test accuracy of every peer at the last evaluation.
@@ -336,6 +380,14 @@ class Simulator:
             self.x_eval, self.y_eval = d.x_test[pick], d.y_test[pick]
         else:
             self.x_eval, self.y_eval = d.x_test, d.y_test
+        #: Test samples each peer's model / the average model is evaluated on (eval_sizes()).
+        self.eval_peer_samples, self.eval_avg_samples = eval_sizes(c, len(self.y_eval),
+                                                                   d.n_classes)
+        order = stratified_order(self.y_eval, d.n_classes)
+        self._eval_peer_idx = np.sort(order[:self.eval_peer_samples])
+        self._eval_avg_idx = np.sort(order[:self.eval_avg_samples])
+        #: Seconds spent in evaluate() so far.
+        self.eval_seconds = 0.0
 
     @property
     def params(self) -> np.ndarray:
@@ -346,15 +398,25 @@ class Simulator:
         idx = self.sampler.next()
         return self.dataset.x_train[idx], self.dataset.y_train[idx]
 
-    def evaluate(self) -> dict:
-        """Accuracy of every peer's model and of the average model, consensus, bytes."""
+    def evaluate(self, final: bool = False) -> dict:
+        """Accuracy of every peer's model and of the average model, consensus, bytes.
+
+        Peers are evaluated together (one batched pass) on a fixed stratified subsample of
+        ``eval_peer_samples`` test samples, the average model on ``eval_avg_samples`` (the whole
+        evaluation set when ``final``); see eval_sizes()."""
+        t0 = time.perf_counter()
         X = self.params
-        acc, _ = self.model.evaluate(X, self.x_eval, self.y_eval)
+        pi = self._eval_peer_idx
+        acc, _ = self.model.evaluate(X, self.x_eval[pi], self.y_eval[pi])
         avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
-        acc_avg, loss_avg = self.model.evaluate(avg, self.x_eval, self.y_eval)
+        if final or self.eval_avg_samples >= len(self.y_eval):
+            x_avg, y_avg = self.x_eval, self.y_eval
+        else:
+            x_avg, y_avg = self.x_eval[self._eval_avg_idx], self.y_eval[self._eval_avg_idx]
+        acc_avg, loss_avg = self.model.evaluate(avg, x_avg, y_avg)
         sent = self.comm.bytes_sent
         self.last_accuracy = acc
-        return {
+        row = {
             "test_accuracy_mean": float(acc.mean()),
             "test_accuracy_min": float(acc.min()),
             "test_accuracy_max": float(acc.max()),
@@ -365,6 +427,19 @@ class Simulator:
             "bytes_sent_max_peer": int(sent.max()),
             # Network hook: sim_seconds and fault rates with --network (nothing otherwise).
             **self.comm.network_metrics(),
+        }
+        self.eval_seconds += time.perf_counter() - t0
+        return row
+
+    def eval_summary(self, run_seconds: float) -> dict:
+        """What the evaluation cost and covered, for summary.json."""
+        return {
+            "peer_samples": self.eval_peer_samples,
+            "avg_model_samples": self.eval_avg_samples,
+            "avg_model_samples_final": len(self.y_eval),
+            "test_samples": len(self.dataset.y_test),
+            "seconds": self.eval_seconds,
+            "fraction_of_run": self.eval_seconds / run_seconds if run_seconds > 0 else None,
         }
 
     def check_divergence(self, t: int, losses: np.ndarray) -> None:
@@ -419,7 +494,7 @@ class Simulator:
                 cb.on_round_end(self, t)
             if (t + 1) % c.eval_every == 0 or t + 1 == c.rounds:
                 row = {"round": t + 1, "train_loss": loss_sum / loss_rounds}
-                row.update(self.evaluate())
+                row.update(self.evaluate(final=t + 1 == c.rounds))
                 row["wall_seconds"] = time.perf_counter() - start
                 loss_sum, loss_rounds = 0.0, 0
                 result.history.append(row)
@@ -434,6 +509,7 @@ class Simulator:
                               n_params=self.model.dim, precision=c.precision,
                               warnings=list(self.problems), config=c.to_dict())
         counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
+        result.summary["evaluation"] = self.eval_summary(time.perf_counter() - start)
         result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
                                                         c.local_steps, c.momentum != 0)
         if self.frozen is not None:

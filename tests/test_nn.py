@@ -117,7 +117,7 @@ def test_finite_differences_shared_input() -> None:
 def test_finite_differences_custom_convs(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     # kernel 3 without padding and with padding 1, GroupNorm with 1 group and one group per
     # channel; chunk=1 unfolds one sample at a time (the multi-chunk path), 2**30 all at once.
-    monkeypatch.setattr(nn, "_CONV_CHUNK", chunk)
+    monkeypatch.setattr(nn.layers, "_CONV_CHUNK", chunk)
     layers = [
         Conv2d(2, 4, kernel_size=3, padding=0),  # 10x10 -> 8x8
         GroupNorm(1, 4),

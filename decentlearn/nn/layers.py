@@ -1,0 +1,703 @@
+"""Layers of the peer-batched models (see decentlearn.nn): every layer works on all peers at once,
+reading its parameters as views into the ``(n_peers, dim)`` matrix and writing its gradients into
+views of a gradient matrix with the same layout.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from decentlearn import lowp, ops
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# im2col elements per peer unfolded at a time by Conv2d (2**16 float32 = 256 KiB per peer).
+_CONV_CHUNK = 1 << 16
+
+Params = tuple[np.ndarray, ...]
+
+
+def _check_positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return int(value)
+
+
+def _check_float_dtype(dtype: object, name: str) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as exc:
+        raise TypeError(f"{name} must be float32 or float64, got {dtype!r}") from exc
+    if dt not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got {dt}")
+    return dt
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Reshape that must not copy (a copy would make gradient writes vanish)."""
+    return np.reshape(a, shape, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+class Scratch:
+    """Reusable arrays of one layer, keyed by role.
+
+    Large activations (im2col matrices reach tens of MiB) would otherwise be fresh ``mmap``
+    allocations on every call, and their page faults cost as much as the copies themselves. An
+    array taken from here is valid until the same role is taken again, i.e. until the next pass.
+    """
+
+    __slots__ = ("_bufs", "n_threads", "rng")
+
+    def __init__(self) -> None:
+        self._bufs: dict[str, np.ndarray] = {}
+        #: (seed, step) of the counter RNG for stochastic layers (int8 rounding of gradients), set
+        #: by the model before each backward pass.
+        self.rng: tuple[int, int] = (0, 0)
+        #: Threads of the C kernels the layer calls (None: decentlearn's default), set by the model.
+        self.n_threads: int | None = None
+
+    def empty(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        n = math.prod(shape)
+        buf = self._bufs.get(role)
+        if buf is None or buf.dtype != dtype or buf.size < n:
+            buf = np.empty(n, dtype=dtype)
+            self._bufs[role] = buf
+        return _view(buf[:n], shape)
+
+    def zeros(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        out = self.empty(role, shape, dtype)
+        out.fill(0)
+        return out
+
+
+class Layer(ABC):
+    """One layer of a peer-batched model.
+
+    Hyperparameters live in frozen dataclass fields. ``forward`` gets the layer's parameter views,
+    each of shape ``(P, *per_peer_shape)``, and an input with a leading peer axis (stride 0 when the
+    input is shared by all peers); it returns the output and a context for ``backward`` (``None``
+    when ``train`` is false). ``backward`` writes parameter gradients into the views ``g`` (every
+    element, so the gradient array may start uninitialised), may overwrite ``dy``, and returns the
+    input gradient when ``need_dx``. A layer never modifies a read-only input. Outputs may live in
+    the layer's ``scratch``, so only layers whose output is never the model's output (spatial
+    layers) take their outputs from it.
+    """
+
+    kind: ClassVar[str] = ""  # name prefix: layers are named fc1, relu2, ... in a model
+    spatial: ClassVar[bool] = False  # True: works on channel-major (P, C, B, H, W) activations
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return ()
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return []
+
+    @abstractmethod
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """See the class docstring."""
+
+    @abstractmethod
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        """See the class docstring."""
+
+    @abstractmethod
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        """See the class docstring."""
+
+
+Initializer = Callable[[np.random.Generator, tuple[int, ...], int], np.ndarray]
+
+# Weight initializers by name: (rng, shape, fan_in) -> float64 array.
+INITIALIZERS: dict[str, Initializer] = {
+    # He et al. (2015), for layers followed by a ReLU: N(0, 2 / fan_in).
+    "he_normal": lambda rng, shape, fan_in: rng.standard_normal(shape) * math.sqrt(2.0 / fan_in),
+    # PyTorch's default for Linear/Conv2d weights: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Used for
+    # the logits layer so that the initial loss is close to log(n_classes).
+    "torch_uniform": lambda rng, shape, fan_in: rng.uniform(-1.0, 1.0, shape) / math.sqrt(fan_in),
+}
+
+
+def _check_init(init: object) -> None:
+    if init not in INITIALIZERS:
+        raise ValueError(f"init must be one of {sorted(INITIALIZERS)}, got {init!r}")
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, n_threads: int | None,
+            accumulate: bool = False) -> np.ndarray:
+    """out (P, M, N) (+)= a @ b over peers; a and b may lack the peer axis (shared by all peers).
+    float32 runs the C kernel (peers split over decentlearn's threads, BLAS not involved), other
+    dtypes np.matmul."""
+    if out.dtype == np.float32 and a.dtype == np.float32 and b.dtype == np.float32:
+        return ops.nn_gemm(a if a.ndim == 3 else a[None], b if b.ndim == 3 else b[None], out,
+                           accumulate, n_threads)
+    if accumulate:
+        out += np.matmul(a, b)
+        return out
+    return np.matmul(a, b, out=out)
+
+
+def _threads(scratch: Scratch | None) -> int | None:
+    return None if scratch is None else scratch.n_threads
+
+
+def _is_shared(x: np.ndarray) -> bool:
+    return x.shape[0] == 1 or x.strides[0] == 0
+
+
+@dataclass(frozen=True)
+class Dense(Layer):
+    """Fully connected layer on (P, B, in_features); weight per peer is (in_features, out_features).
+
+    ``precision="int8"`` runs the forward and both backward products as int8 GEMMs (see
+    decentlearn.lowp) on float32 master weights."""
+
+    in_features: int
+    out_features: int
+    init: str = "he_normal"
+    precision: str = "fp32"
+    kind: ClassVar[str] = "fc"
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self.in_features, "in_features")
+        _check_positive_int(self.out_features, "out_features")
+        _check_init(self.init)
+        lowp.check_precision(self.precision)
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("weight", (self.in_features, self.out_features)), ("bias", (self.out_features,)))
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        w = INITIALIZERS[self.init](rng, (self.in_features, self.out_features), self.in_features)
+        return [w, np.zeros(self.out_features)]
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if in_shape != (self.in_features,):
+            raise ValueError(f"Dense expects inputs of shape ({self.in_features},), got {in_shape}")
+        return (self.out_features,)
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch, relu: bool = False
+    ) -> tuple[np.ndarray, Any]:
+        """``relu=True`` fuses the ReLU that follows (the model's call; the output is then the
+        ReLU's)."""
+        weight, bias = w
+        if self.precision == "int8":
+            y, ctx = lowp.dense_forward(x, weight, bias, train, _is_shared(x),
+                                        n_threads=_threads(scratch))
+            if relu:
+                np.maximum(y, 0, out=y)
+            return y, ctx
+        if weight.dtype == np.float32 and x.dtype == np.float32:
+            # One C call: every peer's gemm, bias and ReLU, peers split over threads.
+            y = ops.dense_forward(x, weight, bias, relu, n_threads=_threads(scratch))
+            return y, (x if train else None)
+        y = np.matmul(x, weight)  # (P, B, out); a stride-0 shared x is not copied
+        y += bias[:, None, :]
+        if relu:
+            np.maximum(y, 0, out=y)
+        return y, (x if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch,
+        mask: np.ndarray | None = None,
+    ) -> np.ndarray | None:
+        """``mask``: the output of a ReLU below whose backward is fused (dx is zeroed where
+        mask <= 0)."""
+        weight, _ = w
+        g_weight, g_bias = g
+        if self.precision == "int8":
+            dx = lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
+                                     n_threads=_threads(scratch))
+        elif weight.dtype == np.float32 and dy.dtype == np.float32:
+            dx = np.empty(dy.shape[:2] + (self.in_features,), np.float32) if need_dx else None
+            ops.dense_backward(ctx, weight, np.ascontiguousarray(dy), g_weight, g_bias, dx, mask,
+                               n_threads=_threads(scratch))
+            return dx
+        else:
+            np.matmul(ctx.transpose(0, 2, 1), dy, out=g_weight)
+            np.sum(dy, axis=1, out=g_bias)
+            dx = np.matmul(dy, weight.transpose(0, 2, 1)) if need_dx else None
+        if dx is not None and mask is not None:
+            np.multiply(dx, mask > 0, out=dx)
+        return dx
+
+
+@dataclass(frozen=True)
+class Conv2d(Layer):
+    """2-D convolution, stride 1, zero padding; weight per peer is (out, in, k, k) as in PyTorch.
+
+    im2col works on "wide rows": every image is zero-padded to (Hp, Wp) = (H+2p, W+2p) and
+    flattened, and the output is computed at all Wp columns of each output row, so row (c, i, j)
+    of the im2col matrix is the padded image shifted by i*Wp + j. The copy that builds it moves
+    runs of Ho*Wp contiguous floats instead of runs of Wo, and col2im adds equally long runs; the
+    price is Wp/Wo more gemm work (1.14x at 28x28, 1.29x at 14x14). The extra output columns are
+    dropped by a strided view, and their gradient is zero. The im2col matrix gets a row of ones
+    so the bias rides in the gemm (and its gradient comes out of the weight-gradient gemm).
+
+    The batch is unfolded a few samples at a time (about ``_CONV_CHUNK`` matrix elements per
+    peer), so each peer's im2col block stays in cache between the copy and the gemm; the backward
+    pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
+    depends only on the layer's geometry, never on the number of peers, so a peer's results are
+    the same whichever peers it is batched with.
+
+    ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
+    unfolds the int8 codes and runs the forward and both backward products as int8 GEMMs with
+    stochastically rounded dY (see decentlearn.lowp) on float32 master weights; the bias is added
+    in float32.
+    """
+
+    in_channels: int
+    out_channels: int
+    kernel_size: int = 5
+    padding: int = 2
+    init: str = "he_normal"
+    precision: str = "fp32"
+    kind: ClassVar[str] = "conv"
+    spatial: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self.in_channels, "in_channels")
+        _check_positive_int(self.out_channels, "out_channels")
+        _check_positive_int(self.kernel_size, "kernel_size")
+        if isinstance(self.padding, bool) or not isinstance(self.padding, (int, np.integer)):
+            raise TypeError(f"padding must be an int, got {type(self.padding).__name__}")
+        if self.padding < 0:
+            raise ValueError(f"padding must be >= 0, got {self.padding}")
+        _check_init(self.init)
+        lowp.check_precision(self.precision)
+
+    @property
+    def _k(self) -> int:  # rows of the im2col matrix (without the row of ones)
+        return self.in_channels * self.kernel_size * self.kernel_size
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        k = self.kernel_size
+        return (
+            ("weight", (self.out_channels, self.in_channels, k, k)),
+            ("bias", (self.out_channels,)),
+        )
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        w = INITIALIZERS[self.init](rng, self.param_shapes()[0][1], self._k)
+        return [w, np.zeros(self.out_channels)]
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(in_shape) != 3 or in_shape[0] != self.in_channels:
+            raise ValueError(
+                f"Conv2d expects inputs of shape ({self.in_channels}, H, W), got {in_shape}"
+            )
+        _, h, w = in_shape
+        ho = h + 2 * self.padding - self.kernel_size + 1
+        wo = w + 2 * self.padding - self.kernel_size + 1
+        if ho < 1 or wo < 1:
+            raise ValueError(
+                f"Conv2d input {in_shape} is smaller than its {self.kernel_size}x"
+                f"{self.kernel_size} kernel with padding {self.padding}"
+            )
+        return (self.out_channels, ho, wo)
+
+    def _geometry(self, h: int, w: int) -> tuple[int, int, int, int, int]:
+        """(Hp, Wp, Ho, Wo, samples per chunk) for an H x W input."""
+        k, p = self.kernel_size, self.padding
+        hp, wp = h + 2 * p, w + 2 * p
+        ho, wo = hp - k + 1, wp - k + 1
+        return hp, wp, ho, wo, max(1, _CONV_CHUNK // ((self._k + 1) * ho * wp))
+
+    def _unfold(
+        self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int
+    ) -> np.ndarray:
+        """im2col of samples [b0, b1) of the padded input xp (..., C, B, Hp*Wp + k - 1) into the
+        first K rows of ``cols`` (..., K or K + 1, >= n) (a last row of ones carries the bias);
+        returns the (..., K or K + 1, n) view."""
+        k, c = self.kernel_size, self.in_channels
+        nb, run = b1 - b0, ho * wp
+        *lead, _, _, _ = xp.shape
+        *ls, sc, sb, it = xp.strides
+        shifted = as_strided(
+            xp[..., b0:b1, :],
+            (*lead, c, k, k, nb, run),
+            (*ls, sc, wp * it, it, sb, it),
+            writeable=False,
+        )
+        view = cols[..., : nb * run]
+        np.copyto(np.reshape(view[..., : self._k, :], shifted.shape, copy=False), shifted)
+        return view
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        weight, bias = w
+        k, p, cout, kk = self.kernel_size, self.padding, self.out_channels, self._k
+        n_peers = weight.shape[0]
+        # A shared input is unfolded once and broadcast against the P weight matrices.
+        src = x[0] if _is_shared(x) else x
+        *lead, c, b, h, wd = src.shape
+        hp, wp, ho, wo, chunk = self._geometry(h, wd)
+        run, dt = ho * wp, src.dtype
+        # Padded images, flattened, with k-1 trailing zeros so the last shifted run fits.
+        xp = scratch.zeros("xp", (*lead, c, b, hp * wp + k - 1), dt)
+        np.reshape(xp[..., : hp * wp], (*lead, c, b, hp, wp), copy=False)[
+            ..., p : p + h, p : p + wd
+        ] = src
+        if self.precision == "int8":
+            return self._forward_int8(weight, bias, xp, (h, wd), train, scratch)
+        wb = scratch.empty("wb", (n_peers, cout, kk + 1), dt)  # [weight | bias]
+        wb[..., :kk] = _view(weight, (n_peers, cout, kk))
+        wb[..., kk] = bias
+        cols = scratch.empty("cols", (*lead, kk + 1, min(b, chunk) * run), dt)
+        cols[..., kk, :] = 1
+        y = scratch.empty("y", (n_peers, cout, b * run), dt)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp), y[..., b0 * run : b1 * run],
+                    scratch.n_threads)
+        out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
+        return out, ((xp, (h, wd)) if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        weight, _ = w
+        g_weight, g_bias = g
+        if self.precision == "int8":
+            return self._backward_int8(g_weight, g_bias, dy, ctx, need_dx, scratch)
+        xp, (h, wd) = ctx
+        k, c, kk = self.kernel_size, self.in_channels, self._k
+        n_peers, cout, b, ho, wo = dy.shape
+        hp, wp, _, _, chunk = self._geometry(h, wd)
+        run, dt = ho * wp, dy.dtype
+        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), dt)
+        dyw[..., wo:] = 0
+        dyw[..., :wo] = dy
+        dyw = _view(dyw, (n_peers, cout, b * run))
+        cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
+        cols[..., kk, :] = 1
+        # [dW | db] transposed: cols @ dy^T runs much faster in OpenBLAS than dy @ cols^T here.
+        g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
+        part = scratch.empty("g_wb_part", g_wb.shape, dt) if dt != np.float32 else None
+        if need_dx:
+            w_t = _view(weight, (n_peers, cout, kk)).transpose(0, 2, 1)
+            dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), dt)
+            dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), dt)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            dy_c = dyw[..., b0 * run : b1 * run]
+            cols_c = self._unfold(xp, b0, b1, cols, ho, wp)
+            if dt == np.float32:  # accumulates the chunks in place
+                _matmul(cols_c, dy_c.swapaxes(-1, -2), g_wb, scratch.n_threads, accumulate=b0 > 0)
+            else:
+                np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
+                if b0:
+                    g_wb += part
+            if need_dx:
+                dc = _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
+                self._fold(dc, dxp[:, :, b0:b1], ho, wp)
+        np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
+        g_bias[...] = g_wb[:, kk]
+        return self._crop(dxp, h, wd) if need_dx else None
+
+    def _fold(self, dcols: np.ndarray, dxp: np.ndarray, ho: int, wp: int) -> None:
+        """col2im: adds the column gradient dcols (P, K, n) of samples held by ``dxp`` (P, C, nb,
+        Hp*Wp + k - 1) into it, one shifted-run add per kernel offset (np.add.at would be far
+        slower)."""
+        k, run = self.kernel_size, ho * wp
+        n_peers, c, nb, _ = dxp.shape
+        dc = np.reshape(dcols, (n_peers, c, k, k, nb, run), copy=False)
+        for i in range(k):
+            for j in range(k):
+                off = i * wp + j
+                dxp[..., off : off + run] += dc[:, :, i, j]
+
+    def _crop(self, dxp: np.ndarray, h: int, wd: int) -> np.ndarray:
+        """The (P, C, B, H, W) interior of padded flattened images (P, C, B, Hp*Wp + k - 1)."""
+        p = self.padding
+        hp, wp = h + 2 * p, wd + 2 * p
+        n_peers, c, b, _ = dxp.shape
+        dxp = np.reshape(dxp[..., : hp * wp], (n_peers, c, b, hp, wp), copy=False)
+        return dxp[..., p : p + h, p : p + wd]
+
+    def _forward_int8(self, weight: np.ndarray, bias: np.ndarray, xp: np.ndarray,
+                      hw: tuple[int, int], train: bool, scratch: Scratch) -> tuple[np.ndarray, Any]:
+        """y = Q(W) Q(patches) + b from the padded input xp (..., C, B, Hp*Wp + k - 1), whose
+        leading peer axis is absent when the input is shared by all peers."""
+        lowp.check_f32("inputs", xp)
+        lowp.check_f32("parameters", weight)
+        cout, kk = self.out_channels, self._k
+        n_peers = weight.shape[0]
+        *lead, _, b, _ = xp.shape
+        hp, wp, ho, wo, chunk = self._geometry(*hw)
+        run = ho * wp
+        # The padding zeros change no absmax scale and quantize to 0, so the padded input is
+        # quantized once (per peer) and unfolded as int8 codes.
+        rows = xp.shape[0] if lead else 1
+        flat = np.reshape(xp, (rows, -1), copy=False)
+        sx = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
+        xq = scratch.empty("xq", xp.shape, np.int8)
+        ops.quantize_s8(flat, sx, axis=0, out=np.reshape(xq, flat.shape, copy=False),
+                        n_threads=scratch.n_threads)
+        if not lead:
+            sx = np.broadcast_to(sx, (n_peers,))
+        wq, sw = lowp.quantize_weights(weight, n_threads=scratch.n_threads)
+        wq = _view(wq, (n_peers, cout, kk))
+        cols = scratch.empty("colsq", (*lead, kk, min(b, chunk) * run), np.int8)
+        y = scratch.empty("y", (n_peers, cout, b * run), np.float32)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            cq = self._unfold(xq, b0, b1, cols, ho, wp)
+            ops.gemm_s8_batched_f32(wq, np.broadcast_to(cq, (n_peers, *cq.shape[-2:])), sw, sx,
+                                    out=y[..., b0 * run : b1 * run], n_threads=scratch.n_threads)
+        y += bias[:, :, None]
+        out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
+        return out, ((xq, sx, wq, sw, hw) if train else None)
+
+    def _backward_int8(self, g_weight: np.ndarray, g_bias: np.ndarray, dy: np.ndarray, ctx: Any,
+                       need_dx: bool, scratch: Scratch) -> np.ndarray | None:
+        """dW = Q_s(dY) Q(patches)^T, db = sum dY, dX = col2im(Q(W)^T Q_s(dY)); Q_s rounds
+        stochastically, keyed by (scratch.rng, peer)."""
+        xq, sx, wq, sw, (h, wd) = ctx
+        k, c, kk = self.kernel_size, self.in_channels, self._k
+        n_peers, cout, b, ho, wo = dy.shape
+        hp, wp, _, _, chunk = self._geometry(h, wd)
+        run = ho * wp
+        np.sum(dy, axis=(2, 3, 4), out=g_bias)
+        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), np.float32)
+        dyw[..., wo:] = 0  # the wide columns' gradient: quantizes to 0 in any rounding
+        dyw[..., :wo] = dy
+        flat = np.reshape(dyw, (n_peers, -1), copy=False)
+        seed, step = scratch.rng
+        sdy = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
+        dyq = scratch.empty("dyq", (n_peers, cout, b * run), np.int8)
+        ops.quantize_s8(flat, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
+                        out=np.reshape(dyq, flat.shape, copy=False), n_threads=scratch.n_threads)
+        cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
+        g_w = _view(g_weight, (n_peers, cout, kk))
+        part = scratch.empty("g_w_part", g_w.shape, np.float32)
+        if need_dx:
+            dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), np.float32)
+            dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), np.float32)
+        for b0 in range(0, b, chunk):
+            b1 = min(b, b0 + chunk)
+            dq = dyq[..., b0 * run : b1 * run]
+            cq = self._unfold(xq, b0, b1, cols, ho, wp)
+            cq = np.broadcast_to(cq, (n_peers, *cq.shape[-2:]))
+            ops.gemm_s8_batched_f32(dq, cq, sdy, sx, out=part if b0 else g_w, trans_b=True,
+                                    n_threads=scratch.n_threads)
+            if b0:
+                g_w += part
+            if need_dx:
+                dc = ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
+                                             trans_a=True, n_threads=scratch.n_threads)
+                self._fold(dc, dxp[:, :, b0:b1], ho, wp)
+        return self._crop(dxp, h, wd) if need_dx else None
+
+
+@dataclass(frozen=True)
+class MaxPool2d(Layer):
+    """2x2 max pooling, stride 2. The gradient goes to one maximum per window: ties go to the
+    left column of the window, then to its top row."""
+
+    kind: ClassVar[str] = "pool"
+    spatial: ClassVar[bool] = True
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(in_shape) != 3 or in_shape[1] % 2 or in_shape[2] % 2:
+            raise ValueError(
+                f"MaxPool2d expects inputs (C, H, W) with even H and W, got {in_shape}"
+            )
+        c, h, w = in_shape
+        return (c, h // 2, w // 2)
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        *lead, h, wd = x.shape
+        v = np.reshape(x, (*lead, h // 2, 2, wd // 2, 2))
+        top, bottom = v[..., :, 0, :, :], v[..., :, 1, :, :]  # (..., H/2, W/2, 2) each
+        # Rows first: the two operands are contiguous runs, which NumPy vectorises.
+        colmax = scratch.empty("colmax", top.shape, x.dtype)
+        np.maximum(top, bottom, out=colmax)
+        y = scratch.empty("y", (*lead, h // 2, wd // 2), x.dtype)
+        np.maximum(colmax[..., 0], colmax[..., 1], out=y)
+        if not train:
+            return y, None
+        lower = np.greater(bottom, top, out=scratch.empty("lower", top.shape, np.dtype(bool)))
+        right = np.greater(
+            colmax[..., 1], colmax[..., 0], out=scratch.empty("right", y.shape, np.dtype(bool))
+        )
+        return y, (lower, right)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        if not need_dx:
+            return None
+        lower, right = ctx
+        *lead, h2, w2 = dy.shape
+        dcol = scratch.empty("dcol", lower.shape, dy.dtype)
+        np.multiply(dy, right, out=dcol[..., 1])
+        np.subtract(dy, dcol[..., 1], out=dcol[..., 0])  # exact: dy - dy or dy - 0
+        dx = scratch.empty("dx", (*lead, h2, 2, w2, 2), dy.dtype)
+        np.multiply(dcol, lower, out=dx[..., :, 1, :, :])
+        np.subtract(dcol, dx[..., :, 1, :, :], out=dx[..., :, 0, :, :])
+        return _view(dx, (*lead, 2 * h2, 2 * w2))
+
+
+@dataclass(frozen=True)
+class ReLU(Layer):
+    """max(x, 0), in place when the input is writable (every activation the model owns)."""
+
+    kind: ClassVar[str] = "relu"
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return in_shape
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        y = np.maximum(x, 0, out=x if x.flags.writeable else None)
+        return y, (y if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        if not need_dx:
+            return None
+        return np.multiply(dy, ctx > 0, out=dy if dy.flags.writeable else None)
+
+
+@dataclass(frozen=True)
+class GroupNorm(Layer):
+    """Group normalisation over (channels of a group, H, W) per sample, with per-channel affine."""
+
+    num_groups: int
+    num_channels: int
+    eps: float = 1e-5
+    kind: ClassVar[str] = "gn"
+    spatial: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self.num_groups, "num_groups")
+        _check_positive_int(self.num_channels, "num_channels")
+        if self.num_channels % self.num_groups:
+            raise ValueError(
+                f"num_groups must divide num_channels={self.num_channels}, got {self.num_groups}"
+            )
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or self.eps <= 0:
+            raise ValueError(f"eps must be a float > 0, got {self.eps!r}")
+
+    def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("weight", (self.num_channels,)), ("bias", (self.num_channels,)))
+
+    def init_params(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return [np.ones(self.num_channels), np.zeros(self.num_channels)]
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(in_shape) != 3 or in_shape[0] != self.num_channels:
+            raise ValueError(
+                f"GroupNorm expects inputs of shape ({self.num_channels}, H, W), got {in_shape}"
+            )
+        return in_shape
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        gamma, beta = w
+        n_peers, c, b, h, wd = x.shape
+        grp, cg = self.num_groups, c // self.num_groups
+        n = cg * h * wd
+        # A group of one sample is (its cg channels) x (all pixels). x is first copied to a
+        # contiguous array (it may be a strided view) so later passes have long inner loops;
+        # reductions are einsums, which never materialise a product.
+        xc = scratch.empty("xc", (n_peers, grp, cg, b, h, wd), x.dtype)
+        np.copyto(xc, np.reshape(x, xc.shape))  # the reshape splits C: a view even of strided x
+        xc = _view(xc, (n_peers, grp, cg, b, h * wd))
+        mean = np.einsum("pgcbi->pgb", xc)
+        mean /= n
+        xc -= mean[:, :, None, :, None]
+        var = np.einsum("pgcbi,pgcbi->pgb", xc, xc)
+        var /= n
+        var += self.eps
+        rstd = np.divide(1, np.sqrt(var, out=var), out=var)  # (P, G, B)
+        # y = xc * (gamma * rstd) + beta
+        scale = _view(gamma, (n_peers, grp, cg, 1)) * rstd[:, :, None, :]  # (P, G, cg, B)
+        y = scratch.empty("y", xc.shape, x.dtype)
+        np.multiply(xc, scale[..., None], out=y)
+        y += _view(beta, (n_peers, grp, cg, 1, 1))
+        return _view(y, x.shape), ((xc, rstd) if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        gamma, _ = w
+        g_gamma, g_beta = g
+        xc, rstd = ctx  # x - mean, (P, G, cg, B, H*W); 1 / std, (P, G, B)
+        n_peers, grp, cg, _, hw = xc.shape
+        n = cg * hw
+        dyv = np.reshape(dy, xc.shape)
+        s_dy = np.einsum("pgcbi->pgcb", dyv)  # (P, G, cg, B)
+        s_dyx = np.einsum("pgcbi,pgcbi->pgcb", dyv, xc)
+        s_dyx *= rstd[:, :, None, :]  # sum of dy * xhat
+        np.sum(s_dy, axis=3, out=_view(g_beta, (n_peers, grp, cg)))
+        np.sum(s_dyx, axis=3, out=_view(g_gamma, (n_peers, grp, cg)))
+        if not need_dx:
+            return None
+        # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = gamma * dy,
+        # means over the group: dx = dy * (gamma rstd) - xc * (rstd^2 m2) - rstd m1.
+        gam = _view(gamma, (n_peers, grp, cg, 1))
+        m1 = np.einsum("pgcb,pgcb->pgb", s_dy, np.broadcast_to(gam, s_dy.shape)) / n
+        m2 = np.einsum("pgcb,pgcb->pgb", s_dyx, np.broadcast_to(gam, s_dy.shape)) / n
+        m1 *= rstd
+        m2 *= rstd
+        m2 *= rstd
+        dx = scratch.empty("dx", xc.shape, dy.dtype)
+        np.multiply(dyv, (gam * rstd[:, :, None, :])[..., None], out=dx)
+        t = np.multiply(xc, m2[:, :, None, :, None], out=scratch.empty("t", xc.shape, dy.dtype))
+        dx -= t
+        dx -= m1[:, :, None, :, None]
+        return _view(dx, dy.shape)
+
+
+@dataclass(frozen=True)
+class Flatten(Layer):
+    """Channel-major (P, C, B, H, W) -> (P, B, C*H*W), features in (C, H, W) order as in PyTorch."""
+
+    kind: ClassVar[str] = "flatten"
+    spatial: ClassVar[bool] = True  # its input is spatial; its output is flat
+
+    def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (math.prod(in_shape),)
+
+    def forward(
+        self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
+    ) -> tuple[np.ndarray, Any]:
+        n_peers, c, b, h, wd = x.shape
+        y = scratch.empty("y", (n_peers, b, c, h, wd), x.dtype)
+        np.copyto(y, x.transpose(0, 2, 1, 3, 4))
+        return _view(y, (n_peers, b, c * h * wd)), (x.shape if train else None)
+
+    def backward(
+        self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
+    ) -> np.ndarray | None:
+        if not need_dx:
+            return None
+        n_peers, c, b, h, wd = ctx
+        return _view(dy, (n_peers, b, c, h, wd)).transpose(0, 2, 1, 3, 4)
