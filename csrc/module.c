@@ -11,6 +11,7 @@
 #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -125,10 +126,22 @@ static int cpu_limit(void) {
 /* n_threads >= 1, capped at the CPU count: more threads than CPUs only add overhead, and results
  * never depend on the thread count. */
 static int conv_threads(PyObject *o, void *v) {
-    long long n;
-    if (!conv_ll(o, &n, "n_threads", 1, LLONG_MAX, ">= 1")) return 0;
+    PyObject *i = PyNumber_Index(o);
+    if (i == NULL) {
+        PyErr_Format(PyExc_TypeError, "n_threads must be an integer, got %s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if ((n == -1 && PyErr_Occurred()) || overflow < 0 || (!overflow && n < 1)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "n_threads must be an integer >= 1, got %R", i);
+        Py_DECREF(i);
+        return 0;
+    }
+    Py_DECREF(i);
     const int cap = cpu_limit();
-    *(int *)v = n > cap ? cap : (int)n;
+    *(int *)v = (overflow > 0 || n > cap) ? cap : (int)n;
     return 1;
 }
 
@@ -830,6 +843,16 @@ static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
                      dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
         q_check_disjoint("qsgd_decode", out, norm, packed, NULL))
         return NULL;
+    if (dim == 0) { /* no chunk would make the kernel look at the norms: check them here */
+        const float *nv = PyArray_DATA(norm);
+        for (npy_intp r = 0; r < rows; r++) {
+            const float sc = (float)((double)nv[r] / levels), top = (float)levels * sc;
+            if (!(nv[r] >= 0.0f && nv[r] <= FLT_MAX) || !(fabsf(top) <= FLT_MAX))
+                return PyErr_Format(PyExc_ValueError,
+                                    "qsgd_decode: malformed message: norm must be finite and >= 0 "
+                                    "and every level <= levels = %d", levels);
+        }
+    }
     Py_BEGIN_ALLOW_THREADS;
     status = dl_qsgd_decode_f32(rows, dim, levels, PyArray_DATA(norm), PyArray_DATA(packed),
                                 PyArray_DATA(out), n_threads);
