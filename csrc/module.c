@@ -388,8 +388,7 @@ static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
     if (check_shape2(out, "natural_encode", "out", rows, dim)) return NULL;
     if (check_peer_rows("natural_encode", peer0, PyArray_DIM(x, 0))) return NULL;
-    if (overlaps(x, out))
-        return PyErr_Format(PyExc_ValueError, "natural_encode: out must not share memory with x");
+    if (check_disjoint("natural_encode", 1, 2, out, "out", x, "x")) return NULL;
     dl_natural_encode_f32_fn fn = dl_dispatch()->natural_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(out), n_threads);
@@ -413,9 +412,7 @@ static PyObject *py_natural_decode(PyObject *self, PyObject *args) {
         return NULL;
     const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
     if (check_shape2(out, "natural_decode", "out", rows, dim)) return NULL;
-    if (overlaps(codes, out))
-        return PyErr_Format(PyExc_ValueError,
-                            "natural_decode: out must not share memory with codes");
+    if (check_disjoint("natural_decode", 1, 2, out, "out", codes, "codes")) return NULL;
     dl_natural_decode_f32_fn fn = dl_dispatch()->natural_decode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
@@ -452,9 +449,8 @@ static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "dither_encode: norms must have shape (%zd,), got (%zd,)",
                             (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
     if (check_shape2(codes, "dither_encode", "codes", rows, dim)) return NULL;
-    if (overlaps(x, norms) || overlaps(x, codes) || overlaps(norms, codes))
-        return PyErr_Format(PyExc_ValueError,
-                            "dither_encode: x, norms and codes must not share memory");
+    if (check_disjoint("dither_encode", 2, 3, norms, "norms", codes, "codes", x, "x"))
+        return NULL;
     dl_natural_dither_encode_f32_fn fn = dl_dispatch()->natural_dither_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(x), s, p, seed, step, peer0, PyArray_DATA(norms),
@@ -484,9 +480,8 @@ static PyObject *py_dither_decode(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "dither_decode: norms must have shape (%zd,), got (%zd,)",
                             (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
     if (check_shape2(out, "dither_decode", "out", rows, dim)) return NULL;
-    if (overlaps(out, norms) || overlaps(out, codes))
-        return PyErr_Format(PyExc_ValueError,
-                            "dither_decode: out must not share memory with norms or codes");
+    if (check_disjoint("dither_decode", 1, 3, out, "out", norms, "norms", codes, "codes"))
+        return NULL;
     dl_natural_dither_decode_f32_fn fn = dl_dispatch()->natural_dither_decode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(norms), PyArray_DATA(codes), s, PyArray_DATA(out),
@@ -525,10 +520,7 @@ static int tk_check_args(const char *fn, PyArrayObject *x, Py_ssize_t k, PyArray
     if (check_shape2(out_idx, fn, "out_idx", rows, k) ||
         check_shape2(out_val, fn, "out_val", rows, k))
         return -1;
-    if (overlaps(x, out_idx) || overlaps(x, out_val) || overlaps(out_idx, out_val)) {
-        PyErr_Format(PyExc_ValueError, "%s: out_idx, out_val and x must not share memory", fn);
-        return -1;
-    }
+    if (check_disjoint(fn, 2, 3, out_idx, "out_idx", out_val, "out_val", x, "x")) return -1;
     return 0;
 }
 
@@ -754,20 +746,6 @@ static int q_check_len(PyArrayObject *a, const char *fn, const char *name, npy_i
     return 0;
 }
 
-/* Outputs must not share memory with the input or with each other (b, c may be NULL). */
-static int q_check_disjoint(const char *fn, PyArrayObject *in, PyArrayObject *a, PyArrayObject *b,
-                            PyArrayObject *c) {
-    PyArrayObject *arr[4] = {in, a, b, c};
-    for (int i = 0; i < 4; i++)
-        for (int j = i + 1; j < 4; j++)
-            if (arr[i] != NULL && arr[j] != NULL && overlaps(arr[i], arr[j])) {
-                PyErr_Format(PyExc_ValueError, "%s: output arrays must not share memory with the "
-                                               "input or with each other", fn);
-                return -1;
-            }
-    return 0;
-}
-
 static int q_check_levels(const char *fn, int levels) {
     if (levels < 1 || levels > 127) {
         PyErr_Format(PyExc_ValueError, "%s: levels must be in [1, 127], got %d", fn, levels);
@@ -812,7 +790,7 @@ static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
     if (q_check_len(norm, "qsgd_encode", "norm", rows) ||
         check_shape2(packed, "qsgd_encode", "packed", rows,
                      dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        q_check_disjoint("qsgd_encode", x, norm, packed, NULL))
+        check_disjoint("qsgd_encode", 2, 3, norm, "norm", packed, "packed", x, "x"))
         return NULL;
     dl_qsgd_encode_f32_fn fn = dl_dispatch()->qsgd_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -841,7 +819,7 @@ static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
     if (q_check_len(norm, "qsgd_decode", "norm", rows) ||
         check_shape2(packed, "qsgd_decode", "packed", rows,
                      dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        q_check_disjoint("qsgd_decode", out, norm, packed, NULL))
+        check_disjoint("qsgd_decode", 1, 3, out, "out", norm, "norm", packed, "packed"))
         return NULL;
     if (dim == 0) { /* no chunk would make the kernel look at the norms: check them here */
         const float *nv = PyArray_DATA(norm);
@@ -892,7 +870,7 @@ static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
     if (check_shape2(lo, "bucket_encode", "lo", rows, nb) ||
         check_shape2(scale, "bucket_encode", "scale", rows, nb) ||
         check_shape2(packed, "bucket_encode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        q_check_disjoint("bucket_encode", x, lo, scale, packed))
+        check_disjoint("bucket_encode", 3, 4, lo, "lo", scale, "scale", packed, "packed", x, "x"))
         return NULL;
     dl_bucket_encode_f32_fn fn = dl_dispatch()->bucket_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -926,7 +904,7 @@ static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
     if (check_shape2(lo, "bucket_decode", "lo", rows, nb) ||
         check_shape2(scale, "bucket_decode", "scale", rows, nb) ||
         check_shape2(packed, "bucket_decode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        q_check_disjoint("bucket_decode", out, lo, scale, packed))
+        check_disjoint("bucket_decode", 1, 4, out, "out", lo, "lo", scale, "scale", packed, "packed"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_bucket_decode_f32(rows, dim, bits, bucket, PyArray_DATA(lo), PyArray_DATA(scale),
@@ -957,7 +935,7 @@ static PyObject *py_sign_encode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
     if (q_check_len(scale, "sign_encode", "scale", rows) ||
         check_shape2(packed, "sign_encode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        q_check_disjoint("sign_encode", x, scale, packed, NULL))
+        check_disjoint("sign_encode", 2, 3, scale, "scale", packed, "packed", x, "x"))
         return NULL;
     dl_sign_encode_f32_fn fn = dl_dispatch()->sign_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -983,7 +961,7 @@ static PyObject *py_sign_decode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
     if (q_check_len(scale, "sign_decode", "scale", rows) ||
         check_shape2(packed, "sign_decode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        q_check_disjoint("sign_decode", out, scale, packed, NULL))
+        check_disjoint("sign_decode", 1, 3, out, "out", scale, "scale", packed, "packed"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_sign_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(packed),
@@ -1015,7 +993,7 @@ static PyObject *py_int8_encode(PyObject *self, PyObject *args) {
     if (check_peer_rows("int8_encode", peer0, rows)) return NULL;
     if (q_check_len(scale, "int8_encode", "scale", rows) ||
         check_shape2(q, "int8_encode", "q", rows, dim) ||
-        q_check_disjoint("int8_encode", x, scale, q, NULL))
+        check_disjoint("int8_encode", 2, 3, scale, "scale", q, "q", x, "x"))
         return NULL;
     dl_int8_encode_f32_fn fn = dl_dispatch()->int8_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -1042,7 +1020,7 @@ static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
     if (q_check_len(scale, "int8_decode", "scale", rows) ||
         check_shape2(q, "int8_decode", "q", rows, dim) ||
-        q_check_disjoint("int8_decode", out, scale, q, NULL))
+        check_disjoint("int8_decode", 1, 3, out, "out", scale, "scale", q, "q"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_int8_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(q), PyArray_DATA(out),
@@ -1127,8 +1105,7 @@ static PyObject *py_gemm_s8_pack_b(PyObject *self, PyObject *args) {
                             "and %zd",
                             (long long)bytes, (long long)n_pad, (Py_ssize_t)PyArray_DIM(data, 0),
                             (Py_ssize_t)PyArray_DIM(colsum, 0));
-    if (overlaps(b, data) || overlaps(b, colsum) || overlaps(data, colsum))
-        return PyErr_Format(PyExc_ValueError, "pack_b_s8: b, data and colsum must not overlap");
+    if (check_disjoint("pack_b_s8", 2, 3, data, "data", colsum, "colsum", b, "b")) return NULL;
     dl_gemm_s8_pack_b_fn fn = d->gemm_s8_pack_b;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(k, n, PyArray_DATA(b), PyArray_DATA(data), PyArray_DATA(colsum), n_threads);
@@ -1151,8 +1128,9 @@ static PyObject *gemm_run(const char *fn, PyArrayObject *a, PyArrayObject *data,
                             "(k, n))",
                             fn, (Py_ssize_t)PyArray_DIM(a, 1), k);
     if (check_shape2(out, fn, "out", PyArray_DIM(a, 0), n)) return NULL;
-    if (overlaps(out, a) || overlaps(out, data) || overlaps(out, colsum))
-        return PyErr_Format(PyExc_ValueError, "%s: out must not overlap a or packed_b", fn);
+    if (check_disjoint(fn, 1, 4, out, "out", a, "a", data, "packed_b.data", colsum,
+                       "packed_b.colsum"))
+        return NULL;
     dl_gemm_s8_fn kern = dl_dispatch()->gemm_s8;
     Py_BEGIN_ALLOW_THREADS;
     status = kern(PyArray_DIM(a, 0), k, n, PyArray_DATA(a), PyArray_DATA(data),
