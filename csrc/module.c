@@ -77,7 +77,8 @@ static int conv_u64(PyObject *o, unsigned long long *v, const char *name) {
     const unsigned long long r = PyLong_AsUnsignedLongLong(i);
     if (r == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be an integer >= 0 and <= 2**64 - 1, got %R", name, i);
+        PyErr_Format(PyExc_ValueError, "%s must be an integer >= 0 and <= 2**64 - 1, got %R", name,
+                     i);
         Py_DECREF(i);
         return 0;
     }
@@ -148,8 +149,9 @@ static int conv_threads(PyObject *o, void *v) {
 /* Rows peer0 .. peer0 + rows - 1 must be representable (the generator's peer is an int64). */
 static int check_peer_rows(const char *fn, long long peer0, npy_intp rows) {
     if (rows > 0 && peer0 > INT64_MAX - (rows - 1)) {
-        PyErr_Format(PyExc_ValueError, "%s: peer0 + n_rows - 1 must be <= 2**63 - 1, got peer0=%lld "
-                     "with %zd rows", fn, peer0, (Py_ssize_t)rows);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: peer0 + n_rows - 1 must be <= 2**63 - 1, got peer0=%lld with %zd rows", fn,
+                     peer0, (Py_ssize_t)rows);
         return -1;
     }
     return 0;
@@ -199,8 +201,8 @@ static PyObject *py_gossip(PyObject *self, PyObject *args) {
     int n_threads, status;
     (void)self;
     if (!PyArg_ParseTuple(args, "O!O!O!nO!O!O&:gossip", &PyArray_Type, &indptr, &PyArray_Type,
-                          &indices, &PyArray_Type, &data, &n_cols, &PyArray_Type, &x,
-                          &PyArray_Type, &out, conv_threads, &n_threads))
+                          &indices, &PyArray_Type, &data, &n_cols, &PyArray_Type, &x, &PyArray_Type,
+                          &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(indptr, "gossip", "W.indptr", NPY_INT64, 1, 0) ||
         check_array(indices, "gossip", "W.indices", NPY_INT32, 1, 0) ||
@@ -301,8 +303,8 @@ static PyObject *py_rng_u32(PyObject *self, PyObject *args) {
     PyArrayObject *out;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O&O&O&O!O&:rng_u32", conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O&O&O&O!O&:rng_u32", conv_seed, &seed, conv_step, &step,
+                          conv_peer0, &peer0, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(out, "rng_u32", "out", NPY_UINT32, 2, 1) || check_threads("rng_u32", n_threads))
         return NULL;
@@ -321,8 +323,8 @@ static PyObject *py_bitpack(PyObject *self, PyObject *args) {
     PyArrayObject *codes, *out;
     int bits, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!O&:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!iO!O&:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type,
+                          &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(codes, "bitpack", "codes", NPY_UINT8, 2, 0) ||
         check_array(out, "bitpack", "out", NPY_UINT8, 2, 1) || check_threads("bitpack", n_threads))
@@ -378,8 +380,9 @@ static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
     long long peer0;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O&:natural_encode", &PyArray_Type, &x, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
-                          &PyArray_Type, &out, conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O&:natural_encode", &PyArray_Type, &x, conv_seed, &seed,
+                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out, conv_threads,
+                          &n_threads))
         return NULL;
     if (check_array(x, "natural_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(out, "natural_encode", "out", NPY_UINT8, 2, 1) ||
@@ -431,7 +434,9 @@ static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
     int s, n_threads, status;
     float p;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!ifO&O&O&O!O!O&:dither_encode", &PyArray_Type, &x, &s, &p, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &norms, &PyArray_Type, &codes, conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!ifO&O&O&O!O!O&:dither_encode", &PyArray_Type, &x, &s, &p,
+                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
+                          &norms, &PyArray_Type, &codes, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "dither_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(norms, "dither_encode", "norms", NPY_FLOAT32, 1, 1) ||
@@ -552,8 +557,9 @@ static PyObject *py_randk(PyObject *self, PyObject *args) {
     long long peer0;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!nO&O&O&O!O!O&:randk", &PyArray_Type, &x, &k, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
-                          &PyArray_Type, &out_idx, &PyArray_Type, &out_val, conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!nO&O&O&O!O!O&:randk", &PyArray_Type, &x, &k, conv_seed, &seed,
+                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out_idx,
+                          &PyArray_Type, &out_val, conv_threads, &n_threads))
         return NULL;
     if (tk_check_args("randk", x, k, out_idx, out_val, n_threads)) return NULL;
     if (check_peer_rows("randk", peer0, PyArray_DIM(x, 0))) return NULL;
@@ -574,8 +580,7 @@ static PyObject *py_threshold(PyObject *self, PyObject *args) {
     int n_threads, status;
     int64_t *chunk = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!fO&:threshold", &PyArray_Type, &x, &v, conv_threads,
-                          &n_threads))
+    if (!PyArg_ParseTuple(args, "O!fO&:threshold", &PyArray_Type, &x, &v, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "threshold", "x", NPY_FLOAT32, 2, 0) || check_threads("threshold", n_threads))
         return NULL;
@@ -778,7 +783,9 @@ static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO&O&O&O!O!O&:qsgd_encode", &PyArray_Type, &x, &levels, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &norm, &PyArray_Type, &packed, conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!iO&O&O&O!O!O&:qsgd_encode", &PyArray_Type, &x, &levels,
+                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
+                          &norm, &PyArray_Type, &packed, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "qsgd_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(norm, "qsgd_encode", "norm", NPY_FLOAT32, 1, 1) ||
@@ -853,9 +860,10 @@ static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!inO&O&O&O!O!O!O&:bucket_encode", &PyArray_Type, &x, &bits, &bucket,
-                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &lo, &PyArray_Type, &scale,
-                          &PyArray_Type, &packed, conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!inO&O&O&O!O!O!O&:bucket_encode", &PyArray_Type, &x, &bits,
+                          &bucket, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
+                          &PyArray_Type, &lo, &PyArray_Type, &scale, &PyArray_Type, &packed,
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "bucket_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(lo, "bucket_encode", "lo", NPY_FLOAT32, 2, 1) ||
@@ -904,7 +912,8 @@ static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
     if (check_shape2(lo, "bucket_decode", "lo", rows, nb) ||
         check_shape2(scale, "bucket_decode", "scale", rows, nb) ||
         check_shape2(packed, "bucket_decode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bucket_decode", 1, 4, out, "out", lo, "lo", scale, "scale", packed, "packed"))
+        check_disjoint("bucket_decode", 1, 4, out, "out", lo, "lo", scale, "scale", packed,
+                       "packed"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_bucket_decode_f32(rows, dim, bits, bucket, PyArray_DATA(lo), PyArray_DATA(scale),
@@ -982,8 +991,9 @@ static PyObject *py_int8_encode(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O!O&:int8_encode", &PyArray_Type, &x, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
-                          &PyArray_Type, &scale, &PyArray_Type, &q, conv_threads, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O!O&:int8_encode", &PyArray_Type, &x, conv_seed, &seed,
+                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &scale,
+                          &PyArray_Type, &q, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "int8_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(scale, "int8_encode", "scale", NPY_FLOAT32, 1, 1) ||
@@ -1149,7 +1159,8 @@ static PyObject *py_gemm_s8(PyObject *self, PyObject *args) {
     int n_threads;
     (void)self;
     if (!PyArg_ParseTuple(args, "O!O!O!snnO!O&:gemm_s8", &PyArray_Type, &a, &PyArray_Type, &data,
-                          &PyArray_Type, &colsum, &layout, &k, &n, &PyArray_Type, &out, conv_threads, &n_threads))
+                          &PyArray_Type, &colsum, &layout, &k, &n, &PyArray_Type, &out,
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(out, "gemm_s8", "out", NPY_INT32, 2, 1)) return NULL;
     dl_gemm_s8_out_t o = {PyArray_DATA(out), NULL, 0.0f, NULL, 0, NULL};
@@ -1263,8 +1274,8 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
     long long peer0;
     (void)self;
     if (!PyArg_ParseTuple(args, "O!O!iiO&O&O&O!O&:quantize_s8", &PyArray_Type, &x, &PyArray_Type,
-                          &scale, &axis, &rounding, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
+                          &scale, &axis, &rounding, conv_seed, &seed, conv_step, &step, conv_peer0,
+                          &peer0, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     npy_intp ldx = 0;
     if (check_rows(x, "quantize_s8", "x", &ldx) ||

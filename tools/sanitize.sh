@@ -26,7 +26,8 @@ build() {
     rm -rf "$OUT/site" && mkdir -p "$OUT/site"
     (cd "$ROOT" && DECENTLEARN_SANITIZE=1 DECENTLEARN_REQUIRE_OPENMP=1 "$PY" setup.py -q build_ext \
         --build-lib "$OUT/lib" --build-temp "$OUT/tmp" --force)
-    (cd "$ROOT" && tar --exclude='*.so' --exclude='__pycache__' -cf - decentlearn) | tar -xf - -C "$OUT/site"
+    (cd "$ROOT" && tar --exclude='*.so' --exclude='__pycache__' -cf - decentlearn) |
+        tar -xf - -C "$OUT/site"
     cp "$OUT"/lib/decentlearn/_core*.so "$OUT/site/decentlearn/"
 }
 
@@ -37,7 +38,8 @@ san_python() {
 }
 
 tests() {
-    san_python -c "import decentlearn, sys; assert decentlearn.__file__.startswith('$OUT/site'), decentlearn.__file__; print('sanitized build:', decentlearn.__file__, decentlearn._core.config()['openmp'])"
+    san_python -c "import decentlearn as d; assert d.__file__.startswith('$OUT/site'), d.__file__
+print('sanitized build:', d.__file__, 'openmp:', d._core.config()['openmp'])"
     san_python -m pytest -q -x -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
         "$ROOT/tests/test_rng_bitpack.py" "$ROOT/tests/test_topk.py" "$ROOT/tests/test_stc.py" \
         "$ROOT/tests/test_quant.py" "$ROOT/tests/test_natural.py" "$ROOT/tests/test_gossip.py" \

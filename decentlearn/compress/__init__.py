@@ -214,8 +214,8 @@ class Compressor(ABC):
                 raise ValueError(f"{reader.what}: rows of dim={dim} have empty messages; at most "
                                  f"{MAX_EMPTY_ROWS} such rows are accepted, got shape {shape}")
         elif n_rows > reader.remaining // per_row:
-            raise ValueError(f"{reader.what}: truncated message ({n_rows} rows of dim={dim} need at least "
-                             f"{n_rows * per_row} bytes, {per_row} per row; got "
+            raise ValueError(f"{reader.what}: truncated message ({n_rows} rows of dim={dim} "
+                             f"need at least {n_rows * per_row} bytes, {per_row} per row; got "
                              f"{reader.remaining})")
         rows = [self._parse_row(reader, dim) for _ in range(n_rows)]
         reader.done()
