@@ -2,12 +2,16 @@
 
 Every file is compiled with portable flags (-O3, no -march=native, no -ffast-math). Files named
 *_avx2.c / *_avx512.c get their own -m flags on x86-64 only; the code in them runs only after the
-run-time dispatch in csrc/dispatch.c has checked the CPU. OpenMP is used when the compiler accepts
--fopenmp, otherwise the kernels build single-threaded.
+run-time dispatch in csrc/dispatch.c has checked the CPU. OpenMP is used when the compiler can
+compile and link an OpenMP program with the same flags as the build (CFLAGS, LDFLAGS, sanitizer
+flags); otherwise the kernels build single-threaded and the build prints a loud warning
+(DECENTLEARN_REQUIRE_OPENMP=1 makes it an error). DECENTLEARN_SANITIZE=1 adds AddressSanitizer and
+UndefinedBehaviorSanitizer to every compile and link (tools/sanitize.sh).
 """
 
 import os
 import platform
+import shlex
 import sys
 import tempfile
 from glob import glob
@@ -27,29 +31,62 @@ ISA_FLAGS = {
 }
 
 
+#: DECENTLEARN_SANITIZE=1 builds with AddressSanitizer + UndefinedBehaviorSanitizer (see
+#: tools/sanitize.sh and docs/testing.md); the flags go to every compile, every link and the probe.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+                  "-fno-sanitize-recover=undefined", "-g"]
+SANITIZE = os.environ.get("DECENTLEARN_SANITIZE", "") not in ("", "0")
+
+
+def _env_flags(name: str) -> list[str]:
+    return shlex.split(os.environ.get(name, ""))
+
+
 def _compiler_accepts(compiler, flags: list[str], link_flags: list[str]) -> bool:
-    """Compiles and links a tiny OpenMP program with the given flags."""
+    """Compiles and links a tiny OpenMP program with the given flags plus the build's own: CFLAGS
+    and LDFLAGS from the environment (distutils adds them to shared-library links but not to
+    link_executable, so a sanitizer build's probe would fail to link and silently drop OpenMP)."""
+    extra = (SANITIZE_FLAGS if SANITIZE else [])
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "probe.c")
         with open(src, "w") as f:
             f.write("#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n")
         try:
-            objs = compiler.compile([src], output_dir=tmp, extra_postargs=flags)
-            compiler.link_executable(objs, "probe", output_dir=tmp, extra_postargs=link_flags)
+            objs = compiler.compile([src], output_dir=tmp,
+                                    extra_postargs=_env_flags("CFLAGS") + extra + flags)
+            compiler.link_executable(objs, "probe", output_dir=tmp,
+                                     extra_postargs=_env_flags("CFLAGS") + _env_flags("LDFLAGS")
+                                     + extra + link_flags)
         except Exception:  # any compile or link failure means "not supported"
             return False
     return True
+
+
+def _warn_no_openmp(reason: str) -> None:
+    bar = "=" * 78
+    sys.stderr.write(f"{bar}\nWARNING: decentlearn is built WITHOUT OpenMP ({reason}): every "
+                     "kernel runs\nsingle-threaded. `python -m decentlearn info` shows "
+                     "'openmp: False'.\nSet DECENTLEARN_REQUIRE_OPENMP=1 to make this an error."
+                     f"\n{bar}\n")
+    if os.environ.get("DECENTLEARN_REQUIRE_OPENMP", "") not in ("", "0"):
+        raise SystemExit(f"decentlearn: OpenMP is required (DECENTLEARN_REQUIRE_OPENMP) but "
+                         f"{reason}")
 
 
 class BuildExt(build_ext):
     """Compiles ISA-specific sources with their own flags, then links everything together."""
 
     def build_extension(self, ext):
-        openmp = os.environ.get("DECENTLEARN_NO_OPENMP", "") == "" and _compiler_accepts(
-            self.compiler, ["-fopenmp"], ["-fopenmp"])
-        if not openmp:
-            sys.stderr.write("decentlearn: compiler lacks OpenMP; building single-threaded kernels\n")
+        if os.environ.get("DECENTLEARN_NO_OPENMP", "") != "":
+            openmp = False
+            _warn_no_openmp("DECENTLEARN_NO_OPENMP is set")
+        else:
+            openmp = _compiler_accepts(self.compiler, ["-fopenmp"], ["-fopenmp"])
+            if not openmp:
+                _warn_no_openmp("the compiler cannot compile and link an OpenMP program with "
+                                "this build's CFLAGS/LDFLAGS")
         omp = ["-fopenmp"] if openmp else []
+        san = SANITIZE_FLAGS if SANITIZE else []
         generic, objects = [], []
         for src in ext.sources:
             isa = next((flags for suffix, flags in sorted(ISA_FLAGS.items(), key=lambda kv: -len(kv[0]))
@@ -57,14 +94,14 @@ class BuildExt(build_ext):
             if isa is None:
                 generic.append(src)
                 continue
-            flags = BASE_FLAGS + omp + (isa if X86 else [])
+            flags = BASE_FLAGS + san + omp + (isa if X86 else [])
             objects += self.compiler.compile([src], output_dir=self.build_temp,
                                              include_dirs=ext.include_dirs, extra_postargs=flags,
                                              depends=ext.depends)
         ext.sources = generic
         ext.extra_objects = objects
-        ext.extra_compile_args = BASE_FLAGS + omp
-        ext.extra_link_args = omp
+        ext.extra_compile_args = BASE_FLAGS + san + omp
+        ext.extra_link_args = san + omp
         super().build_extension(ext)
 
 

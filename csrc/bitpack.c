@@ -3,20 +3,24 @@
  * Used by every quantizer whose levels need fewer than 8 bits (QSGD, natural dithering, 4-bit
  * buckets, sign). Bit order is little-endian: code j of a row occupies bits [j*b, (j+1)*b) of the
  * row's byte string, and each row starts on a byte boundary (dl_bitpack_row_bytes bytes per row).
- * Unpacking never fails: any byte string of the right length decodes to codes < 2^b.
+ * Packing refuses a code >= 2^b (DL_E_RANGE); unpacking never fails: any byte string of the right
+ * length decodes to codes < 2^b.
  */
 #include "dl.h"
 
 int64_t dl_bitpack_row_bytes(int64_t dim, int bits) { return (dim * bits + 7) / 8; }
 
-/* packed (n_rows x row_bytes) from codes (n_rows x dim); codes must be < 2^bits. */
+/* packed (n_rows x row_bytes) from codes (n_rows x dim). DL_E_RANGE when a code is >= 2^bits
+ * (a code is never silently masked; packed is then unspecified). */
 int dl_bitpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *codes, uint8_t *packed,
                   int n_threads) {
     if (n_rows < 0 || dim < 0 || bits < 1 || bits > 8 || n_threads < 1) return DL_E_ARG;
     const int64_t rb = dl_bitpack_row_bytes(dim, bits);
     const uint32_t mask = (1u << bits) - 1u;
+    uint32_t high = 0; /* OR of every code's bits above mask */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_rows * dim > (1 << 16))
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_rows * dim > (1 << 16))    \
+    reduction(| : high)
 #endif
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *c = codes + r * dim;
@@ -25,6 +29,7 @@ int dl_bitpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *codes, u
         int fill = 0;
         int64_t o = 0;
         for (int64_t j = 0; j < dim; j++) {
+            high |= (uint32_t)c[j] & ~mask;
             acc |= ((uint32_t)c[j] & mask) << fill;
             fill += bits;
             if (fill >= 8) {
@@ -35,7 +40,7 @@ int dl_bitpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *codes, u
         }
         if (fill > 0) out[o++] = (uint8_t)acc;
     }
-    return DL_OK;
+    return high ? DL_E_RANGE : DL_OK;
 }
 
 /* codes (n_rows x dim) from packed (n_rows x row_bytes). */

@@ -26,6 +26,7 @@ enum {
     DL_E_NONFINITE = -5, /* an input value is NaN or infinite where a finite one is required */
     DL_E_FORMAT = -6,    /* encoded bytes are malformed (from an untrusted peer): never trusted */
     DL_E_SPACE = -7,     /* an output buffer is too small for the result */
+    DL_E_RANGE = -8,     /* an input value is outside the range the kernel accepts */
 };
 
 /* A read-only CSR matrix with float32 values, as the gossip kernel consumes it. */

@@ -76,8 +76,8 @@ static int gemm_scale_ok(int64_t n_rows, int64_t dim, const float *scale, int64_
                          int axis) {
     const int64_t want = axis < 0 ? 1 : axis == 0 ? n_rows : dim;
     if (axis < -1 || axis > 1 || scale_n != want) return 0;
-    for (int64_t i = 0; i < scale_n; i++)
-        if (!(scale[i] > 0.0f && scale[i] <= FLT_MAX)) return 0;
+    for (int64_t i = 0; i < scale_n; i++) /* >= FLT_MIN: 1 / scale must be finite */
+        if (!(scale[i] >= FLT_MIN && scale[i] <= FLT_MAX)) return 0;
     return 1;
 }
 
@@ -230,7 +230,13 @@ static inline float gemm_bits_float(uint32_t u) {
     memcpy(&f, &u, 4);
     return f;
 }
-static inline float gemm_scale_of(float m) { return m > 0.0f ? m / 127.0f : 1.0f; }
+/* max|x| / 127, but at least FLT_MIN (so that 1 / scale is finite and quantize_s8 accepts it: a
+ * max below 127 * FLT_MIN, subnormal or not, would give a subnormal or zero scale); 1 for 0. */
+static inline float gemm_scale_of(float m) {
+    if (!(m > 0.0f)) return 1.0f;
+    const float s = m / 127.0f;
+    return s < FLT_MIN ? FLT_MIN : s;
+}
 
 /* scale (1, n_rows or dim values) = max|x| / 127 over the whole x (row stride ldx), each row or
  * each column. */

@@ -11,6 +11,11 @@
 #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+
 #include "dl.h"
 
 /* Checks an array argument; sets a Python exception and returns -1 on failure. */
@@ -58,15 +63,146 @@ static int check_threads(const char *fn, int n_threads) {
     return 0;
 }
 
+/* ---- Shared argument helpers: every glue function converts seeds, steps, peers and thread counts
+ * with the same "O&" converters and checks outputs against inputs with check_disjoint, so the
+ * checks and their messages are the same everywhere and always name the argument. ---- */
+
+/* An integer argument in [0, 2^64 - 1] (never wrapped modulo 2^64, as "K" would). */
+static int conv_u64(PyObject *o, unsigned long long *v, const char *name) {
+    PyObject *i = PyNumber_Index(o);
+    if (i == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be an integer, got %s", name, Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    const unsigned long long r = PyLong_AsUnsignedLongLong(i);
+    if (r == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an integer >= 0 and <= 2**64 - 1, got %R", name,
+                     i);
+        Py_DECREF(i);
+        return 0;
+    }
+    Py_DECREF(i);
+    *v = r;
+    return 1;
+}
+
+/* An integer argument in [lo, hi] (a C long long), named in the error. */
+static int conv_ll(PyObject *o, long long *v, const char *name, long long lo, long long hi,
+                   const char *range) {
+    PyObject *i = PyNumber_Index(o);
+    if (i == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be an integer, got %s", name, Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    int overflow = 0;
+    const long long r = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if ((r == -1 && PyErr_Occurred()) || overflow || r < lo || r > hi) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an integer %s, got %R", name, range, i);
+        Py_DECREF(i);
+        return 0;
+    }
+    Py_DECREF(i);
+    *v = r;
+    return 1;
+}
+
+static int conv_seed(PyObject *o, void *v) { return conv_u64(o, v, "seed"); }
+static int conv_step(PyObject *o, void *v) { return conv_u64(o, v, "step"); }
+static int conv_peer0(PyObject *o, void *v) {
+    return conv_ll(o, v, "peer0", 0, INT64_MAX, ">= 0 and <= 2**63 - 1");
+}
+
+/* CPUs this process may use (OpenMP's count, which follows the affinity mask); 1 without OpenMP. */
+static int cpu_limit(void) {
+#ifdef _OPENMP
+    const int n = omp_get_num_procs();
+    return n > 0 ? n : 1;
+#else
+    return 1;
+#endif
+}
+
+/* n_threads >= 1, capped at the CPU count: more threads than CPUs only add overhead, and results
+ * never depend on the thread count. */
+static int conv_threads(PyObject *o, void *v) {
+    PyObject *i = PyNumber_Index(o);
+    if (i == NULL) {
+        PyErr_Format(PyExc_TypeError, "n_threads must be an integer, got %s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if ((n == -1 && PyErr_Occurred()) || overflow < 0 || (!overflow && n < 1)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "n_threads must be an integer >= 1, got %R", i);
+        Py_DECREF(i);
+        return 0;
+    }
+    Py_DECREF(i);
+    const int cap = cpu_limit();
+    *(int *)v = (overflow > 0 || n > cap) ? cap : (int)n;
+    return 1;
+}
+
+/* Rows peer0 .. peer0 + rows - 1 must be representable (the generator's peer is an int64). */
+static int check_peer_rows(const char *fn, long long peer0, npy_intp rows) {
+    if (rows > 0 && peer0 > INT64_MAX - (rows - 1)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: peer0 + n_rows - 1 must be <= 2**63 - 1, got peer0=%lld with %zd rows", fn,
+                     peer0, (Py_ssize_t)rows);
+        return -1;
+    }
+    return 0;
+}
+
+/* check_disjoint(fn, n_out, n, a0, name0, a1, name1, ...): the first n_out of the n arrays are
+ * outputs; each must share no memory with any other array (NULL entries are skipped). Sets a
+ * ValueError naming both arrays and returns -1 when two do. */
+static int check_disjoint(const char *fn, int n_out, int n, ...) {
+    PyArrayObject *arr[8];
+    const char *names[8];
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n && i < 8; i++) {
+        arr[i] = va_arg(ap, PyArrayObject *);
+        names[i] = va_arg(ap, const char *);
+    }
+    va_end(ap);
+    for (int i = 0; i < n_out && i < 8; i++)
+        for (int j = 0; j < n && j < 8; j++)
+            if (j != i && arr[i] != NULL && arr[j] != NULL && overlaps(arr[i], arr[j])) {
+                PyErr_Format(PyExc_ValueError, "%s: %s must not share memory with %s", fn,
+                             names[i], names[j]);
+                return -1;
+            }
+    return 0;
+}
+
+/* Every value of a float32 array is finite (scales from a caller; the siblings refuse NaN/inf). */
+static int check_finite_f32(const char *fn, const char *name, PyArrayObject *a) {
+    const float *v = PyArray_DATA(a);
+    for (npy_intp i = 0; i < PyArray_SIZE(a); i++)
+        if (!isfinite(v[i])) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "%g", (double)v[i]);
+            PyErr_Format(PyExc_ValueError, "%s: %s must be finite, got %s at index %zd", fn, name,
+                         buf, (Py_ssize_t)i);
+            return -1;
+        }
+    return 0;
+}
+
 /* gossip(indptr, indices, data, n_cols, x, out, n_threads) -> out; out = W @ x, W CSR. */
 static PyObject *py_gossip(PyObject *self, PyObject *args) {
     PyArrayObject *indptr, *indices, *data, *x, *out;
     Py_ssize_t n_cols;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!nO!O!i:gossip", &PyArray_Type, &indptr, &PyArray_Type,
-                          &indices, &PyArray_Type, &data, &n_cols, &PyArray_Type, &x,
-                          &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!nO!O!O&:gossip", &PyArray_Type, &indptr, &PyArray_Type,
+                          &indices, &PyArray_Type, &data, &n_cols, &PyArray_Type, &x, &PyArray_Type,
+                          &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(indptr, "gossip", "W.indptr", NPY_INT64, 1, 0) ||
         check_array(indices, "gossip", "W.indices", NPY_INT32, 1, 0) ||
@@ -102,10 +238,9 @@ static PyObject *py_gossip(PyObject *self, PyObject *args) {
                      (Py_ssize_t)PyArray_DIM(out, 0), (Py_ssize_t)PyArray_DIM(out, 1));
         return NULL;
     }
-    if (overlaps(x, out)) {
-        PyErr_SetString(PyExc_ValueError, "gossip: out must not share memory with X");
+    if (check_disjoint("gossip", 1, 5, out, "out", x, "X", indptr, "W.indptr", indices,
+                       "W.indices", data, "W.data"))
         return NULL;
-    }
     dl_csr_f32_t w = {n_rows, n_cols, PyArray_DATA(indptr), PyArray_DATA(indices),
                       PyArray_DATA(data)};
     status = dl_csr_check(&w);
@@ -168,11 +303,12 @@ static PyObject *py_rng_u32(PyObject *self, PyObject *args) {
     PyArrayObject *out;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKLO!i:rng_u32", &seed, &step, &peer0, &PyArray_Type, &out,
-                          &n_threads))
+    if (!PyArg_ParseTuple(args, "O&O&O&O!O&:rng_u32", conv_seed, &seed, conv_step, &step,
+                          conv_peer0, &peer0, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(out, "rng_u32", "out", NPY_UINT32, 2, 1) || check_threads("rng_u32", n_threads))
         return NULL;
+    if (check_peer_rows("rng_u32", peer0, PyArray_DIM(out, 0))) return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_rng_fill_u32(PyArray_DIM(out, 0), PyArray_DIM(out, 1), seed, step, peer0,
                              PyArray_DATA(out), n_threads);
@@ -187,8 +323,8 @@ static PyObject *py_bitpack(PyObject *self, PyObject *args) {
     PyArrayObject *codes, *out;
     int bits, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!i:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type, &out,
-                          &n_threads))
+    if (!PyArg_ParseTuple(args, "O!iO!O&:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type,
+                          &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(codes, "bitpack", "codes", NPY_UINT8, 2, 0) ||
         check_array(out, "bitpack", "out", NPY_UINT8, 2, 1) || check_threads("bitpack", n_threads))
@@ -196,10 +332,15 @@ static PyObject *py_bitpack(PyObject *self, PyObject *args) {
     if (bits < 1 || bits > 8)
         return PyErr_Format(PyExc_ValueError, "bitpack: bits must be in [1, 8], got %d", bits);
     const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (check_shape2(out, "bitpack", "out", rows, dl_bitpack_row_bytes(dim, bits))) return NULL;
+    if (check_shape2(out, "bitpack", "out", rows, dl_bitpack_row_bytes(dim, bits)) ||
+        check_disjoint("bitpack", 1, 2, out, "out", codes, "codes"))
+        return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_bitpack_u8(rows, dim, bits, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
     Py_END_ALLOW_THREADS;
+    if (status == DL_E_RANGE)
+        return PyErr_Format(PyExc_ValueError, "bitpack: every code must be < 2**bits = %d",
+                            1 << bits);
     if (status != DL_OK) return raise_status("bitpack", status);
     Py_INCREF(out);
     return (PyObject *)out;
@@ -210,8 +351,8 @@ static PyObject *py_bitunpack(PyObject *self, PyObject *args) {
     PyArrayObject *packed, *out;
     int bits, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!i:bitunpack", &PyArray_Type, &packed, &bits, &PyArray_Type,
-                          &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!iO!O&:bitunpack", &PyArray_Type, &packed, &bits, &PyArray_Type,
+                          &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(packed, "bitunpack", "packed", NPY_UINT8, 2, 0) ||
         check_array(out, "bitunpack", "out", NPY_UINT8, 2, 1) ||
@@ -220,7 +361,8 @@ static PyObject *py_bitunpack(PyObject *self, PyObject *args) {
     if (bits < 1 || bits > 8)
         return PyErr_Format(PyExc_ValueError, "bitunpack: bits must be in [1, 8], got %d", bits);
     const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (check_shape2(packed, "bitunpack", "packed", rows, dl_bitpack_row_bytes(dim, bits)))
+    if (check_shape2(packed, "bitunpack", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
+        check_disjoint("bitunpack", 1, 2, out, "out", packed, "packed"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_bitunpack_u8(rows, dim, bits, PyArray_DATA(packed), PyArray_DATA(out), n_threads);
@@ -238,8 +380,9 @@ static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
     long long peer0;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!KKLO!i:natural_encode", &PyArray_Type, &x, &seed, &step, &peer0,
-                          &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O&:natural_encode", &PyArray_Type, &x, conv_seed, &seed,
+                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out, conv_threads,
+                          &n_threads))
         return NULL;
     if (check_array(x, "natural_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(out, "natural_encode", "out", NPY_UINT8, 2, 1) ||
@@ -247,9 +390,8 @@ static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
         return NULL;
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
     if (check_shape2(out, "natural_encode", "out", rows, dim)) return NULL;
-    if (peer0 < 0) return PyErr_Format(PyExc_ValueError, "natural_encode: peer0 must be >= 0");
-    if (overlaps(x, out))
-        return PyErr_Format(PyExc_ValueError, "natural_encode: out must not share memory with x");
+    if (check_peer_rows("natural_encode", peer0, PyArray_DIM(x, 0))) return NULL;
+    if (check_disjoint("natural_encode", 1, 2, out, "out", x, "x")) return NULL;
     dl_natural_encode_f32_fn fn = dl_dispatch()->natural_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(out), n_threads);
@@ -264,8 +406,8 @@ static PyObject *py_natural_decode(PyObject *self, PyObject *args) {
     PyArrayObject *codes, *out;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!i:natural_decode", &PyArray_Type, &codes, &PyArray_Type, &out,
-                          &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O&:natural_decode", &PyArray_Type, &codes, &PyArray_Type, &out,
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(codes, "natural_decode", "codes", NPY_UINT8, 2, 0) ||
         check_array(out, "natural_decode", "out", NPY_FLOAT32, 2, 1) ||
@@ -273,9 +415,7 @@ static PyObject *py_natural_decode(PyObject *self, PyObject *args) {
         return NULL;
     const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
     if (check_shape2(out, "natural_decode", "out", rows, dim)) return NULL;
-    if (overlaps(codes, out))
-        return PyErr_Format(PyExc_ValueError,
-                            "natural_decode: out must not share memory with codes");
+    if (check_disjoint("natural_decode", 1, 2, out, "out", codes, "codes")) return NULL;
     dl_natural_decode_f32_fn fn = dl_dispatch()->natural_decode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
@@ -294,8 +434,9 @@ static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
     int s, n_threads, status;
     float p;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!ifKKLO!O!i:dither_encode", &PyArray_Type, &x, &s, &p, &seed,
-                          &step, &peer0, &PyArray_Type, &norms, &PyArray_Type, &codes, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!ifO&O&O&O!O!O&:dither_encode", &PyArray_Type, &x, &s, &p,
+                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
+                          &norms, &PyArray_Type, &codes, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "dither_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(norms, "dither_encode", "norms", NPY_FLOAT32, 1, 1) ||
@@ -307,15 +448,14 @@ static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
     if (!(p == 1.0f || p == 2.0f || (p > 3.4e38f && p == p)))
         return PyErr_Format(PyExc_ValueError, "dither_encode: p must be 1, 2 or inf, got %R",
                             PyTuple_GET_ITEM(args, 2));
-    if (peer0 < 0) return PyErr_Format(PyExc_ValueError, "dither_encode: peer0 must be >= 0");
+    if (check_peer_rows("dither_encode", peer0, PyArray_DIM(x, 0))) return NULL;
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
     if (PyArray_DIM(norms, 0) != rows)
         return PyErr_Format(PyExc_ValueError, "dither_encode: norms must have shape (%zd,), got (%zd,)",
                             (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
     if (check_shape2(codes, "dither_encode", "codes", rows, dim)) return NULL;
-    if (overlaps(x, norms) || overlaps(x, codes) || overlaps(norms, codes))
-        return PyErr_Format(PyExc_ValueError,
-                            "dither_encode: x, norms and codes must not share memory");
+    if (check_disjoint("dither_encode", 2, 3, norms, "norms", codes, "codes", x, "x"))
+        return NULL;
     dl_natural_dither_encode_f32_fn fn = dl_dispatch()->natural_dither_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(x), s, p, seed, step, peer0, PyArray_DATA(norms),
@@ -330,8 +470,8 @@ static PyObject *py_dither_decode(PyObject *self, PyObject *args) {
     PyArrayObject *norms, *codes, *out;
     int s, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!i:dither_decode", &PyArray_Type, &norms, &PyArray_Type,
-                          &codes, &s, &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!iO!O&:dither_decode", &PyArray_Type, &norms, &PyArray_Type,
+                          &codes, &s, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(norms, "dither_decode", "norms", NPY_FLOAT32, 1, 0) ||
         check_array(codes, "dither_decode", "codes", NPY_UINT8, 2, 0) ||
@@ -345,9 +485,8 @@ static PyObject *py_dither_decode(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "dither_decode: norms must have shape (%zd,), got (%zd,)",
                             (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
     if (check_shape2(out, "dither_decode", "out", rows, dim)) return NULL;
-    if (overlaps(out, norms) || overlaps(out, codes))
-        return PyErr_Format(PyExc_ValueError,
-                            "dither_decode: out must not share memory with norms or codes");
+    if (check_disjoint("dither_decode", 1, 3, out, "out", norms, "norms", codes, "codes"))
+        return NULL;
     dl_natural_dither_decode_f32_fn fn = dl_dispatch()->natural_dither_decode_f32;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(rows, dim, PyArray_DATA(norms), PyArray_DATA(codes), s, PyArray_DATA(out),
@@ -386,10 +525,7 @@ static int tk_check_args(const char *fn, PyArrayObject *x, Py_ssize_t k, PyArray
     if (check_shape2(out_idx, fn, "out_idx", rows, k) ||
         check_shape2(out_val, fn, "out_val", rows, k))
         return -1;
-    if (overlaps(x, out_idx) || overlaps(x, out_val) || overlaps(out_idx, out_val)) {
-        PyErr_Format(PyExc_ValueError, "%s: out_idx, out_val and x must not share memory", fn);
-        return -1;
-    }
+    if (check_disjoint(fn, 2, 3, out_idx, "out_idx", out_val, "out_val", x, "x")) return -1;
     return 0;
 }
 
@@ -399,8 +535,8 @@ static PyObject *py_topk(PyObject *self, PyObject *args) {
     Py_ssize_t k;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!nO!O!i:topk", &PyArray_Type, &x, &k, &PyArray_Type, &out_idx,
-                          &PyArray_Type, &out_val, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!nO!O!O&:topk", &PyArray_Type, &x, &k, &PyArray_Type, &out_idx,
+                          &PyArray_Type, &out_val, conv_threads, &n_threads))
         return NULL;
     if (tk_check_args("topk", x, k, out_idx, out_val, n_threads)) return NULL;
     Py_BEGIN_ALLOW_THREADS;
@@ -421,11 +557,12 @@ static PyObject *py_randk(PyObject *self, PyObject *args) {
     long long peer0;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!nKKLO!O!i:randk", &PyArray_Type, &x, &k, &seed, &step, &peer0,
-                          &PyArray_Type, &out_idx, &PyArray_Type, &out_val, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!nO&O&O&O!O!O&:randk", &PyArray_Type, &x, &k, conv_seed, &seed,
+                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out_idx,
+                          &PyArray_Type, &out_val, conv_threads, &n_threads))
         return NULL;
     if (tk_check_args("randk", x, k, out_idx, out_val, n_threads)) return NULL;
-    if (peer0 < 0) return PyErr_Format(PyExc_ValueError, "randk: peer0 must be >= 0");
+    if (check_peer_rows("randk", peer0, PyArray_DIM(x, 0))) return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_topk_random_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x), seed,
                                 step, peer0, PyArray_DATA(out_idx), PyArray_DATA(out_val),
@@ -443,7 +580,8 @@ static PyObject *py_threshold(PyObject *self, PyObject *args) {
     int n_threads, status;
     int64_t *chunk = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!fi:threshold", &PyArray_Type, &x, &v, &n_threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!fO&:threshold", &PyArray_Type, &x, &v, conv_threads, &n_threads))
+        return NULL;
     if (check_array(x, "threshold", "x", NPY_FLOAT32, 2, 0) || check_threads("threshold", n_threads))
         return NULL;
     if (!(v >= 0.0f))
@@ -524,9 +662,9 @@ static PyObject *py_golomb_encode(PyObject *self, PyObject *args) {
     Py_ssize_t dim;
     int b, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!niO!O!i:golomb_encode", &PyArray_Type, &positions,
+    if (!PyArg_ParseTuple(args, "O!O!niO!O!O&:golomb_encode", &PyArray_Type, &positions,
                           &PyArray_Type, &negative, &dim, &b, &PyArray_Type, &data, &PyArray_Type,
-                          &nbits, &n_threads))
+                          &nbits, conv_threads, &n_threads))
         return NULL;
     if (check_array(positions, "golomb_encode", "positions", NPY_INT32, 2, 0) ||
         check_array(negative, "golomb_encode", "negative", NPY_UINT8, 2, 0) ||
@@ -548,10 +686,9 @@ static PyObject *py_golomb_encode(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError,
                             "golomb_encode: nbits must have shape (%zd,), got (%zd,)",
                             (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
-    if (overlaps(data, positions) || overlaps(data, negative) || overlaps(data, nbits) ||
-        overlaps(nbits, positions) || overlaps(nbits, negative))
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_encode: data and nbits must not share memory with the inputs");
+    if (check_disjoint("golomb_encode", 2, 4, data, "data", nbits, "nbits", positions,
+                       "positions", negative, "negative"))
+        return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_stc_golomb_encode(rows, k, dim, b, PyArray_DATA(positions), PyArray_DATA(negative),
                                   PyArray_DATA(data), PyArray_DIM(data, 1), PyArray_DATA(nbits),
@@ -571,9 +708,9 @@ static PyObject *py_golomb_decode(PyObject *self, PyObject *args) {
     Py_ssize_t dim;
     int b, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!niO!O!i:golomb_decode", &PyArray_Type, &data, &PyArray_Type,
+    if (!PyArg_ParseTuple(args, "O!O!niO!O!O&:golomb_decode", &PyArray_Type, &data, &PyArray_Type,
                           &nbits, &dim, &b, &PyArray_Type, &positions, &PyArray_Type, &negative,
-                          &n_threads))
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(data, "golomb_decode", "data", NPY_UINT8, 2, 0) ||
         check_array(nbits, "golomb_decode", "nbits", NPY_INT64, 1, 0) ||
@@ -590,9 +727,9 @@ static PyObject *py_golomb_decode(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError,
                             "golomb_decode: nbits must have shape (%zd,), got (%zd,)",
                             (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
-    if (overlaps(positions, negative) || overlaps(positions, data) || overlaps(negative, data))
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_decode: positions, negative and data must not share memory");
+    if (check_disjoint("golomb_decode", 2, 4, positions, "positions", negative, "negative", data,
+                       "data", nbits, "nbits"))
+        return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_stc_golomb_decode(rows, k, dim, b, PyArray_DATA(data), PyArray_DIM(data, 1),
                                   PyArray_DATA(nbits), PyArray_DATA(positions),
@@ -611,20 +748,6 @@ static int q_check_len(PyArrayObject *a, const char *fn, const char *name, npy_i
                      (Py_ssize_t)n, (Py_ssize_t)PyArray_DIM(a, 0));
         return -1;
     }
-    return 0;
-}
-
-/* Outputs must not share memory with the input or with each other (b, c may be NULL). */
-static int q_check_disjoint(const char *fn, PyArrayObject *in, PyArrayObject *a, PyArrayObject *b,
-                            PyArrayObject *c) {
-    PyArrayObject *arr[4] = {in, a, b, c};
-    for (int i = 0; i < 4; i++)
-        for (int j = i + 1; j < 4; j++)
-            if (arr[i] != NULL && arr[j] != NULL && overlaps(arr[i], arr[j])) {
-                PyErr_Format(PyExc_ValueError, "%s: output arrays must not share memory with the "
-                                               "input or with each other", fn);
-                return -1;
-            }
     return 0;
 }
 
@@ -660,8 +783,9 @@ static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!iKKLO!O!i:qsgd_encode", &PyArray_Type, &x, &levels, &seed,
-                          &step, &peer0, &PyArray_Type, &norm, &PyArray_Type, &packed, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!iO&O&O&O!O!O&:qsgd_encode", &PyArray_Type, &x, &levels,
+                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
+                          &norm, &PyArray_Type, &packed, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "qsgd_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(norm, "qsgd_encode", "norm", NPY_FLOAT32, 1, 1) ||
@@ -669,10 +793,11 @@ static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
         check_threads("qsgd_encode", n_threads) || q_check_levels("qsgd_encode", levels))
         return NULL;
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (check_peer_rows("qsgd_encode", peer0, rows)) return NULL;
     if (q_check_len(norm, "qsgd_encode", "norm", rows) ||
         check_shape2(packed, "qsgd_encode", "packed", rows,
                      dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        q_check_disjoint("qsgd_encode", x, norm, packed, NULL))
+        check_disjoint("qsgd_encode", 2, 3, norm, "norm", packed, "packed", x, "x"))
         return NULL;
     dl_qsgd_encode_f32_fn fn = dl_dispatch()->qsgd_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -689,8 +814,8 @@ static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
     PyArrayObject *norm, *packed, *out;
     int levels, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!i:qsgd_decode", &PyArray_Type, &norm, &PyArray_Type,
-                          &packed, &levels, &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!iO!O&:qsgd_decode", &PyArray_Type, &norm, &PyArray_Type,
+                          &packed, &levels, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(norm, "qsgd_decode", "norm", NPY_FLOAT32, 1, 0) ||
         check_array(packed, "qsgd_decode", "packed", NPY_UINT8, 2, 0) ||
@@ -701,8 +826,18 @@ static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
     if (q_check_len(norm, "qsgd_decode", "norm", rows) ||
         check_shape2(packed, "qsgd_decode", "packed", rows,
                      dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        q_check_disjoint("qsgd_decode", out, norm, packed, NULL))
+        check_disjoint("qsgd_decode", 1, 3, out, "out", norm, "norm", packed, "packed"))
         return NULL;
+    if (dim == 0) { /* no chunk would make the kernel look at the norms: check them here */
+        const float *nv = PyArray_DATA(norm);
+        for (npy_intp r = 0; r < rows; r++) {
+            const float sc = (float)((double)nv[r] / levels), top = (float)levels * sc;
+            if (!(nv[r] >= 0.0f && nv[r] <= FLT_MAX) || !(fabsf(top) <= FLT_MAX))
+                return PyErr_Format(PyExc_ValueError,
+                                    "qsgd_decode: malformed message: norm must be finite and >= 0 "
+                                    "and every level <= levels = %d", levels);
+        }
+    }
     Py_BEGIN_ALLOW_THREADS;
     status = dl_qsgd_decode_f32(rows, dim, levels, PyArray_DATA(norm), PyArray_DATA(packed),
                                 PyArray_DATA(out), n_threads);
@@ -725,9 +860,10 @@ static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!inKKLO!O!O!i:bucket_encode", &PyArray_Type, &x, &bits, &bucket,
-                          &seed, &step, &peer0, &PyArray_Type, &lo, &PyArray_Type, &scale,
-                          &PyArray_Type, &packed, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!inO&O&O&O!O!O!O&:bucket_encode", &PyArray_Type, &x, &bits,
+                          &bucket, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
+                          &PyArray_Type, &lo, &PyArray_Type, &scale, &PyArray_Type, &packed,
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "bucket_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(lo, "bucket_encode", "lo", NPY_FLOAT32, 2, 1) ||
@@ -736,12 +872,13 @@ static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
         check_threads("bucket_encode", n_threads))
         return NULL;
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (check_peer_rows("bucket_encode", peer0, rows)) return NULL;
     if (q_check_bucket("bucket_encode", bits, bucket, dim)) return NULL;
     const npy_intp nb = (dim + bucket - 1) / bucket;
     if (check_shape2(lo, "bucket_encode", "lo", rows, nb) ||
         check_shape2(scale, "bucket_encode", "scale", rows, nb) ||
         check_shape2(packed, "bucket_encode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        q_check_disjoint("bucket_encode", x, lo, scale, packed))
+        check_disjoint("bucket_encode", 3, 4, lo, "lo", scale, "scale", packed, "packed", x, "x"))
         return NULL;
     dl_bucket_encode_f32_fn fn = dl_dispatch()->bucket_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -759,9 +896,9 @@ static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
     int bits, n_threads, status;
     Py_ssize_t bucket;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!inO!i:bucket_decode", &PyArray_Type, &lo, &PyArray_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!inO!O&:bucket_decode", &PyArray_Type, &lo, &PyArray_Type,
                           &scale, &PyArray_Type, &packed, &bits, &bucket, &PyArray_Type, &out,
-                          &n_threads))
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(lo, "bucket_decode", "lo", NPY_FLOAT32, 2, 0) ||
         check_array(scale, "bucket_decode", "scale", NPY_FLOAT32, 2, 0) ||
@@ -775,7 +912,8 @@ static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
     if (check_shape2(lo, "bucket_decode", "lo", rows, nb) ||
         check_shape2(scale, "bucket_decode", "scale", rows, nb) ||
         check_shape2(packed, "bucket_decode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        q_check_disjoint("bucket_decode", out, lo, scale, packed))
+        check_disjoint("bucket_decode", 1, 4, out, "out", lo, "lo", scale, "scale", packed,
+                       "packed"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_bucket_decode_f32(rows, dim, bits, bucket, PyArray_DATA(lo), PyArray_DATA(scale),
@@ -795,8 +933,8 @@ static PyObject *py_sign_encode(PyObject *self, PyObject *args) {
     PyArrayObject *x, *scale, *packed;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!i:sign_encode", &PyArray_Type, &x, &PyArray_Type, &scale,
-                          &PyArray_Type, &packed, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:sign_encode", &PyArray_Type, &x, &PyArray_Type, &scale,
+                          &PyArray_Type, &packed, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "sign_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(scale, "sign_encode", "scale", NPY_FLOAT32, 1, 1) ||
@@ -806,7 +944,7 @@ static PyObject *py_sign_encode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
     if (q_check_len(scale, "sign_encode", "scale", rows) ||
         check_shape2(packed, "sign_encode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        q_check_disjoint("sign_encode", x, scale, packed, NULL))
+        check_disjoint("sign_encode", 2, 3, scale, "scale", packed, "packed", x, "x"))
         return NULL;
     dl_sign_encode_f32_fn fn = dl_dispatch()->sign_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -821,8 +959,8 @@ static PyObject *py_sign_decode(PyObject *self, PyObject *args) {
     PyArrayObject *scale, *packed, *out;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!i:sign_decode", &PyArray_Type, &scale, &PyArray_Type,
-                          &packed, &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:sign_decode", &PyArray_Type, &scale, &PyArray_Type,
+                          &packed, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(scale, "sign_decode", "scale", NPY_FLOAT32, 1, 0) ||
         check_array(packed, "sign_decode", "packed", NPY_UINT8, 2, 0) ||
@@ -832,7 +970,7 @@ static PyObject *py_sign_decode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
     if (q_check_len(scale, "sign_decode", "scale", rows) ||
         check_shape2(packed, "sign_decode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        q_check_disjoint("sign_decode", out, scale, packed, NULL))
+        check_disjoint("sign_decode", 1, 3, out, "out", scale, "scale", packed, "packed"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_sign_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(packed),
@@ -853,17 +991,19 @@ static PyObject *py_int8_encode(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!KKLO!O!i:int8_encode", &PyArray_Type, &x, &seed, &step, &peer0,
-                          &PyArray_Type, &scale, &PyArray_Type, &q, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O!O&:int8_encode", &PyArray_Type, &x, conv_seed, &seed,
+                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &scale,
+                          &PyArray_Type, &q, conv_threads, &n_threads))
         return NULL;
     if (check_array(x, "int8_encode", "x", NPY_FLOAT32, 2, 0) ||
         check_array(scale, "int8_encode", "scale", NPY_FLOAT32, 1, 1) ||
         check_array(q, "int8_encode", "q", NPY_INT8, 2, 1) || check_threads("int8_encode", n_threads))
         return NULL;
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (check_peer_rows("int8_encode", peer0, rows)) return NULL;
     if (q_check_len(scale, "int8_encode", "scale", rows) ||
         check_shape2(q, "int8_encode", "q", rows, dim) ||
-        q_check_disjoint("int8_encode", x, scale, q, NULL))
+        check_disjoint("int8_encode", 2, 3, scale, "scale", q, "q", x, "x"))
         return NULL;
     dl_int8_encode_f32_fn fn = dl_dispatch()->int8_encode_f32;
     Py_BEGIN_ALLOW_THREADS;
@@ -879,8 +1019,8 @@ static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
     PyArrayObject *scale, *q, *out;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!i:int8_decode", &PyArray_Type, &scale, &PyArray_Type, &q,
-                          &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:int8_decode", &PyArray_Type, &scale, &PyArray_Type, &q,
+                          &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(scale, "int8_decode", "scale", NPY_FLOAT32, 1, 0) ||
         check_array(q, "int8_decode", "q", NPY_INT8, 2, 0) ||
@@ -890,7 +1030,7 @@ static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
     const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
     if (q_check_len(scale, "int8_decode", "scale", rows) ||
         check_shape2(q, "int8_decode", "q", rows, dim) ||
-        q_check_disjoint("int8_decode", out, scale, q, NULL))
+        check_disjoint("int8_decode", 1, 3, out, "out", scale, "scale", q, "q"))
         return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_int8_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(q), PyArray_DATA(out),
@@ -952,8 +1092,8 @@ static PyObject *py_gemm_s8_pack_b(PyObject *self, PyObject *args) {
     PyArrayObject *b, *data, *colsum;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!i:pack_b_s8", &PyArray_Type, &b, &PyArray_Type, &data,
-                          &PyArray_Type, &colsum, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:pack_b_s8", &PyArray_Type, &b, &PyArray_Type, &data,
+                          &PyArray_Type, &colsum, conv_threads, &n_threads))
         return NULL;
     if (check_array(b, "pack_b_s8", "b", NPY_INT8, 2, 0) ||
         check_array(data, "pack_b_s8", "data", NPY_UINT8, 1, 1) ||
@@ -975,8 +1115,7 @@ static PyObject *py_gemm_s8_pack_b(PyObject *self, PyObject *args) {
                             "and %zd",
                             (long long)bytes, (long long)n_pad, (Py_ssize_t)PyArray_DIM(data, 0),
                             (Py_ssize_t)PyArray_DIM(colsum, 0));
-    if (overlaps(b, data) || overlaps(b, colsum) || overlaps(data, colsum))
-        return PyErr_Format(PyExc_ValueError, "pack_b_s8: b, data and colsum must not overlap");
+    if (check_disjoint("pack_b_s8", 2, 3, data, "data", colsum, "colsum", b, "b")) return NULL;
     dl_gemm_s8_pack_b_fn fn = d->gemm_s8_pack_b;
     Py_BEGIN_ALLOW_THREADS;
     status = fn(k, n, PyArray_DATA(b), PyArray_DATA(data), PyArray_DATA(colsum), n_threads);
@@ -999,8 +1138,9 @@ static PyObject *gemm_run(const char *fn, PyArrayObject *a, PyArrayObject *data,
                             "(k, n))",
                             fn, (Py_ssize_t)PyArray_DIM(a, 1), k);
     if (check_shape2(out, fn, "out", PyArray_DIM(a, 0), n)) return NULL;
-    if (overlaps(out, a) || overlaps(out, data) || overlaps(out, colsum))
-        return PyErr_Format(PyExc_ValueError, "%s: out must not overlap a or packed_b", fn);
+    if (check_disjoint(fn, 1, 4, out, "out", a, "a", data, "packed_b.data", colsum,
+                       "packed_b.colsum"))
+        return NULL;
     dl_gemm_s8_fn kern = dl_dispatch()->gemm_s8;
     Py_BEGIN_ALLOW_THREADS;
     status = kern(PyArray_DIM(a, 0), k, n, PyArray_DATA(a), PyArray_DATA(data),
@@ -1018,8 +1158,9 @@ static PyObject *py_gemm_s8(PyObject *self, PyObject *args) {
     Py_ssize_t k, n;
     int n_threads;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!snnO!i:gemm_s8", &PyArray_Type, &a, &PyArray_Type, &data,
-                          &PyArray_Type, &colsum, &layout, &k, &n, &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!snnO!O&:gemm_s8", &PyArray_Type, &a, &PyArray_Type, &data,
+                          &PyArray_Type, &colsum, &layout, &k, &n, &PyArray_Type, &out,
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(out, "gemm_s8", "out", NPY_INT32, 2, 1)) return NULL;
     dl_gemm_s8_out_t o = {PyArray_DATA(out), NULL, 0.0f, NULL, 0, NULL};
@@ -1036,9 +1177,9 @@ static PyObject *py_gemm_s8_f32(PyObject *self, PyObject *args) {
     float a_scale;
     int n_threads;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!snnfO!OO!i:gemm_s8_f32", &PyArray_Type, &a, &PyArray_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!snnfO!OO!O&:gemm_s8_f32", &PyArray_Type, &a, &PyArray_Type,
                           &data, &PyArray_Type, &colsum, &layout, &k, &n, &a_scale, &PyArray_Type,
-                          &b_scale, &bias_obj, &PyArray_Type, &out, &n_threads))
+                          &b_scale, &bias_obj, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(out, "gemm_s8_f32", "out", NPY_FLOAT32, 2, 1) ||
         check_array(b_scale, "gemm_s8_f32", "b_scale", NPY_FLOAT32, 1, 0))
@@ -1063,6 +1204,10 @@ static PyObject *py_gemm_s8_f32(PyObject *self, PyObject *args) {
     }
     if (overlaps(out, b_scale))
         return PyErr_Format(PyExc_ValueError, "gemm_s8_f32: out must not overlap b_scale");
+    if (!isfinite(a_scale))
+        return PyErr_Format(PyExc_ValueError, "gemm_s8_f32: a_scale must be finite, got %R",
+                            PyTuple_GET_ITEM(args, 6));
+    if (check_finite_f32("gemm_s8_f32", "b_scale", b_scale)) return NULL;
     dl_gemm_s8_out_t o = {NULL, PyArray_DATA(out), a_scale, PyArray_DATA(b_scale), ns, bias};
     return gemm_run("gemm_s8_f32", a, data, colsum, layout, k, n, out, &o, n_threads);
 }
@@ -1128,9 +1273,9 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
     unsigned long long seed, step;
     long long peer0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iiKKLO!i:quantize_s8", &PyArray_Type, &x, &PyArray_Type,
-                          &scale, &axis, &rounding, &seed, &step, &peer0, &PyArray_Type, &out,
-                          &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!iiO&O&O&O!O&:quantize_s8", &PyArray_Type, &x, &PyArray_Type,
+                          &scale, &axis, &rounding, conv_seed, &seed, conv_step, &step, conv_peer0,
+                          &peer0, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     npy_intp ldx = 0;
     if (check_rows(x, "quantize_s8", "x", &ldx) ||
@@ -1138,6 +1283,7 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
         check_threads("quantize_s8", n_threads))
         return NULL;
     const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
+    if (check_peer_rows("quantize_s8", peer0, rows)) return NULL;
     if (gemm_check_scale("quantize_s8", scale, axis, rows, dim) ||
         check_shape2(out, "quantize_s8", "out", rows, dim))
         return NULL;
@@ -1152,7 +1298,8 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     if (status == DL_E_ARG)
         return PyErr_Format(PyExc_ValueError,
-                            "quantize_s8: every scale must be finite and > 0 (peer0 >= 0)");
+                            "quantize_s8: every scale must be finite and >= FLT_MIN = "
+                            "1.1754944e-38 (so that 1 / scale is finite)");
     if (status != DL_OK) return raise_status("quantize_s8", status);
     Py_INCREF(out);
     return (PyObject *)out;
@@ -1163,8 +1310,8 @@ static PyObject *py_dequantize_s8(PyObject *self, PyObject *args) {
     PyArrayObject *q, *scale, *out;
     int axis, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!i:dequantize_s8", &PyArray_Type, &q, &PyArray_Type, &scale,
-                          &axis, &PyArray_Type, &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!iO!O&:dequantize_s8", &PyArray_Type, &q, &PyArray_Type, &scale,
+                          &axis, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     if (check_array(q, "dequantize_s8", "q", NPY_INT8, 2, 0) ||
         check_array(out, "dequantize_s8", "out", NPY_FLOAT32, 2, 1) ||
@@ -1174,8 +1321,9 @@ static PyObject *py_dequantize_s8(PyObject *self, PyObject *args) {
     if (gemm_check_scale("dequantize_s8", scale, axis, rows, dim) ||
         check_shape2(out, "dequantize_s8", "out", rows, dim))
         return NULL;
-    if (overlaps(out, q) || overlaps(out, scale))
-        return PyErr_Format(PyExc_ValueError, "dequantize_s8: out must not overlap q or scale");
+    if (check_disjoint("dequantize_s8", 1, 3, out, "out", q, "q", scale, "scale") ||
+        check_finite_f32("dequantize_s8", "scale", scale))
+        return NULL;
     Py_BEGIN_ALLOW_THREADS;
     status = dl_gemm_dequantize_s8(rows, dim, PyArray_DATA(q), PyArray_DATA(scale),
                                    PyArray_DIM(scale, 0), axis, PyArray_DATA(out), n_threads);
@@ -1190,8 +1338,8 @@ static PyObject *py_absmax_scale(PyObject *self, PyObject *args) {
     PyArrayObject *x, *out;
     int axis, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!i:absmax_scale", &PyArray_Type, &x, &axis, &PyArray_Type,
-                          &out, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!iO!O&:absmax_scale", &PyArray_Type, &x, &axis, &PyArray_Type,
+                          &out, conv_threads, &n_threads))
         return NULL;
     npy_intp ldx = 0;
     if (check_rows(x, "absmax_scale", "x", &ldx) ||
@@ -1268,9 +1416,9 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
     PyObject *as_obj, *bs_obj, *bias_obj;
     int trans_a, trans_b, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!ppOOOO!i:gemm_s8_batched", &PyArray_Type, &a, &PyArray_Type,
+    if (!PyArg_ParseTuple(args, "O!O!ppOOOO!O&:gemm_s8_batched", &PyArray_Type, &a, &PyArray_Type,
                           &b, &trans_a, &trans_b, &as_obj, &bs_obj, &bias_obj, &PyArray_Type, &out,
-                          &n_threads))
+                          conv_threads, &n_threads))
         return NULL;
     const int is_f32 = PyArray_TYPE(out) == NPY_FLOAT32;
     if (gemm_check_batch3(a, fn, "a", NPY_INT8, 0) || gemm_check_batch3(b, fn, "b", NPY_INT8, 0) ||
@@ -1293,7 +1441,9 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
     const npy_intp it = PyArray_ITEMSIZE(out);
     const npy_intp c_rs = m > 1 ? PyArray_STRIDE(out, 1) / it : n;
     const npy_intp c_ps = P > 1 ? PyArray_STRIDE(out, 0) / it : m * c_rs;
-    if ((m > 1 && c_rs < n) || (P > 1 && m > 0 && n > 0 && c_ps < m * c_rs))
+    /* An empty out (P, m or n = 0; NumPy gives it zero strides) has nothing to overlap. */
+    const int empty = PyArray_SIZE(out) == 0;
+    if (!empty && ((m > 1 && c_rs < n) || (P > 1 && m > 0 && n > 0 && c_ps < m * c_rs)))
         return PyErr_Format(PyExc_ValueError, "%s: out's rows and peers must not overlap", fn);
     if (!gemm_disjoint(out, a) || !gemm_disjoint(out, b))
         return PyErr_Format(PyExc_ValueError, "%s: out must not overlap a or b", fn);
@@ -1335,6 +1485,7 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
                                 fn, (Py_ssize_t)P, (Py_ssize_t)P, (Py_ssize_t)n);
         if (!gemm_disjoint(out, as) || !gemm_disjoint(out, bs))
             return PyErr_Format(PyExc_ValueError, "%s: out must not overlap the scales", fn);
+        if (check_finite_f32(fn, "a_scale", as) || check_finite_f32(fn, "b_scale", bs)) return NULL;
         bt.a_scale = PyArray_DATA(as), bt.b_scale = PyArray_DATA(bs), bt.b_scale_n = bsn;
         if (bias_obj != Py_None) {
             if (!PyArray_Check(bias_obj))
@@ -1348,6 +1499,10 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
             bt.bias = PyArray_DATA(ba);
         }
         bt.c_f32 = PyArray_DATA(out);
+    }
+    if (empty) { /* the correct result: nothing to compute */
+        Py_INCREF(out);
+        return (PyObject *)out;
     }
     dl_gemm_s8_batched_fn kern = dl_dispatch()->gemm_s8_batched;
     Py_BEGIN_ALLOW_THREADS;
@@ -1367,8 +1522,8 @@ static PyObject *py_copy_f32(PyObject *self, PyObject *args) {
     PyArrayObject *src, *dst;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!i:copy_f32", &PyArray_Type, &src, &PyArray_Type, &dst,
-                          &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!O&:copy_f32", &PyArray_Type, &src, &PyArray_Type, &dst,
+                          conv_threads, &n_threads))
         return NULL;
     if (check_array(src, "copy_f32", "src", NPY_FLOAT32, PyArray_NDIM(src), 0) < 0 ||
         check_array(dst, "copy_f32", "dst", NPY_FLOAT32, PyArray_NDIM(dst), 1) < 0 ||
@@ -1399,7 +1554,7 @@ static PyObject *py_peak_s8(PyObject *self, PyObject *args) {
     int n_threads, status;
     int64_t ops = 0, check = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Li:peak_s8", &reps, &n_threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "LO&:peak_s8", &reps, conv_threads, &n_threads)) return NULL;
     if (reps < 0) {
         PyErr_Format(PyExc_ValueError, "peak_s8: reps must be >= 0, got %lld", reps);
         return NULL;
@@ -1526,7 +1681,8 @@ static PyObject *py_nn_gemm(PyObject *self, PyObject *args) {
     int accumulate, n_threads, status;
     int64_t sa[3], sb[3], sc[3];
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOpi:nn_gemm", &a, &b, &c, &accumulate, &n_threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOpO&:nn_gemm", &a, &b, &c, &accumulate, conv_threads,
+                          &n_threads)) return NULL;
     const npy_intp any3[3] = {-1, -1, -1};
     if (nn_operand(c, fn, "c", 3, any3, 1, 1, sc) < 0) return NULL;
     const npy_intp P = PyArray_DIM((PyArrayObject *)c, 0), M = PyArray_DIM((PyArrayObject *)c, 1),
@@ -1562,7 +1718,8 @@ static PyObject *py_nn_dense_forward(PyObject *self, PyObject *args) {
     int relu, n_threads, status;
     int64_t sx[3], sw[3], sbias[2] = {0, 0}, sy[3];
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOpOi:nn_dense_forward", &x, &w, &bias, &relu, &y, &n_threads))
+    if (!PyArg_ParseTuple(args, "OOOpOO&:nn_dense_forward", &x, &w, &bias, &relu, &y,
+                          conv_threads, &n_threads))
         return NULL;
     const npy_intp any3[3] = {-1, -1, -1};
     if (nn_operand(w, fn, "w", 3, any3, 1, 0, sw) < 0) return NULL;
@@ -1604,7 +1761,8 @@ static PyObject *py_nn_dense_backward(PyObject *self, PyObject *args) {
     int n_threads, status;
     int64_t sx[3], sw[3], sdy[3], sm[3] = {0, 0, 0}, sgw[3], sgb[2], sdx[3] = {0, 0, 0};
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOOOOi:nn_dense_backward", &x, &w, &dy, &mask, &gw, &gb, &dx,
+    if (!PyArg_ParseTuple(args, "OOOOOOOO&:nn_dense_backward", &x, &w, &dy, &mask, &gw, &gb, &dx,
+                          conv_threads,
                           &n_threads))
         return NULL;
     const npy_intp any3[3] = {-1, -1, -1};
@@ -1666,8 +1824,9 @@ static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
     float lr, mu, wd;
     int nesterov, n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!OfffpOi:sgd_step", &PyArray_Type, &params, &PyArray_Type,
-                          &grad, &buf, &lr, &mu, &wd, &nesterov, &frozen, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!OfffpOO&:sgd_step", &PyArray_Type, &params, &PyArray_Type,
+                          &grad, &buf, &lr, &mu, &wd, &nesterov, &frozen, conv_threads,
+                          &n_threads))
         return NULL;
     if (check_array(params, fn, "params", NPY_FLOAT32, 2, 1) < 0 ||
         check_array(grad, fn, "grad", NPY_FLOAT32, 2, 0) < 0 || check_threads(fn, n_threads) < 0)

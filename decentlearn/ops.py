@@ -2,7 +2,10 @@
 decentlearn._core.
 
 Thread counts follow scikit-learn's convention: None means min(OpenMP's maximum, CPU count), which
-honours OMP_NUM_THREADS; -1 means every CPU; positive values are taken as given; 0 is an error.
+honours OMP_NUM_THREADS; -1 means every CPU; positive values are capped at the CPU count (more
+threads than CPUs only add overhead; the C glue caps them the same way); 0 is an error. Seeds and
+steps are integers in [0, 2**64 - 1] and peer0 in [0, 2**63 - 1]: out-of-range values raise a
+ValueError naming the argument, they are never wrapped.
 Work too small to pay for a thread team runs on one thread. Results never depend on the thread
 count.
 """
@@ -51,7 +54,8 @@ def get_num_threads() -> int:
 
 
 def resolve_threads(n_threads: int | None, work: int | None = None) -> int:
-    """Turns a user's ``n_threads`` into a positive count (see the module docstring)."""
+    """Turns a user's ``n_threads`` into a positive count (see the module docstring); a count
+    above the CPUs this process may use is capped at that number."""
     if n_threads is None and _NUM_THREADS is not None:
         n = _NUM_THREADS
     elif n_threads is None:
@@ -63,7 +67,7 @@ def resolve_threads(n_threads: int | None, work: int | None = None) -> int:
     elif n_threads < 1:
         raise ValueError(f"n_threads must be None, -1 or >= 1, got {n_threads}")
     else:
-        n = int(n_threads)
+        n = min(int(n_threads), cpu_count())
     if work is not None and work < SMALL_WORK:
         return 1
     return max(1, n)
@@ -124,10 +128,20 @@ def _as_rows(name: str, x: np.ndarray, dtype) -> np.ndarray:
     return x
 
 
+#: Largest seed and step (the generator keys on 64-bit words; larger values are refused, never
+#: wrapped) and largest peer0 (peers are signed 64-bit).
+SEED_MAX = 2**64 - 1
+PEER_MAX = 2**63 - 1
+
+
 def _check_seed(seed, step, peer0) -> tuple[int, int, int]:
-    for name, v in (("seed", seed), ("step", step), ("peer0", peer0)):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    """(seed, step, peer0) as ints, each range-checked: ValueError naming the argument."""
+    for name, v, hi, text in (("seed", seed, SEED_MAX, "2**64 - 1"),
+                              ("step", step, SEED_MAX, "2**64 - 1"),
+                              ("peer0", peer0, PEER_MAX, "2**63 - 1")):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) \
+                or not 0 <= v <= hi:
+            raise ValueError(f"{name} must be an integer >= 0 and <= {text}, got {v!r}")
     return int(seed), int(step), int(peer0)
 
 
@@ -632,7 +646,8 @@ def gemm_s8_f32(a: np.ndarray, packed_b, a_scale: float, b_scale, bias: np.ndarr
                 out: np.ndarray | None = None, n_threads: int | None = None) -> np.ndarray:
     """Int8 GEMM with fused dequantization: float32 (m, n) = (a @ b as exact int32) * a_scale *
     b_scale[col] + bias[col]. b_scale: a float (per tensor) or an (n,) float32 array (per output
-    column); bias: (n,) float32 or None. Applied to each int32 tile before it is stored."""
+    column); bias: (n,) float32 or None. Applied to each int32 tile before it is stored. a_scale
+    and b_scale must be finite (ValueError for NaN/inf)."""
     a2, vec = _gemm_a(a)
     _gemm_check_k(a2.shape[1], "gemm_s8_f32")
     pb = _gemm_packed(packed_b, n_threads)
@@ -690,7 +705,8 @@ def quantize_s8(x: np.ndarray, scale, axis: int | None = None, rounding: str = "
     with the reciprocal rounded once.
 
     scale: a float (per tensor, axis None) or a float32 array of length x.shape[axis] (per channel:
-    axis 0 one scale per row, axis 1 one per column), every value finite and > 0. rounding:
+    axis 0 one scale per row, axis 1 one per column), every value finite and >= FLT_MIN (2^-126,
+    so that 1 / scale is finite). rounding:
     "nearest" (half to even) or "stochastic" (floor(v) + (u < v - floor(v)), u from the counter RNG
     keyed by (seed, step, peer0 + row, column); unbiased, thread-count independent). NaN/inf in x
     -> ValueError."""
@@ -712,7 +728,8 @@ def quantize_s8(x: np.ndarray, scale, axis: int | None = None, rounding: str = "
 
 def dequantize_s8(q: np.ndarray, scale, axis: int | None = None, out: np.ndarray | None = None,
                   n_threads: int | None = None) -> np.ndarray:
-    """float32 = q * scale, scale as for :func:`quantize_s8`."""
+    """float32 = q * scale, scale shaped as for :func:`quantize_s8` (every value finite:
+    ValueError for NaN/inf)."""
     q2 = _as_rows("q", q, np.int8)
     c_axis = _gemm_axis(q, axis)
     sc = _gemm_scale(scale, c_axis)
@@ -726,7 +743,9 @@ def dequantize_s8(q: np.ndarray, scale, axis: int | None = None, out: np.ndarray
 
 
 def absmax_scale(x: np.ndarray, axis: int | None = None, n_threads: int | None = None):
-    """max|x| / 127 (float32; 1 where every |x| is 0): a np.float32 for the whole x (axis None), or
+    """max|x| / 127 (float32; at least FLT_MIN = 2^-126, so a channel whose max is tiny or
+    subnormal still gets a scale quantize_s8 accepts; 1 where every |x| is 0): a np.float32 for
+    the whole x (axis None), or
     an array of length x.shape[axis] with one scale per channel along axis, ready for
     :func:`quantize_s8` with the same axis. NaN/inf -> ValueError."""
     x2 = _as_rows("x", x, np.float32)

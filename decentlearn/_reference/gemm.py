@@ -76,16 +76,17 @@ def dequantize_s8(q, scale, axis=None, out=None, n_threads=None) -> np.ndarray:
 
 def absmax_scale(x, axis=None, n_threads=None):
     """max|x| / 127 in float32 over the whole x (axis None) or per channel along axis (reduced
-    over the other axis); 1 where every |x| is 0."""
+    over the other axis), at least FLT_MIN (2^-126); 1 where every |x| is 0."""
     x = np.asarray(x, dtype=np.float32)
     if not np.all(np.isfinite(x)):
         raise ValueError("x must be finite")
+    tiny = np.finfo(np.float32).tiny  # FLT_MIN: the smallest scale whose reciprocal is finite
     if axis is None:
         m = np.abs(x).max() if x.size else np.float32(0)
-        return np.float32(m / np.float32(127)) if m > 0 else np.float32(1)
+        return np.float32(max(m / np.float32(127), tiny)) if m > 0 else np.float32(1)
     x2, ax = _as2d(x, axis)
     m = np.abs(x2).max(axis=1 - ax) if x2.shape[1 - ax] else np.zeros(x2.shape[ax], np.float32)
-    return np.where(m > 0, m / np.float32(127), np.float32(1)).astype(np.float32)
+    return np.where(m > 0, np.maximum(m / np.float32(127), tiny), np.float32(1)).astype(np.float32)
 
 
 def _batch_operands(a, b, trans_a, trans_b):

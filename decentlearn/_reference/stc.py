@@ -10,6 +10,7 @@ LSB-first; pad bits are zero. The decoder accepts nothing else.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, Decimal, localcontext
 
 import numpy as np
 
@@ -117,8 +118,15 @@ def golomb_decode(data: np.ndarray, nbits: np.ndarray, k: int, dim: int, b: int,
 
 
 def stc_k(ratio: float, dim: int) -> int:
-    """Kept positions per row: max(1, ceil(ratio * dim)), or 0 for an empty row."""
-    return min(dim, max(1, math.ceil(ratio * dim)))
+    """Kept positions per row: max(1, ceil(ratio * dim)), or 0 for an empty row, with ratio read
+    as the shortest decimal that prints as it (0.07 * 100 = 7 exactly), the rule of every
+    ``:R`` sparsifier."""
+    if dim == 0:
+        return 0
+    with localcontext() as ctx:
+        ctx.prec = 80  # exact: 17 significant digits times a dim below 2^63
+        exact = Decimal(repr(float(ratio))) * dim
+        return min(dim, max(1, int(exact.to_integral_value(rounding=ROUND_CEILING))))
 
 
 def topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

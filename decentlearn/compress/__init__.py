@@ -25,6 +25,10 @@ from decentlearn.registry import Registry
 
 _REGISTRY: Registry[type[Compressor]] = Registry("compressor")
 
+#: Most rows ``from_bytes`` accepts when a row's message is empty (dim 0): rows of empty messages
+#: carry no bytes that could bound the work, so their count is capped instead.
+MAX_EMPTY_ROWS = 1 << 16
+
 
 def register(name: str):
     """Class decorator: ``@register("topk")`` makes ``make("topk:…")`` build the class from its
@@ -164,6 +168,8 @@ class Compressor(ABC):
     kind = "base"
     #: E[decompress(compress(x))] == x
     unbiased: bool = False
+    #: Longest row the encoder accepts; from_bytes refuses a longer declared dim.
+    max_dim: int = 2**62
 
     @property
     def spec(self) -> str:
@@ -208,9 +214,26 @@ class Compressor(ABC):
 
     def from_bytes(self, data: bytes | bytearray | memoryview, shape) -> Payload:
         """Parses ``n_rows`` consecutive messages (untrusted) into a Payload; ValueError if the
-        bytes are not exactly such messages for rows of length ``dim``."""
+        bytes are not exactly such messages for rows of length ``dim``.
+
+        The work is bounded by the payload's length: a ``dim`` above the encoder's limit
+        (``max_dim``), or more rows than ``len(data)`` can hold at ``_min_row_nbytes(dim)`` bytes
+        each (at most ``MAX_EMPTY_ROWS`` rows when a row's message is empty), is refused before
+        anything is parsed or allocated."""
         shape, n_rows, dim = _shape_rows(shape)
+        if dim > self.max_dim:
+            raise ValueError(f"{self.spec}: dim must be <= {self.max_dim} (the encoder's limit), "
+                             f"got shape {shape}")
         reader = Reader(data, f"{self.spec} message")
+        per_row = self._min_row_nbytes(dim)
+        if per_row == 0:
+            if n_rows > MAX_EMPTY_ROWS:
+                raise ValueError(f"{reader.what}: rows of dim={dim} have empty messages; at most "
+                                 f"{MAX_EMPTY_ROWS} such rows are accepted, got shape {shape}")
+        elif n_rows > reader.remaining // per_row:
+            raise ValueError(f"{reader.what}: truncated message ({n_rows} rows of dim={dim} "
+                             f"need at least {n_rows * per_row} bytes, {per_row} per row; got "
+                             f"{reader.remaining})")
         rows = [self._parse_row(reader, dim) for _ in range(n_rows)]
         reader.done()
         arrays, row_nbytes = self._join_rows(rows, n_rows, dim)
@@ -230,6 +253,11 @@ class Compressor(ABC):
     def _row_to_bytes(self, payload: Payload, row: int) -> bytes:
         """Row ``row``'s wire message; its length must equal payload.row_nbytes[row]."""
 
+    def _min_row_nbytes(self, dim: int) -> int:
+        """The fewest bytes a valid message for a row of length dim can have (from_bytes bounds
+        the row count with it). 0 means rows may have empty messages."""
+        return 0
+
     @abstractmethod
     def _parse_row(self, reader: Reader, dim: int) -> dict:
         """Reads one message for a row of length dim; validates every length and index."""
@@ -245,7 +273,8 @@ class Compressor(ABC):
 @register("none")
 @dataclass(frozen=True, repr=False)
 class Identity(Compressor):
-    """No compression: dim float32 values, 4 bytes each."""
+    """No compression: dim float32 values, 4 bytes each. Decoding refuses NaN and infinity, as
+    every other decoder does."""
 
     unbiased = True
 
@@ -261,8 +290,14 @@ class Identity(Compressor):
     def _row_to_bytes(self, payload, row):
         return payload.arrays["values"][row].astype("<f4").tobytes()
 
+    def _min_row_nbytes(self, dim):
+        return 4 * dim
+
     def _parse_row(self, reader, dim):
-        return {"values": reader.array(np.float32, dim)}
+        values = reader.array(np.float32, dim)
+        if not np.isfinite(values).all():
+            raise ValueError(f"{reader.what}: values must be finite (NaN or infinity found)")
+        return {"values": values}
 
     def _join_rows(self, rows, n_rows, dim):
         values = (np.stack([r["values"] for r in rows]) if rows

@@ -39,6 +39,9 @@ class Natural(Compressor):
     def _row_to_bytes(self, payload, row):
         return payload.arrays["codes"][row].tobytes()
 
+    def _min_row_nbytes(self, dim):
+        return dim
+
     def _parse_row(self, reader, dim):
         return {"codes": reader.array(np.uint8, dim)}
 
@@ -121,6 +124,9 @@ class NaturalDithering(Compressor):
     def _row_to_bytes(self, payload, row):
         return (payload.arrays["norms"][row:row + 1].astype("<f4").tobytes()
                 + payload.arrays["packed"][row].tobytes())
+
+    def _min_row_nbytes(self, dim):
+        return 4 + self._packed_bytes(dim)
 
     def _parse_row(self, reader: Reader, dim):
         norm = reader.f32()

@@ -39,6 +39,9 @@ class _Quantizer(Compressor):
     def row_nbytes(self, dim: int) -> int:
         """Exact bytes of one row's message for rows of length dim."""
 
+    def _min_row_nbytes(self, dim: int) -> int:
+        return self.row_nbytes(dim)
+
     def _sizes(self, n_rows: int, dim: int) -> np.ndarray:
         return np.full(n_rows, self.row_nbytes(dim), dtype=np.int64)
 

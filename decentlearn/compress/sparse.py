@@ -38,11 +38,20 @@ def _finite_values(val: np.ndarray, spec: str) -> None:
         raise ValueError(f"{spec}: x must be finite where it is sent (NaN or infinity found)")
 
 
+#: Longest row the sparse kernels (int32 indices) encode; the decoders refuse longer ones.
+SPARSE_MAX_DIM = 2**31 - 1
+
+
 def _read_pairs(reader: Reader, count: int, dim: int, spec: str) -> tuple[np.ndarray, np.ndarray]:
-    """count uint32 indices (strictly increasing, < dim) then count finite float32 values."""
-    idx = reader.array(np.uint32, count)
+    """count uint32 indices (strictly increasing, < dim) then count finite float32 values.
+
+    The indices are compared as int64 and narrowed to int32 only once every one is known to be
+    < dim <= SPARSE_MAX_DIM, so nothing can wrap."""
+    if dim > SPARSE_MAX_DIM:
+        raise ValueError(f"{spec} message: dim must be <= {SPARSE_MAX_DIM}, got {dim}")
+    idx = reader.array(np.uint32, count).astype(np.int64)
     val = reader.array(np.float32, count)
-    if count and (int(idx[-1]) >= dim or (count > 1 and not (np.diff(idx.astype(np.int64)) > 0).all())):
+    if count and (idx[-1] >= dim or idx[0] < 0 or (count > 1 and not (np.diff(idx) > 0).all())):
         raise ValueError(f"{spec} message: indices must be strictly increasing and < dim={dim}")
     if not np.isfinite(val).all():
         raise ValueError(f"{spec} message: values must be finite")
@@ -60,9 +69,13 @@ class _FixedK(Compressor):
     """Shared body of top-k and random-k: k pairs per row, k implied by ratio and dim."""
 
     ratio: float
+    max_dim = SPARSE_MAX_DIM
 
     def k(self, dim: int) -> int:
         return sparse_k(self.ratio, dim)
+
+    def _min_row_nbytes(self, dim):
+        return 8 * self.k(dim)
 
     def _payload(self, idx, val, n_rows):
         return {"idx": idx, "val": val}, np.full(n_rows, 8 * idx.shape[1])
@@ -176,6 +189,7 @@ class Threshold(Compressor):
 
     value: float
     unbiased = False
+    max_dim = SPARSE_MAX_DIM
 
     def __post_init__(self) -> None:
         v = self.value
@@ -221,6 +235,9 @@ class Threshold(Compressor):
         lo, hi = a["offsets"][row], a["offsets"][row + 1]
         return (np.uint32(hi - lo).astype("<u4").tobytes() + a["idx"][lo:hi].astype("<u4").tobytes()
                 + a["val"][lo:hi].astype("<f4").tobytes())
+
+    def _min_row_nbytes(self, dim):
+        return 4
 
     def _parse_row(self, reader, dim):
         count = reader.u32()

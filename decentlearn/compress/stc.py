@@ -13,6 +13,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.compress import Compressor, Reader, parse_ratio, register
+from decentlearn.compress.sparse import SPARSE_MAX_DIM, sparse_k
 
 _HEADER = struct.Struct("<IfI")
 
@@ -23,7 +24,8 @@ class STC(Compressor):
     """Sparse Ternary Compression, spec ``stc:R`` (0 < R <= 1). Biased: use with ErrorFeedback
     (the paper accumulates the residual the same way).
 
-    Each row keeps k = max(1, ceil(R * dim)) positions (0 for dim = 0), those of the k largest
+    Each row keeps k = max(1, ceil(R * dim)) positions (0 for dim = 0; R read as the decimal it
+    prints as, the rule of topk:R: stc:0.07 keeps 7 of 100), those of the k largest
     magnitudes (ops.topk: ties to the lowest index), and sends each as sign * mu, mu = mean of
     the kept magnitudes (summed in float64, sent as float32). The positions are coded with the
     Rice parameter b = ops.golomb_param(k, dim), which both sides derive from (k, dim).
@@ -33,7 +35,8 @@ class STC(Compressor):
     unary quotient + b-bit remainder, then a sign bit, 1 = negative; bits LSB-first, zero pad
     bits). A row is 12 + ceil(nbits / 8) bytes. Parsing rejects (ValueError) a k other than this
     compressor's k for dim, a mu that is negative or not finite, an nbits longer than any valid
-    code, and a code that is not exactly k positions in [0, dim) using exactly nbits bits.
+    code or shorter than k (b + 2) bits, a dim above 2^31 - 1 (the encoder's limit), and a code
+    that is not exactly k positions in [0, dim) using exactly nbits bits.
     """
 
     ratio: float
@@ -58,9 +61,21 @@ class STC(Compressor):
     def spec(self) -> str:
         return f"stc:{self.ratio!r}"
 
+    max_dim = SPARSE_MAX_DIM
+
     def k(self, dim: int) -> int:
-        """Kept positions per row of length dim."""
-        return min(dim, max(1, math.ceil(self.ratio * dim)))
+        """Kept positions per row of length dim: the same rule as topk:R and randk:R
+        (compress.sparse.sparse_k, R read as the decimal it prints as)."""
+        return sparse_k(self.ratio, dim)
+
+    def _min_code_bits(self, dim: int) -> int:
+        """Fewest bits of a valid code: each position takes at least its unary terminator, b
+        remainder bits and a sign bit."""
+        k = self.k(dim)
+        return k * (ops.golomb_param(k, dim) + 2)
+
+    def _min_row_nbytes(self, dim):
+        return 12 + (self._min_code_bits(dim) + 7) // 8
 
     def _compress(self, x, seed, step, peer0, n_threads):
         n, dim = x.shape
@@ -108,12 +123,18 @@ class STC(Compressor):
         if nbits > 8 * max_bytes:
             raise ValueError(f"{reader.what}: nbits={nbits} exceeds the longest code "
                              f"({8 * max_bytes} bits) of k={k} positions in dim={dim}")
+        if nbits < self._min_code_bits(dim):
+            raise ValueError(f"{reader.what}: nbits={nbits} is shorter than the shortest code "
+                             f"({self._min_code_bits(dim)} bits) of k={k} positions in dim={dim}")
         return {"mu": mu, "nbits": nbits, "code": reader.take((nbits + 7) // 8)}
 
     def _join_rows(self, rows, n_rows, dim):
         k = self.k(dim)
         b = ops.golomb_param(k, dim)
-        data = np.zeros((n_rows, ops.golomb_max_bytes(k, dim, b)), np.uint8)
+        # As wide as the longest code received (not the longest possible), so that what is
+        # allocated is bounded by the payload's length.
+        width = max(((row["nbits"] + 7) // 8 for row in rows), default=0)
+        data = np.zeros((n_rows, width), np.uint8)
         nbits = np.zeros(n_rows, np.int64)
         mu = np.zeros(n_rows, np.float32)
         for r, row in enumerate(rows):
