@@ -28,10 +28,6 @@ from decentlearn.optim import SGD, SGDConfig
  _STREAM_COMPRESS, _STREAM_LOWP, _STREAM_COCOFL) = range(8)
 
 
-#: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
-SPECTRAL_GAP_MAX_PEERS = 2048
-
-
 def _stream_seed(seed: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
 
@@ -275,8 +271,7 @@ class Simulator:
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
-                              spectral_gap=(self.topology.spectral_gap()
-                                            if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),
+                              spectral_gap=self.topology.spectral_gap(),
                               n_params=self.model.dim, precision=c.precision,
                               config=c.to_dict())
         counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
