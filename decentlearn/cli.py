@@ -70,6 +70,9 @@ def _add_run_parser(sub) -> None:
            "are not trained; K=drop: those peers do not train at all (baseline)")
     a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD) "
                            "or choco (CHOCO-SGD)")
+    a("--clique-averaging", action=argparse.BooleanOptionalAction, default=None,
+      help="D-Cliques Clique Averaging: each peer's gradient is replaced by its clique's average "
+           "before the optimizer step (needs --topology d-cliques[:SIZE[:INTER]])")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
                          "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8")
     a("--gamma", type=float, help="CHOCO consensus step size in (0, 1] (default 1)")

@@ -85,6 +85,7 @@ class RunConfig:
     precision: str = "fp32"
     cocofl: str | None = None
     algorithm: str = "dpsgd"
+    clique_averaging: bool = False
     variant: str = "atc"
     compress: str = "none"
     gamma: float = 1.0
@@ -127,6 +128,9 @@ class RunConfig:
             if self.precision != "fp32":
                 raise ValueError("cocofl trains the unfrozen layers in float32 (frozen ones run "
                                  f"int8): precision must be 'fp32', got {self.precision!r}")
+        if not isinstance(self.clique_averaging, bool):
+            raise ValueError(f"clique_averaging must be true or false, got "
+                             f"{self.clique_averaging!r}")
         if self.algorithm not in algorithms.available():
             raise ValueError(f"unknown algorithm {self.algorithm!r}; expected one of "
                              f"{algorithms.available()}")
@@ -180,9 +184,14 @@ class Simulator:
         self.partition = make_partition(c.partition, d.y_train, c.peers,
                                         seed=_stream_seed(c.seed, _STREAM_PARTITION),
                                         groups=d.groups)
+        # Data-aware builders (d-cliques) get the per-peer label histograms, and only those.
         self.topology = topology.make(c.topology, c.peers,
                                       seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
-                                      weights=c.weights)
+                                      weights=c.weights,
+                                      labels=self.partition.histogram(d.y_train, d.n_classes))
+        if c.clique_averaging and self.topology.groups is None:
+            raise ValueError(f"clique_averaging needs a topology made of cliques "
+                             f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
@@ -205,6 +214,8 @@ class Simulator:
                                          compressor=compress.make(c.compress),
                                          seed=_stream_seed(c.seed, _STREAM_COMPRESS),
                                          frozen=self.frozen, **extra)
+        if c.clique_averaging:
+            self.algorithm.gradient_transform = algorithms.CliqueAveraging(self.topology.groups)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
         if c.eval_samples is not None and c.eval_samples < len(d.y_test):
@@ -272,8 +283,15 @@ class Simulator:
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=self.topology.spectral_gap(),
+                              edges=self.topology.edge_count(),
+                              edges_fraction_of_complete=(
+                                  self.topology.edge_count() / max(1, c.peers * (c.peers - 1) // 2)),
                               n_params=self.model.dim, precision=c.precision,
                               config=c.to_dict())
+        if self.topology.period > 1:
+            result.summary["spectral_gap_period"] = self.topology.period_spectral_gap()
+        if self.topology.info is not None:
+            result.summary["topology_info"] = dict(self.topology.info)
         counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
         result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
                                                         c.local_steps, c.momentum != 0)

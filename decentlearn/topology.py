@@ -29,6 +29,9 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
+from decentlearn import dcliques
+from decentlearn.dcliques import clique_weights
+
 __all__ = [
     "Graph",
     "Topology",
@@ -46,7 +49,7 @@ TOLERANCE = 1e-12
 MAX_TRIES = 100
 
 #: Largest n for which repr() computes the spectral gap (beyond it, only a cached gap is shown).
-REPR_GAP_MAX_N = 4096
+REPR_GAP_MAX_N = 1024
 
 GraphBuilder = Callable[..., "Graph"]
 WeightRule = Callable[[sp.csr_array, str], sp.csr_array]
@@ -139,9 +142,22 @@ class Graph:
     n: int
     rounds: tuple[np.ndarray, ...]
     directed: bool = False
+    #: Optional group (clique) id of every peer, int64 (n,): kept by the Topology, used by the
+    #: "clique" weight rule and by Clique Averaging.
+    groups: np.ndarray | None = field(default=None, compare=False)
+    #: Optional facts about the construction that a run summary reports (JSON-serializable).
+    info: dict | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         n = _check_int(self.n, "n", minimum=1)
+        if self.groups is not None:
+            groups = np.asarray(self.groups)
+            if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+                raise ValueError(f"groups must be an int array of shape ({n},), got "
+                                 f"{groups.dtype} {groups.shape}")
+            if groups.min() < 0:
+                raise ValueError("groups must hold group ids >= 0")
+            object.__setattr__(self, "groups", _read_only(groups.astype(np.int64)))
         if not isinstance(self.directed, bool):
             raise TypeError(f"directed must be a bool, got {type(self.directed).__name__}")
         if isinstance(self.rounds, np.ndarray) or not isinstance(self.rounds, (tuple, list)):
@@ -357,6 +373,25 @@ def _edges_file(n: int, *path: str) -> Graph:
     return Graph(n, (_edge_array(pairs, n, f"edges in {str(filename)!r}"),))
 
 
+@register("d-cliques")
+def _d_cliques(n: int, size: str = "10", inter: str = "ring", *, seed: int, labels: Any) -> Graph:
+    """D-Cliques (Bellet et al. 2022): Greedy Swap cliques of SIZE peers whose label mix
+    approaches the global one, linked by INTER (ring, fractal, small-world, fully-connected)."""
+    clique_size = _parse_int(size, "SIZE", minimum=1)
+    dcliques.check_size(clique_size, n)
+    if inter not in dcliques.INTER:
+        raise ValueError(f"INTER must be one of {', '.join(dcliques.INTER)}, got {inter!r}")
+    dist = dcliques.label_distributions(labels, n)
+    cliques = dcliques.greedy_swap(dist, clique_size, seed=seed)
+    edges = np.concatenate(
+        (dcliques.intra_clique_edges(cliques), dcliques.inter_clique_edges(cliques, inter))
+    )
+    groups = np.empty(n, dtype=np.int64)
+    groups[cliques] = np.arange(cliques.shape[0])[:, None]
+    info = dcliques.summary(dist, cliques, len(edges), inter)
+    return Graph(n, (edges,), groups=groups, info=info)
+
+
 # --------------------------------------------------------------------------------------------------
 # Weight rules
 
@@ -414,6 +449,12 @@ def _uniform(adj: sp.csr_array, label: str) -> sp.csr_array:
         )
     rows = np.repeat(np.arange(adj.shape[0]), degree)
     return _assemble(adj, 1.0 / (1.0 + degree[rows]), 1.0 / (1.0 + degree))
+
+
+@_weight_rule("clique")
+def _clique(adj: sp.csr_array, label: str) -> sp.csr_array:
+    # Reached only for graphs without groups: _from_graph handles graphs made of cliques.
+    raise ValueError(f"weights='clique' needs a topology made of cliques (d-cliques), got {label}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -498,6 +539,10 @@ class Topology:
     name: str
     weights: str
     rounds: tuple[sp.csr_array, ...] = field(repr=False)
+    #: Group (clique) id of every peer when the builder made groups (d-cliques), else None.
+    groups: np.ndarray | None = field(default=None, repr=False)
+    #: Facts about the construction for the run summary (d-cliques: clique skews, edges), or None.
+    info: dict | None = field(default=None, repr=False)
     n: int = field(init=False)
     directed: bool = field(init=False)
     period: int = field(init=False)
@@ -604,6 +649,20 @@ class Topology:
 
         return self._cached("send", r, compute)
 
+    def edge_count(self) -> int:
+        """Undirected links used in any round: pairs {i, j}, i != j, with W_t[i, j] or W_t[j, i]
+        nonzero for some t (the complete graph has n (n - 1) / 2)."""
+
+        def compute() -> int:
+            union = abs(self.rounds[0])
+            for w in self.rounds[1:]:
+                union = union + abs(w)
+            union = sp.triu(union + union.T, k=1)
+            union.eliminate_zeros()
+            return int(union.nnz)
+
+        return self._cached("edges", 0, compute)
+
     def spectral_gap(self, t: int = 0) -> float:
         """1 - (second largest singular value of W_t), in [0, 1].
 
@@ -702,17 +761,31 @@ def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
     period = len(graph.rounds)
     patterns = [graph.adjacency(k) for k in range(period)]
     _check_connected(patterns, graph.n, label, period)
-    rule = _WEIGHT_RULES[weights]
-    topology = Topology(name, weights, tuple(rule(adj, label) for adj in patterns))
+    if weights == "clique":
+        if graph.groups is None:
+            raise ValueError(
+                f"weights='clique' (equal-clique weighting) needs a topology made of cliques "
+                f"(d-cliques), got {label}; use weights='metropolis'"
+            )
+        mats = tuple(clique_weights(adj, graph.groups) for adj in patterns)
+    else:
+        rule = _WEIGHT_RULES[weights]
+        mats = tuple(rule(adj, label) for adj in patterns)
+    topology = Topology(name, weights, mats, groups=graph.groups, info=graph.info)
     if topology.directed and not graph.directed:
         raise ValueError(f"weights={weights!r} on undirected {label} gives a non-symmetric matrix")
     return topology
 
 
-def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> Topology:
+def make(
+    spec: str, n: int, *, seed: int = 0, weights: str = "metropolis", labels: Any = None
+) -> Topology:
     """Builds the topology named by ``spec`` ("ring", "torus:4:8", "small-world:4:0.1", ...; see
     :func:`available`) on ``n`` peers, with mixing weights from the rule ``weights``
-    ("metropolis", "max-degree" or "uniform"). ``seed`` fixes random graphs."""
+    ("metropolis", "max-degree", "uniform", or "clique" for d-cliques). ``seed`` fixes random
+    graphs. ``labels``, per-peer label histograms (n, n_classes), reaches only the builders that
+    declare a keyword-only ``labels`` parameter (data-aware ones such as d-cliques), which raise
+    ValueError when it is None; the others ignore it."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
     n = _check_int(n, "n", minimum=1)
@@ -726,7 +799,9 @@ def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> To
             f"unknown topology {key!r} in spec {spec!r}; available: {', '.join(available())}"
         )
     signature = inspect.signature(builder)
-    kwargs = {"seed": seed} if "seed" in signature.parameters else {}
+    kwargs: dict[str, Any] = {"seed": seed} if "seed" in signature.parameters else {}
+    if "labels" in signature.parameters:
+        kwargs["labels"] = labels
     try:
         signature.bind(n, *params, **kwargs)
     except TypeError:
