@@ -29,7 +29,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
-from decentlearn import dcliques
+from decentlearn import dcliques, moshpit
 from decentlearn.dcliques import clique_weights
 
 __all__ = [
@@ -390,6 +390,17 @@ def _d_cliques(n: int, size: str = "10", inter: str = "ring", *, seed: int, labe
     groups[cliques] = np.arange(cliques.shape[0])[:, None]
     info = dcliques.summary(dist, cliques, len(edges), inter)
     return Graph(n, (edges,), groups=groups, info=info)
+
+
+@register("moshpit")
+def _moshpit(n: int, grid: str, placement: str = "full", *, seed: int) -> Graph:
+    """Moshpit averaging (Ryabinin et al. 2021): peers on a virtual GRID (4x4x4, or a number of
+    axes D of equal side); round t averages within the groups along axis t mod d. PLACEMENT: full
+    (n equals the cells) or sparse (n <= cells, peers on a seeded random subset of cells)."""
+    if placement not in ("full", "sparse"):
+        raise ValueError(f"PLACEMENT must be 'full' or 'sparse', got {placement!r}")
+    shape = moshpit.parse_grid(grid, n)
+    return Graph(n, moshpit.grid_rounds(shape, n, sparse=placement == "sparse", seed=seed))
 
 
 # --------------------------------------------------------------------------------------------------
