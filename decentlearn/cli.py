@@ -73,6 +73,8 @@ def _add_run_parser(sub) -> None:
     a("--clique-averaging", action=argparse.BooleanOptionalAction, default=None,
       help="D-Cliques Clique Averaging: each peer's gradient is replaced by its clique's average "
            "before the optimizer step (needs --topology d-cliques[:SIZE[:INTER]])")
+    a("--mixing", help="gossip (one exchange of W per round, default) or finite-time (the "
+                       "exact average each round through W's minimal polynomial: K exchanges)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
                          "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8")
     a("--gamma", type=float, help="CHOCO consensus step size in (0, 1] (default 1)")

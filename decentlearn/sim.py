@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, cocofl, compress, metrics, topology
+from decentlearn import algorithms, cocofl, compress, finite_gossip, metrics, topology
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
@@ -86,6 +86,7 @@ class RunConfig:
     cocofl: str | None = None
     algorithm: str = "dpsgd"
     clique_averaging: bool = False
+    mixing: str = "gossip"
     variant: str = "atc"
     compress: str = "none"
     gamma: float = 1.0
@@ -131,6 +132,8 @@ class RunConfig:
         if not isinstance(self.clique_averaging, bool):
             raise ValueError(f"clique_averaging must be true or false, got "
                              f"{self.clique_averaging!r}")
+        if self.mixing not in ("gossip", "finite-time"):
+            raise ValueError(f"mixing must be 'gossip' or 'finite-time', got {self.mixing!r}")
         if self.algorithm not in algorithms.available():
             raise ValueError(f"unknown algorithm {self.algorithm!r}; expected one of "
                              f"{algorithms.available()}")
@@ -196,7 +199,14 @@ class Simulator:
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
-        self.comm = SimComm(self.topology, n_threads=c.threads)
+        if c.mixing == "finite-time":
+            if c.algorithm != "dpsgd" or c.compress != "none":
+                raise ValueError("mixing='finite-time' runs several exchanges per round and "
+                                 "supports uncompressed dpsgd only, got "
+                                 f"algorithm={c.algorithm!r}, compress={c.compress!r}")
+            self.comm = finite_gossip.FiniteTimeComm(self.topology, n_threads=c.threads)
+        else:
+            self.comm = SimComm(self.topology, n_threads=c.threads)
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
                                   weight_decay=c.weight_decay), params.shape)
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
