@@ -29,7 +29,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
-from decentlearn import dcliques, moshpit
+from decentlearn import clumping, dcliques, moshpit
 from decentlearn.dcliques import clique_weights
 
 __all__ = [
@@ -390,6 +390,23 @@ def _d_cliques(n: int, size: str = "10", inter: str = "ring", *, seed: int, labe
     groups[cliques] = np.arange(cliques.shape[0])[:, None]
     info = dcliques.summary(dist, cliques, len(edges), inter)
     return Graph(n, (edges,), groups=groups, info=info)
+
+
+@register("clumped")
+def _clumped(n: int, k: str = "4", order: str = "heterogeneous", *, seed: int,
+             labels: Any) -> Graph:
+    """Peer clumping (proxy-based locally heterogeneous topology): peers clustered by label proxy,
+    dealt round-robin from the clumps, laid on a circulant graph of even degree K. ORDER:
+    heterogeneous (the method) or homogeneous (same graph on clumps in sequence, baseline)."""
+    degree = _parse_int(k, "K", minimum=2)
+    if degree % 2 or degree >= n:
+        raise ValueError(f"K must be even and < n={n}, got K={degree}")
+    dist = dcliques.label_distributions(labels, n)
+    seq = clumping.clump_order(dist, seed=seed, order=order)
+    edges = clumping.circulant_edges(seq, degree)
+    graph = Graph(n, (edges,))
+    skew = clumping.local_skew(graph.adjacency(), dist)
+    return Graph(n, (edges,), info={"order": order, "degree": degree, "local_skew": skew})
 
 
 @register("moshpit")
