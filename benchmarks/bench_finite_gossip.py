@@ -2,7 +2,7 @@
 minimal-polynomial rule (decentlearn.finite_gossip) on a ring, a torus and an exponential graph,
 and against one-peer exponential gossip (exact after log2 n rounds on 2^k peers).
 
-    python benchmarks/bench_finite_gossip.py [--peers 64] [--out benchmarks/results/finite_gossip.png]
+    python benchmarks/bench_finite_gossip.py [--peers 64] [--out FILE.png]
 
 Float64, dense matrices (this is about step counts, not speed). Error: max_i |x_i - mean| / the
 initial one, from a fixed Gaussian start.

@@ -9,8 +9,9 @@ distance ``skew(C) = sum_l |p_C(l) - p(l)|``.
 
 * :func:`greedy_swap` (the paper's Greedy Swap): start from a split into cliques of SIZE peers
   (the paper starts from a random one; we deal the peers sorted by majority label round-robin,
-  which is already balanced under one-class skew); in each of K iterations (default 10 n) draw two cliques, list the swaps of one member of each that lower
-  skew(C1) + skew(C2), and apply one of them drawn at random. Stops early once every skew is 0.
+  which is already balanced under one-class skew); in each of K iterations (default 10 n) draw
+  two cliques, list the swaps of one member of each that lower skew(C1) + skew(C2), and apply
+  one of them drawn at random. Stops early once every skew is 0.
 * :func:`inter_clique_edges`: one edge per linked pair of cliques, between the members that have
   the fewest inter-clique edges so far: ``ring`` (clique c -- c+1), ``fractal`` (groups of SIZE
   cliques fully linked, then groups of groups, recursively), ``small-world`` (c -- c+1, c+2 and

@@ -29,14 +29,18 @@ def parse_grid(text: str, n: int) -> tuple[int, ...]:
         try:
             shape = tuple(int(part) for part in text.split("x"))
         except ValueError:
-            raise ValueError(f"GRID must be sizes joined by 'x' such as 4x4x4, got {text!r}") from None
+            raise ValueError(
+                f"GRID must be sizes joined by 'x' such as 4x4x4, got {text!r}"
+            ) from None
         if any(s < 1 for s in shape):
             raise ValueError(f"GRID sizes must be >= 1, got {text!r}")
         return shape
     try:
         d = int(text)
     except ValueError:
-        raise ValueError(f"GRID must be sizes such as 4x4x4 or a number of axes D, got {text!r}") from None
+        raise ValueError(
+            f"GRID must be sizes such as 4x4x4 or a number of axes D, got {text!r}"
+        ) from None
     if d < 1:
         raise ValueError(f"GRID as a number of axes must be >= 1, got {d}")
     side = round(n ** (1.0 / d))
@@ -48,7 +52,9 @@ def parse_grid(text: str, n: int) -> tuple[int, ...]:
     return (side,) * d
 
 
-def grid_rounds(shape: tuple[int, ...], n: int, *, sparse: bool, seed: int) -> tuple[np.ndarray, ...]:
+def grid_rounds(
+    shape: tuple[int, ...], n: int, *, sparse: bool, seed: int
+) -> tuple[np.ndarray, ...]:
     """One (m, 2) edge array per axis: every pair of peers in the same group along that axis.
 
     Peer i sits on cell ``cells[i]`` of the grid in C order: cell i on a full grid, a seeded random
@@ -60,8 +66,8 @@ def grid_rounds(shape: tuple[int, ...], n: int, *, sparse: bool, seed: int) -> t
                          f"the n={n} peers")
     if cells_total > n and not sparse:
         raise ValueError(
-            f"GRID={'x'.join(map(str, shape))} has {cells_total} cells but n={n} peers: a full grid "
-            f"needs n={cells_total}; write moshpit:GRID:sparse to leave cells empty"
+            f"GRID={'x'.join(map(str, shape))} has {cells_total} cells but n={n} peers: a full "
+            f"grid needs n={cells_total}; write moshpit:GRID:sparse to leave cells empty"
         )
     if sparse:
         cells = np.sort(np.random.default_rng(seed).permutation(cells_total)[:n])

@@ -294,8 +294,8 @@ class Simulator:
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=self.topology.spectral_gap(),
                               edges=self.topology.edge_count(),
-                              edges_fraction_of_complete=(
-                                  self.topology.edge_count() / max(1, c.peers * (c.peers - 1) // 2)),
+                              edges_fraction_of_complete=(self.topology.edge_count()
+                                                          / max(1, c.peers * (c.peers - 1) // 2)),
                               n_params=self.model.dim, precision=c.precision,
                               config=c.to_dict())
         if self.topology.period > 1:

@@ -16,7 +16,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1]), str(HERE.parent)]
 
-import numpy as np  # noqa: E402
 from _common import OUT  # noqa: E402
 from bench_finite_gossip import curves  # noqa: E402
 
