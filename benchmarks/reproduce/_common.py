@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import time
 from pathlib import Path
 
@@ -13,13 +14,22 @@ from decentlearn.sim import RunConfig, simulate
 OUT = Path(__file__).resolve().parent / "results"
 
 
-def run_all(name: str, runs: dict[str, RunConfig], *, fresh: bool = False) -> dict[str, dict]:
-    """Runs every configuration (or reads its cached result) and returns label -> record."""
-    OUT.mkdir(exist_ok=True)
-    cache = OUT / f"{name}.json"
-    done = {} if fresh or not cache.exists() else json.loads(cache.read_text())
+def run_all(name: str, runs: dict[str, RunConfig], *, fresh: bool = False,
+            only: str | None = None) -> dict[str, dict]:
+    """Runs every configuration (or reads its cached result, one JSON file per run under
+    results/NAME/, so runs can go in parallel processes) and returns label -> record. With
+    ``only``, runs just the labels containing that text and returns what is cached."""
+    folder = OUT / name
+    folder.mkdir(parents=True, exist_ok=True)
+    done = {}
     for label, config in runs.items():
-        if label in done and done[label]["config"] == config.to_dict():
+        cache = folder / (re.sub(r"[^A-Za-z0-9.]+", "_", label).strip("_") + ".json")
+        if not fresh and cache.exists():
+            record = json.loads(cache.read_text())
+            if record["config"] == config.to_dict():
+                done[label] = record
+                continue
+        if only is not None and only not in label:
             continue
         start = time.perf_counter()
         result = simulate(config)
@@ -30,8 +40,8 @@ def run_all(name: str, runs: dict[str, RunConfig], *, fresh: bool = False) -> di
             "seconds": time.perf_counter() - start,
             "machine": platform.node(),
         }
-        cache.write_text(json.dumps(done, indent=1, default=float))
-    return {label: done[label] for label in runs}
+        cache.write_text(json.dumps(done[label], indent=1, default=float))
+    return done
 
 
 def table(records: dict[str, dict], columns: list[tuple[str, str]]) -> str:
