@@ -386,7 +386,7 @@ def test_time_varying_union_must_be_connected(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: T.make("grid", 16), ValueError, r"unknown topology 'grid'.*available: complete, .*edges, .*ring"),
+        (lambda: T.make("grid", 16), ValueError, r"unknown topology 'grid'.*available: .*complete, .*edges, .*ring"),
         (lambda: T.make("random-regular:3", 7), ValueError, r"'random-regular:3' with n=7: n\*D must be even"),
         (lambda: T.make("torus:3:5", 16), ValueError, r"R\*C must equal n=16, got R=3, C=5"),
         (lambda: T.make("torus:3", 16), ValueError, "R=3 must divide n=16"),
