@@ -91,10 +91,17 @@ class Algorithm(ABC):
     def compressed(self) -> bool:
         return self.compressor is not None and self.compressor.spec != "none"
 
+    #: Optional map applied in place to every (n_peers, dim) gradient before the optimizer step,
+    #: e.g. :class:`CliqueAveraging`; None leaves gradients as they are.
+    gradient_transform: Callable[[np.ndarray], None] | None = None
+
     def gradient(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple:
         """(losses, grad) of every peer at ``params``; frozen layers get no gradient."""
         frozen = 0 if self.frozen is None else self.frozen
-        return self.model.loss_and_grad(params, x, y, grad=self._grad, frozen=frozen)
+        losses, grad = self.model.loss_and_grad(params, x, y, grad=self._grad, frozen=frozen)
+        if self.gradient_transform is not None:
+            self.gradient_transform(grad)
+        return losses, grad
 
     def apply(self, params: np.ndarray, grad: np.ndarray) -> None:
         """The optimizer's step in place on ``params``, frozen prefixes left untouched."""
@@ -216,6 +223,41 @@ class CHOCO(Algorithm):
         mixed *= np.float32(self.gamma)
         self.params += mixed
         return losses / self.local_steps
+
+
+class CliqueAveraging:
+    """Clique Averaging (Bellet, Kermarrec and Lavoie, D-Cliques, 2022): every peer's gradient is
+    replaced, in place, by the average of the gradients of its clique, g_i <- (1/|C|) sum_{j in C}
+    g_j, before the optimizer step, so momentum is applied on top of the clique's unbiased
+    gradient. Set it as an algorithm's ``gradient_transform``; ``groups`` is the clique id of every
+    peer (``Topology.groups`` of a d-cliques topology). Sums run in a fixed order (sorted peers),
+    so results do not depend on threads.
+    """
+
+    def __init__(self, groups: np.ndarray) -> None:
+        groups = np.asarray(groups)
+        if groups.ndim != 1 or groups.size == 0 or not np.issubdtype(groups.dtype, np.integer):
+            raise ValueError(f"groups must be a non-empty 1-D int array (a clique id per peer), "
+                             f"got {groups.dtype} {groups.shape}")
+        if groups.min() < 0:
+            raise ValueError("groups must hold clique ids >= 0")
+        self.groups = groups.astype(np.int64)
+        self._order = np.argsort(self.groups, kind="stable")
+        counts = np.bincount(self.groups)
+        self._ids = np.flatnonzero(counts)
+        self._starts = np.concatenate(([0], np.cumsum(counts[self._ids])[:-1]))
+        self._inv_sizes = (1.0 / counts[self._ids]).astype(np.float32)[:, None]
+        self._slot = np.searchsorted(self._ids, self.groups)
+
+    def __repr__(self) -> str:
+        return f"CliqueAveraging(cliques={self._ids.size}, peers={self.groups.size})"
+
+    def __call__(self, grad: np.ndarray) -> None:
+        if grad.ndim != 2 or grad.shape[0] != self.groups.size:
+            raise ValueError(f"grad must have shape ({self.groups.size}, dim), got {grad.shape}")
+        means = np.add.reduceat(grad[self._order], self._starts, axis=0)
+        means *= self._inv_sizes
+        grad[...] = means[self._slot]
 
 
 # Algorithms in other modules register themselves on import (they import this module's base class).

@@ -102,6 +102,11 @@ def _add_run_parser(sub) -> None:
     a("--algorithm", help="dpsgd (D-PSGD; with --compress: compressed differences, DCD-PSGD), "
                            "choco (CHOCO-SGD), dsgt, d2, dacfl, ngc, compngc, skewscout, "
                            "allreduce, fedavg, stc-fl, fedhisyn (docs/algorithms.md)")
+    a("--clique-averaging", action=argparse.BooleanOptionalAction, default=None,
+      help="D-Cliques Clique Averaging: each peer's gradient is replaced by its clique's average "
+           "before the optimizer step (needs --topology d-cliques[:SIZE[:INTER]])")
+    a("--mixing", help="gossip (one exchange of W per round, default) or finite-time (the "
+                       "exact average each round through W's minimal polynomial: K exchanges)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
                          "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8; ef:SPEC adds "
                          "error feedback")

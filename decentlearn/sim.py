@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, baselines, cocofl, compress, metrics, network
+from decentlearn import algorithms, baselines, cocofl, compress, finite_gossip, metrics, network
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
@@ -31,9 +31,6 @@ from decentlearn.optim import SGD, SGDConfig
 
 #: Random stream of the network model (decentlearn.network), apart from the streams above.
 _STREAM_NETWORK = 100
-
-#: The summary's spectral gap is a dense eigendecomposition: skipped (None) above this many peers.
-SPECTRAL_GAP_MAX_PEERS = 2048
 
 #: A run is stopped as diverged (DivergenceError) after any round where the consensus distance
 #: (1/n) sum_i ||x_i - x_bar||^2 exceeds this factor times max(1, ||x_0||^2), the squared norm of
@@ -147,6 +144,8 @@ class RunConfig:
     precision: str = "fp32"
     cocofl: str | None = None
     algorithm: str = "dpsgd"
+    clique_averaging: bool = False
+    mixing: str = "gossip"
     variant: str = "atc"
     compress: str = "none"
     gamma: float | None = None
@@ -221,6 +220,11 @@ class RunConfig:
             if self.precision != "fp32":
                 raise ValueError("cocofl trains the unfrozen layers in float32 (frozen ones run "
                                  f"int8): precision must be 'fp32', got {self.precision!r}")
+        if not isinstance(self.clique_averaging, bool):
+            raise ValueError(f"clique_averaging must be true or false, got "
+                             f"{self.clique_averaging!r}")
+        if self.mixing not in ("gossip", "finite-time"):
+            raise ValueError(f"mixing must be 'gossip' or 'finite-time', got {self.mixing!r}")
         algorithms._REGISTRY.get(self.algorithm)  # unknown name: ValueError with a suggestion
         network.validate_run(self)
         if self.algorithm == "choco" and self.gamma is None and self.compress != "none":
@@ -323,11 +327,17 @@ class Simulator:
                                         seed=_stream_seed(c.seed, _STREAM_PARTITION),
                                         groups=d.groups)
         # Network hook (decentlearn.network): time-varying/directed graphs, the network model.
+        # Data-aware builders (d-cliques) get the per-peer label histograms, and only those.
         accepted = network.accepted_mixing(c.algorithm)
         self.topology = network.make_topology(c.topology, c.peers,
                                               seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
-                                              weights=c.weights, mixing=accepted)
+                                              weights=c.weights, mixing=accepted,
+                                              labels=self.partition.histogram(d.y_train,
+                                                                              d.n_classes))
         network.check_mixing(self.topology, c.algorithm, accepted)
+        if c.clique_averaging and self.topology.groups is None:
+            raise ValueError(f"clique_averaging needs a topology made of cliques "
+                             f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")
         self.network = (network.NetworkModel(c.network, c.peers,
                                              seed=_stream_seed(c.seed, _STREAM_NETWORK))
                         if c.network is not None else None)
@@ -336,9 +346,17 @@ class Simulator:
         self.model.n_threads = c.threads
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
-        self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
-                            samples_per_round=c.local_steps * c.batch_size,
-                            mixing_kind="column" if "column" in accepted else None)
+        if c.mixing == "finite-time":
+            if c.algorithm != "dpsgd" or c.compress != "none" or c.network is not None:
+                raise ValueError("mixing='finite-time' runs several exchanges per round and "
+                                 "supports uncompressed dpsgd only, without a network model; got "
+                                 f"algorithm={c.algorithm!r}, compress={c.compress!r}, "
+                                 f"network={c.network!r}")
+            self.comm = finite_gossip.FiniteTimeComm(self.topology, n_threads=c.threads)
+        else:
+            self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
+                                samples_per_round=c.local_steps * c.batch_size,
+                                mixing_kind="column" if "column" in accepted else None)
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
                                   weight_decay=c.weight_decay), params.shape,
                         n_threads=c.threads)
@@ -368,6 +386,8 @@ class Simulator:
                                              compressor=compressor,
                                              seed=_stream_seed(c.seed, _STREAM_COMPRESS),
                                              frozen=self.frozen, **extra)
+        if c.clique_averaging:
+            self.algorithm.gradient_transform = algorithms.CliqueAveraging(self.topology.groups)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
         #: Freezes offline peers' state under churn (None without churn).
@@ -503,11 +523,19 @@ class Simulator:
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
         result.summary.update(self.comm.network_summary())  # network hook: sim_seconds
+        topo = self.topology
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
-                              spectral_gap=(self.topology.spectral_gap()
-                                            if c.peers <= SPECTRAL_GAP_MAX_PEERS else None),
+                              spectral_gap=topo.spectral_gap(),
                               n_params=self.model.dim, precision=c.precision,
                               warnings=list(self.problems), config=c.to_dict())
+        if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
+            edges = topo.edge_count()
+            result.summary.update(edges=edges, edges_fraction_of_complete=(
+                edges / max(1, c.peers * (c.peers - 1) // 2)))
+        if topo.period is not None and topo.period > 1 and hasattr(topo, "period_spectral_gap"):
+            result.summary["spectral_gap_period"] = topo.period_spectral_gap()
+        if topo.info is not None:
+            result.summary["topology_info"] = dict(topo.info)
         counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
         result.summary["evaluation"] = self.eval_summary(time.perf_counter() - start)
         result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
+from decentlearn import clumping, dcliques, moshpit
+from decentlearn.dcliques import clique_weights
 from decentlearn.registry import Registry
 
 __all__ = [
@@ -139,9 +142,22 @@ class Graph:
     n: int
     rounds: tuple[np.ndarray, ...]
     directed: bool = False
+    #: Optional group (clique) id of every peer, int64 (n,): kept by the Topology, used by the
+    #: "clique" weight rule and by Clique Averaging.
+    groups: np.ndarray | None = field(default=None, compare=False)
+    #: Optional facts about the construction that a run summary reports (JSON-serializable).
+    info: dict | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         n = _check_int(self.n, "n", minimum=1)
+        if self.groups is not None:
+            groups = np.asarray(self.groups)
+            if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+                raise ValueError(f"groups must be an int array of shape ({n},), got "
+                                 f"{groups.dtype} {groups.shape}")
+            if groups.min() < 0:
+                raise ValueError("groups must hold group ids >= 0")
+            object.__setattr__(self, "groups", _read_only(groups.astype(np.int64)))
         if not isinstance(self.directed, bool):
             raise TypeError(f"directed must be a bool, got {type(self.directed).__name__}")
         if isinstance(self.rounds, np.ndarray) or not isinstance(self.rounds, (tuple, list)):
@@ -355,6 +371,53 @@ def _edges_file(n: int, *path: str) -> Graph:
     return Graph(n, (_edge_array(pairs, n, f"edges in {str(filename)!r}"),))
 
 
+@register("d-cliques")
+def _d_cliques(n: int, size: str = "10", inter: str = "ring", *, seed: int, labels: Any) -> Graph:
+    """D-Cliques (Bellet et al. 2022): Greedy Swap cliques of SIZE peers whose label mix
+    approaches the global one, linked by INTER (ring, fractal, small-world, fully-connected)."""
+    clique_size = _parse_int(size, "SIZE", minimum=1)
+    dcliques.check_size(clique_size, n)
+    if inter not in dcliques.INTER:
+        raise ValueError(f"INTER must be one of {', '.join(dcliques.INTER)}, got {inter!r}")
+    dist = dcliques.label_distributions(labels, n)
+    cliques = dcliques.greedy_swap(dist, clique_size, seed=seed)
+    edges = np.concatenate(
+        (dcliques.intra_clique_edges(cliques), dcliques.inter_clique_edges(cliques, inter))
+    )
+    groups = np.empty(n, dtype=np.int64)
+    groups[cliques] = np.arange(cliques.shape[0])[:, None]
+    info = dcliques.summary(dist, cliques, len(edges), inter)
+    return Graph(n, (edges,), groups=groups, info=info)
+
+
+@register("clumped")
+def _clumped(n: int, k: str = "4", order: str = "heterogeneous", *, seed: int,
+             labels: Any) -> Graph:
+    """Peer clumping (proxy-based locally heterogeneous topology): peers clustered by label proxy,
+    dealt round-robin from the clumps, laid on a circulant graph of even degree K. ORDER:
+    heterogeneous (the method) or homogeneous (same graph on clumps in sequence, baseline)."""
+    degree = _parse_int(k, "K", minimum=2)
+    if degree % 2 or degree >= n:
+        raise ValueError(f"K must be even and < n={n}, got K={degree}")
+    dist = dcliques.label_distributions(labels, n)
+    seq = clumping.clump_order(dist, seed=seed, order=order)
+    edges = clumping.circulant_edges(seq, degree)
+    graph = Graph(n, (edges,))
+    skew = clumping.local_skew(graph.adjacency(), dist)
+    return Graph(n, (edges,), info={"order": order, "degree": degree, "local_skew": skew})
+
+
+@register("moshpit")
+def _moshpit(n: int, grid: str, placement: str = "full", *, seed: int) -> Graph:
+    """Moshpit averaging (Ryabinin et al. 2021): peers on a virtual GRID (4x4x4, or a number of
+    axes D of equal side); round t averages within the groups along axis t mod d. PLACEMENT: full
+    (n equals the cells) or sparse (n <= cells, peers on a seeded random subset of cells)."""
+    if placement not in ("full", "sparse"):
+        raise ValueError(f"PLACEMENT must be 'full' or 'sparse', got {placement!r}")
+    shape = moshpit.parse_grid(grid, n)
+    return Graph(n, moshpit.grid_rounds(shape, n, sparse=placement == "sparse", seed=seed))
+
+
 # --------------------------------------------------------------------------------------------------
 # Weight rules
 
@@ -412,6 +475,12 @@ def _uniform(adj: sp.csr_array, label: str) -> sp.csr_array:
         )
     rows = np.repeat(np.arange(adj.shape[0]), degree)
     return _assemble(adj, 1.0 / (1.0 + degree[rows]), 1.0 / (1.0 + degree))
+
+
+@_weight_rule("clique")
+def _clique(adj: sp.csr_array, label: str) -> sp.csr_array:
+    # Reached only for graphs without groups: _from_graph handles graphs made of cliques.
+    raise ValueError(f"weights='clique' needs a topology made of cliques (d-cliques), got {label}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -496,6 +565,10 @@ class Topology:
     name: str
     weights: str
     rounds: tuple[sp.csr_array, ...] = field(repr=False)
+    #: Group (clique) id of every peer when the builder made groups (d-cliques), else None.
+    groups: np.ndarray | None = field(default=None, repr=False)
+    #: Facts about the construction for the run summary (d-cliques: clique skews, edges), or None.
+    info: dict | None = field(default=None, repr=False)
     n: int = field(init=False)
     directed: bool = field(init=False)
     period: int = field(init=False)
@@ -529,7 +602,7 @@ class Topology:
 
     def __repr__(self) -> str:
         period = f", period={self.period}" if self.period > 1 else ""
-        # The gap costs O(n^3) (seconds at n = 4096): show it when cheap or already known.
+        # The gap costs ARPACK iterations (seconds for a ring of 10^4): show it when cheap or known.
         known = self.n <= REPR_GAP_MAX_N or ("gap", 0) in self._cache
         gap = f", gap={self.spectral_gap():.3g}" if known else ""
         return f"Topology({self.name!r}, n={self.n}, weights={self.weights!r}{period}{gap})"
@@ -602,32 +675,111 @@ class Topology:
 
         return self._cached("send", r, compute)
 
+    def edge_count(self) -> int:
+        """Undirected links used in any round: pairs {i, j}, i != j, with W_t[i, j] or W_t[j, i]
+        nonzero for some t (the complete graph has n (n - 1) / 2)."""
+
+        def compute() -> int:
+            union = abs(self.rounds[0])
+            for w in self.rounds[1:]:
+                union = union + abs(w)
+            union = sp.triu(union + union.T, k=1)
+            union.eliminate_zeros()
+            return int(union.nnz)
+
+        return self._cached("edges", 0, compute)
+
     def spectral_gap(self, t: int = 0) -> float:
         """1 - (second largest singular value of W_t), in [0, 1].
 
-        For a symmetric W_t this is 1 - max(|lambda_2|, |lambda_n|) (eigenvalues from
-        numpy.linalg.eigvalsh, lambda_1 = 1), since singular values of a symmetric matrix are the
-        absolute eigenvalues. For a directed W_t it is 1 - sigma_2(W_t): the disagreement
-        ||X - mean|| shrinks by at least a factor sigma_2 per round. 1.0 for n = 1. Computed from
-        the dense matrix (W^T W when directed; O(n^3): seconds at n = 4096) and cached.
+        W_t is doubly stochastic, so its largest singular value is 1 (vector of ones) and the
+        second is ||W_t - J/n||_2 (J the all-ones matrix): the disagreement ||X - mean|| shrinks by
+        at least that factor per round. For a symmetric W_t this is max(|lambda_2|, |lambda_n|).
+        Up to :data:`DENSE_GAP_MAX_N` peers it comes from a dense eigendecomposition; above, from
+        ARPACK (scipy.sparse.linalg.eigsh) on the deflated operator x -> W_t (x - mean(x)) (and
+        on its Gram operator when W_t is not symmetric), so it costs a few hundred sparse
+        products: milliseconds at 10^3 peers, about a second at 10^5. 1.0 for n = 1. Cached.
         """
         r = self._round(t)
+        w = self.rounds[r]
+        return self._cached(
+            "gap", r, lambda: 1.0 - _second_singular_value((w,), self.n, _is_symmetric(w))
+        )
 
-        def compute() -> float:
-            if self.n == 1:
-                return 1.0
-            w = self.rounds[r]
-            if _is_symmetric(w):
-                eig = np.linalg.eigvalsh(self.mixing_matrix(r))  # ascending; eig[-1] == 1
-                second = max(abs(eig[-2]), abs(eig[0]))
-            else:
-                # sigma_i(W)^2 are the eigenvalues of W^T W; eigvalsh is several times faster than
-                # an SVD, and the sparse product keeps the dense work to one (n, n) matrix.
-                eig = np.linalg.eigvalsh((w.T @ w).toarray())
-                second = math.sqrt(max(eig[-2], 0.0))
-            return float(min(1.0, max(0.0, 1.0 - second)))
+    def period_spectral_gap(self) -> float:
+        """1 - sigma_2(W_{p-1} ... W_1 W_0), the gap of the product over one period p.
 
-        return self._cached("gap", r, compute)
+        Equal to :meth:`spectral_gap` for a static graph. For a time-varying graph it says how
+        much one whole period contracts the disagreement: each W_t alone may have gap 0 (a
+        disconnected round), while the product can even be exactly J/n (gap 1: Moshpit on a full
+        grid, one-peer exponential graphs on 2^k peers). Same solvers as :meth:`spectral_gap`,
+        applied to the product as an operator (it is never formed above DENSE_GAP_MAX_N peers).
+        """
+        if self.period == 1:
+            return self.spectral_gap()
+        return self._cached(
+            "period-gap", 0, lambda: 1.0 - _second_singular_value(self.rounds, self.n, False)
+        )
+
+
+#: Up to this many peers the spectral gap comes from a dense eigendecomposition (exact, fast);
+#: above it from ARPACK on a sparse operator.
+DENSE_GAP_MAX_N = 64
+
+
+def _second_singular_value(mats: Sequence[sp.csr_array], n: int, symmetric: bool) -> float:
+    """sigma_2 of M = mats[-1] @ ... @ mats[0], all doubly stochastic: ||M - J/n||_2 in [0, 1]."""
+    if n == 1:
+        return 0.0
+    if n <= DENSE_GAP_MAX_N:
+        m = np.eye(n)
+        for w in mats:
+            m = w @ m
+        if symmetric:
+            eig = np.linalg.eigvalsh(m)  # ascending; eig[-1] == 1
+            second = max(abs(eig[-2]), abs(eig[0]))
+        else:
+            second = np.linalg.svd(m, compute_uv=False)[1]
+        return float(min(1.0, max(0.0, second)))
+    transposed = [w.T.tocsr() for w in reversed(mats)]
+
+    def forward(x: np.ndarray) -> np.ndarray:  # (M - J/n) x = M (x - mean(x))
+        y = x.reshape(n) - x.mean()
+        for w in mats:
+            y = w @ y
+        return y
+
+    def backward(x: np.ndarray) -> np.ndarray:  # (M - J/n)^T x = M^T x - mean(M^T x)
+        y = x.reshape(n)
+        for w in transposed:
+            y = w @ y
+        return y - y.mean()
+
+    # A fixed start vector makes the result independent of global random state.
+    v0 = np.random.default_rng(0).standard_normal(n)
+    ncv = min(n, 40)
+    if symmetric:
+        op = spla.LinearOperator((n, n), matvec=forward, dtype=np.float64)
+        value = _largest(op, v0, ncv)
+        second = abs(value)
+    else:
+        gram = spla.LinearOperator((n, n), matvec=lambda x: backward(forward(x)),
+                                   dtype=np.float64)
+        second = math.sqrt(max(_largest(gram, v0, ncv), 0.0))
+    return float(min(1.0, max(0.0, second)))
+
+
+def _largest(op: spla.LinearOperator, v0: np.ndarray, ncv: int) -> float:
+    """The eigenvalue of largest magnitude of a symmetric operator (ARPACK, machine tolerance)."""
+    # An operator that maps a random vector to (numerically) zero is zero: ARPACK would stop on a
+    # zero Krylov vector (a period that averages exactly, such as Moshpit on a full grid).
+    if np.linalg.norm(op.matvec(v0)) <= 1e-13 * np.linalg.norm(v0):
+        return 0.0
+    try:
+        return float(spla.eigsh(op, k=1, which="LM", v0=v0, ncv=ncv, maxiter=100 * op.shape[0],
+                                return_eigenvectors=False)[0])
+    except spla.ArpackNoConvergence as exc:  # pragma: no cover - ARPACK rarely gives up
+        raise ValueError(f"the spectral gap did not converge in ARPACK: {exc}") from exc
 
 
 def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
@@ -635,17 +787,31 @@ def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
     period = len(graph.rounds)
     patterns = [graph.adjacency(k) for k in range(period)]
     _check_connected(patterns, graph.n, label, period)
-    rule = _WEIGHT_RULES[weights]
-    topology = Topology(name, weights, tuple(rule(adj, label) for adj in patterns))
+    if weights == "clique":
+        if graph.groups is None:
+            raise ValueError(
+                f"weights='clique' (equal-clique weighting) needs a topology made of cliques "
+                f"(d-cliques), got {label}; use weights='metropolis'"
+            )
+        mats = tuple(clique_weights(adj, graph.groups) for adj in patterns)
+    else:
+        rule = _WEIGHT_RULES[weights]
+        mats = tuple(rule(adj, label) for adj in patterns)
+    topology = Topology(name, weights, mats, groups=graph.groups, info=graph.info)
     if topology.directed and not graph.directed:
         raise ValueError(f"weights={weights!r} on undirected {label} gives a non-symmetric matrix")
     return topology
 
 
-def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> Topology:
+def make(
+    spec: str, n: int, *, seed: int = 0, weights: str = "metropolis", labels: Any = None
+) -> Topology:
     """Builds the topology named by ``spec`` ("ring", "torus:4:8", "small-world:4:0.1", ...; see
     :func:`available`) on ``n`` peers, with mixing weights from the rule ``weights``
-    ("metropolis", "max-degree" or "uniform"). ``seed`` fixes random graphs."""
+    ("metropolis", "max-degree", "uniform", or "clique" for d-cliques). ``seed`` fixes random
+    graphs. ``labels``, per-peer label histograms (n, n_classes), reaches only the builders that
+    declare a keyword-only ``labels`` parameter (data-aware ones such as d-cliques), which raise
+    ValueError when it is None; the others ignore it."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
     n = _check_int(n, "n", minimum=1)
@@ -655,7 +821,9 @@ def make(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis") -> To
     key, *params = spec.split(":")
     builder = _BUILDERS.get(key, spec)
     signature = inspect.signature(builder)
-    kwargs = {"seed": seed} if "seed" in signature.parameters else {}
+    kwargs: dict[str, Any] = {"seed": seed} if "seed" in signature.parameters else {}
+    if "labels" in signature.parameters:
+        kwargs["labels"] = labels
     try:
         signature.bind(n, *params, **kwargs)
     except TypeError:
@@ -772,6 +940,10 @@ class RoundTopology:
     last :data:`ROUND_CACHE` rounds are cached; the diagonal is always stored (the C kernel and
     :meth:`csr` list it even when zero).
     """
+
+    #: Not made of cliques and no builder information (see :class:`Topology`).
+    groups = None
+    info = None
 
     def __init__(self, name: str, n: int, matrix_of: Callable[[int], sp.csr_array], *,
                  weights: str = "given", stochastic: str = "doubly", period: int | None = None,

@@ -386,7 +386,7 @@ def test_time_varying_union_must_be_connected(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: T.make("grid", 16), ValueError, r"unknown topology 'grid'.*expected one of complete, edges, .*ring"),
+        (lambda: T.make("grid", 16), ValueError, r"unknown topology 'grid'.*expected one of .*complete, .*edges, .*ring"),
         (lambda: T.make("random-regular:3", 7), ValueError, r"'random-regular:3' with n=7: n\*D must be even"),
         (lambda: T.make("torus:3:5", 16), ValueError, r"R\*C must equal n=16, got R=3, C=5"),
         (lambda: T.make("torus:3", 16), ValueError, "R=3 must divide n=16"),
@@ -400,7 +400,7 @@ def test_time_varying_union_must_be_connected(monkeypatch: pytest.MonkeyPatch) -
         (lambda: T.make("ring", 2.0), TypeError, "n must be an int"),
         (lambda: T.make(3, 4), TypeError, "spec must be a str"),
         (lambda: T.make("ring", 4, seed=-1), ValueError, "seed must be >= 0"),
-        (lambda: T.make("ring", 4, weights="laplacian"), ValueError, r"weights must be one of \['max-degree'"),
+        (lambda: T.make("ring", 4, weights="laplacian"), ValueError, r"weights must be one of \[.*'max-degree'"),
         (lambda: T.make("ring:3", 4), ValueError, "'ring:3' has 1 parameter.*expected ring$"),
         (lambda: T.make("hypercube", 12), ValueError, "power of two.*n=12"),
         (lambda: T.make("random-regular:x", 8), ValueError, "D must be an integer, got 'x'"),

@@ -93,13 +93,13 @@ def _s(params: list[str]) -> int:
 
 
 def make_topology(spec: str, n: int, *, seed: int = 0, weights: str = "metropolis",
-                  mixing: tuple[str, ...] = ("doubly",)):
+                  mixing: tuple[str, ...] = ("doubly",), labels=None):
     """A static :class:`~decentlearn.topology.Topology` from :func:`decentlearn.topology.make`, or
     one of :data:`DYNAMIC`. ``mixing`` is what the algorithm accepts (its ``mixing`` attribute);
     an epidemic graph takes the first of "column" / "row" it accepts."""
     key, *params = spec.strip().split(":")
     if key not in DYNAMIC:
-        return topo.make(spec, n, seed=seed, weights=weights)
+        return topo.make(spec, n, seed=seed, weights=weights, labels=labels)
     kind = next((k for k in mixing if k in ("column", "row")), "row")
     try:
         return DYNAMIC[key](n, params, seed, kind)
