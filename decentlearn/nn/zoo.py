@@ -18,6 +18,7 @@ from decentlearn.nn.layers import (
     _check_positive_int,
 )
 from decentlearn.nn.model import Model
+from decentlearn.registry import Registry
 
 
 # --------------------------------------------------------------------------------------------
@@ -25,25 +26,16 @@ from decentlearn.nn.model import Model
 # --------------------------------------------------------------------------------------------
 
 ModelBuilder = Callable[[str | None, tuple[int, ...], int], list[Layer]]
-_MODELS: dict[str, ModelBuilder] = {}
+_MODELS: Registry[ModelBuilder] = Registry("model")
 
 
 def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
     """Decorator registering ``builder(arg, input_shape, n_classes) -> layers`` under ``name``."""
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ValueError(f"name must be a non-empty string without ':', got {name!r}")
-
-    def deco(builder: ModelBuilder) -> ModelBuilder:
-        if name in _MODELS:
-            raise ValueError(f"model {name!r} is already registered")
-        _MODELS[name] = builder
-        return builder
-
-    return deco
+    return _MODELS.register(name)
 
 
 def available_models() -> tuple[str, ...]:
-    return tuple(sorted(_MODELS))
+    return tuple(_MODELS.available())
 
 
 def make_model(
@@ -60,12 +52,11 @@ def make_model(
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
     name, sep, arg = spec.partition(":")
-    if name not in _MODELS:
-        raise ValueError(f"spec must name one of {list(available_models())}, got {spec!r}")
+    builder = _MODELS.get(name, spec)  # unknown: ValueError naming the closest model
     if not isinstance(input_shape, tuple):
         raise TypeError(f"input_shape must be a tuple of ints, got {input_shape!r}")
     precision = lowp.check_precision(precision)
-    layers = _MODELS[name](arg if sep else None, input_shape, n_classes)
+    layers = builder(arg if sep else None, input_shape, n_classes)
     if precision != "fp32":
         layers = [
             dataclasses.replace(ly, precision=precision) if isinstance(ly, (Dense, Conv2d)) else ly
