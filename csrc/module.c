@@ -18,6 +18,20 @@
 
 #include "dl.h"
 
+/* The checks every array argument shares: aligned to its dtype, and writeable for an output. */
+static int check_aligned_writeable(PyArrayObject *a, const char *fn, const char *name,
+                                   int writeable) {
+    if (!PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned to its dtype", fn, name);
+        return -1;
+    }
+    if (writeable && !PyArray_ISWRITEABLE(a)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be writeable", fn, name);
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks an array argument; sets a Python exception and returns -1 on failure. */
 static int check_array(PyArrayObject *a, const char *fn, const char *name, int type_num, int ndim,
                        int writeable) {
@@ -38,15 +52,7 @@ static int check_array(PyArrayObject *a, const char *fn, const char *name, int t
                      name);
         return -1;
     }
-    if (!PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned to its dtype", fn, name);
-        return -1;
-    }
-    if (writeable && !PyArray_ISWRITEABLE(a)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be writeable", fn, name);
-        return -1;
-    }
-    return 0;
+    return check_aligned_writeable(a, fn, name, writeable);
 }
 
 static int overlaps(PyArrayObject *a, PyArrayObject *b) {
@@ -1612,15 +1618,7 @@ static int nn_operand(PyObject *o, const char *fn, const char *name, int ndim,
         PyErr_Format(PyExc_ValueError, "%s: %s must have a contiguous last axis", fn, name);
         return -1;
     }
-    if (!PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned to its dtype", fn, name);
-        return -1;
-    }
-    if (writeable && !PyArray_ISWRITEABLE(a)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be writeable", fn, name);
-        return -1;
-    }
-    return 0;
+    return check_aligned_writeable(a, fn, name, writeable);
 }
 
 /* Bytes one peer (index 0 of axis 0) of an array spans, from its first element. */
