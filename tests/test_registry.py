@@ -81,7 +81,7 @@ def test_public_functions_still_work():
         compress.make("ef:ef:topk:0.5")
 
 
-def test_lazy_package_attributes_and_no_heavy_imports():
+def test_lazy_package_attributes_and_no_heavy_imports(tmp_path):
     """`import decentlearn as dl` gives every submodule lazily (PEP 562) and imports neither
     matplotlib nor networkx (fresh interpreter)."""
     code = (
@@ -107,5 +107,8 @@ def test_lazy_package_attributes_and_no_heavy_imports():
     )
     root = str(Path(decentlearn.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    # cwd: not the checkout, whose decentlearn/ (without a built extension when the package is
+    # installed) would shadow the one under test through sys.path[0] = ''.
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
