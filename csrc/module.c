@@ -1882,6 +1882,115 @@ static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
 }
 /* <<< glue nn */
 
+/* >>> glue conv: im2col / col2im of Conv2d on wide rows (csrc/conv.c) ----------------------------
+ * The kernels' prototypes live here, next to their only caller. */
+int dl_conv_unfold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
+                       int64_t b1, int64_t k, int64_t wp, int64_t run, const float *xp,
+                       float *cols, int64_t rows, int64_t ld, int n_threads);
+int dl_conv_unfold_s8(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
+                      int64_t b1, int64_t k, int64_t wp, int64_t run, const int8_t *xp,
+                      int8_t *cols, int64_t rows, int64_t ld, int n_threads);
+int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
+                     int64_t b1, int64_t k, int64_t wp, int64_t run, const float *dcols,
+                     int64_t rows, int64_t ld, float *dxp, int n_threads);
+
+/* Checks the (G, C, B, len) images and (G, rows, ld) columns of a conv call and the geometry;
+ * images / columns must share the dtype type_num. */
+static int conv_check_args(const char *fn, PyArrayObject *img, const char *img_name,
+                           int img_writeable, PyArrayObject *cols, const char *cols_name,
+                           int cols_writeable, int type_num, Py_ssize_t b0, Py_ssize_t b1,
+                           Py_ssize_t k, Py_ssize_t wp, Py_ssize_t run, int n_threads) {
+    if (check_array(img, fn, img_name, type_num, 4, img_writeable) < 0 ||
+        check_array(cols, fn, cols_name, type_num, 3, cols_writeable) < 0 ||
+        check_threads(fn, n_threads) < 0)
+        return -1;
+    const npy_intp G = PyArray_DIM(img, 0), C = PyArray_DIM(img, 1), B = PyArray_DIM(img, 2),
+                   L = PyArray_DIM(img, 3);
+    if (PyArray_DIM(cols, 0) != G) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have %zd rows on axis 0 (as %s), got %zd", fn,
+                     cols_name, (Py_ssize_t)G, img_name, (Py_ssize_t)PyArray_DIM(cols, 0));
+        return -1;
+    }
+    if (k < 1 || wp < k || run < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: need k >= 1, wp >= k and run >= 0, got k=%zd, wp=%zd, "
+                     "run=%zd", fn, k, wp, run);
+        return -1;
+    }
+    if (b0 < 0 || b1 < b0 || b1 > B) {
+        PyErr_Format(PyExc_ValueError, "%s: need 0 <= b0 <= b1 <= %zd, got b0=%zd, b1=%zd", fn,
+                     (Py_ssize_t)B, b0, b1);
+        return -1;
+    }
+    if ((k - 1) * wp + (k - 1) + run > L) {
+        PyErr_Format(PyExc_ValueError, "%s: %s rows must hold (k-1)*wp + k-1 + run = %zd elements, "
+                     "got %zd", fn, img_name, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+        return -1;
+    }
+    if (PyArray_DIM(cols, 1) < C * k * k || PyArray_DIM(cols, 2) < (b1 - b0) * run) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, >= %zd, >= %zd), got (%zd, "
+                     "%zd, %zd)", fn, cols_name, (Py_ssize_t)G, (Py_ssize_t)(C * k * k),
+                     (b1 - b0) * run, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(cols, 1),
+                     (Py_ssize_t)PyArray_DIM(cols, 2));
+        return -1;
+    }
+    if (overlaps(img, cols)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must not overlap %s", fn, cols_name, img_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads) -> None: im2col of samples [b0, b1) of
+ * xp (G, C, B, L) into the first C*k*k rows of cols (G, R, ld); float32 or int8. */
+static PyObject *py_conv_unfold(PyObject *self, PyObject *args) {
+    const char *fn = "conv_unfold";
+    PyArrayObject *xp, *cols;
+    Py_ssize_t b0, b1, k, wp, run;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nnO!nnni:conv_unfold", &PyArray_Type, &xp, &b0, &b1,
+                          &PyArray_Type, &cols, &k, &wp, &run, &n_threads))
+        return NULL;
+    const int type_num = PyArray_TYPE(xp) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
+    if (conv_check_args(fn, xp, "xp", 0, cols, "cols", 1, type_num, b0, b1, k, wp, run,
+                        n_threads) < 0)
+        return NULL;
+    const npy_intp G = PyArray_DIM(xp, 0), C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2),
+                   L = PyArray_DIM(xp, 3), R = PyArray_DIM(cols, 1), ld = PyArray_DIM(cols, 2);
+    Py_BEGIN_ALLOW_THREADS if (type_num == NPY_INT8) status =
+        dl_conv_unfold_s8(G, C, B, L, b0, b1, k, wp, run, (const int8_t *)PyArray_DATA(xp),
+                          (int8_t *)PyArray_DATA(cols), R, ld, n_threads);
+    else status = dl_conv_unfold_f32(G, C, B, L, b0, b1, k, wp, run,
+                                     (const float *)PyArray_DATA(xp), (float *)PyArray_DATA(cols),
+                                     R, ld, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_RETURN_NONE;
+}
+
+/* conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads) -> None: col2im, adds the first C*k*k
+ * rows of dcols (G, R, ld) into samples [b0, b1) of dxp (G, C, B, L); float32. */
+static PyObject *py_conv_fold(PyObject *self, PyObject *args) {
+    const char *fn = "conv_fold";
+    PyArrayObject *dcols, *dxp;
+    Py_ssize_t b0, b1, k, wp, run;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!nnnnni:conv_fold", &PyArray_Type, &dcols, &PyArray_Type,
+                          &dxp, &b0, &b1, &k, &wp, &run, &n_threads))
+        return NULL;
+    if (conv_check_args(fn, dxp, "dxp", 1, dcols, "dcols", 0, NPY_FLOAT32, b0, b1, k, wp, run,
+                        n_threads) < 0)
+        return NULL;
+    const npy_intp G = PyArray_DIM(dxp, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
+                   L = PyArray_DIM(dxp, 3), R = PyArray_DIM(dcols, 1), ld = PyArray_DIM(dcols, 2);
+    Py_BEGIN_ALLOW_THREADS status =
+        dl_conv_fold_f32(G, C, B, L, b0, b1, k, wp, run, (const float *)PyArray_DATA(dcols), R, ld,
+                         (float *)PyArray_DATA(dxp), n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_RETURN_NONE;
+}
+/* <<< glue conv */
+
 /* config() -> dict describing the build and the active paths. */
 static PyObject *py_config(PyObject *self, PyObject *unused) {
     (void)self;
@@ -2012,6 +2121,12 @@ static PyMethodDef methods[] = {
      "nn_dense_backward(x, w, dy, mask, gw, gb, dx, n_threads) -> None."},
     {"sgd_step", py_sgd_step, METH_VARARGS,
      "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads)."},
+    /* >>> methods conv */
+    {"conv_unfold", py_conv_unfold, METH_VARARGS,
+     "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows."},
+    {"conv_fold", py_conv_fold, METH_VARARGS,
+     "conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads): col2im on wide rows."},
+    /* <<< methods conv */
     /* <<< methods nn */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},

@@ -53,19 +53,23 @@ def _stream_seed(seed: int, stream: int) -> int:
 
 #: Evaluation budget: test-sample forward passes per evaluation, as a fraction of the forward-pass
 #: equivalents of the training since the previous one (a training step costs about 3 forwards).
+#: EVAL_BUDGET is the total; the peers' models get EVAL_PEER_BUDGET of it (or more, when the
+#: floor of 10 samples per class binds) and the average model the rest.
+EVAL_BUDGET = 0.10
 EVAL_PEER_BUDGET = 0.05
-EVAL_AVG_BUDGET = 0.05
 
 
 def eval_sizes(config: RunConfig, n_test: int, n_classes: int) -> tuple[int, int]:
     """(samples per peer, samples for the average model) of an intermediate evaluation.
 
-    ``eval_peer_samples`` when set; else the largest count within EVAL_PEER_BUDGET of the training
-    work since the last evaluation, eval_every * local_steps * batch_size * 3 forward passes per
-    peer, but at least 10 per class. The average model (one model, not P) gets EVAL_AVG_BUDGET of
-    all peers' training work, and at least the peers' count. Both at most ``n_test``; the final
-    evaluation runs the average model on the whole evaluation set. Together they keep evaluation
-    near 10% of a run's compute (measured: docs/performance.md, "Round time")."""
+    With ``F = eval_every * local_steps * batch_size * 3`` forward passes of training per peer
+    since the last evaluation: ``eval_peer_samples`` when set, else the largest count within
+    EVAL_PEER_BUDGET of F, but at least 10 per class. The average model (one model, not P) gets
+    what is left of the total EVAL_BUDGET of all peers' training, ``EVAL_BUDGET * F * peers -
+    peers * S_peer``, and at least S_peer: when the per-class floor makes the peers' share exceed
+    EVAL_PEER_BUDGET, the average model's share shrinks instead of the total growing. Both at most
+    ``n_test``; the final evaluation runs the average model on the whole evaluation set. This
+    keeps evaluation near 10% of a run's compute (measured: docs/performance.md, "Round time")."""
     c = config
     train_fwd = c.eval_every * c.local_steps * c.batch_size * 3  # per peer
     if c.eval_peer_samples is not None:
@@ -73,7 +77,7 @@ def eval_sizes(config: RunConfig, n_test: int, n_classes: int) -> tuple[int, int
     else:
         peer = max(10 * n_classes, int(EVAL_PEER_BUDGET * train_fwd))
     peer = min(n_test, peer)
-    avg = min(n_test, max(peer, int(EVAL_AVG_BUDGET * train_fwd * c.peers)))
+    avg = min(n_test, max(peer, int(EVAL_BUDGET * train_fwd * c.peers) - c.peers * peer))
     return peer, avg
 
 

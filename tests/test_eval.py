@@ -28,7 +28,17 @@ def test_eval_sizes_budget_and_overrides():
     peer, avg = eval_sizes(c, 10000, 10)
     train_fwd = 10 * 32 * 3
     assert peer == max(100, int(0.05 * train_fwd))
-    assert avg == min(10000, int(0.05 * train_fwd * 64))
+    # the 10-per-class floor (100 > 0.05 F = 48) binds: the peers take 64 x 100 = 6400 of the
+    # 10% total (6144), so the average model gets no more than the peers' samples
+    assert peer == 100 and avg == 100
+    # floor not binding (batch 128: F = 3840, S_peer = 192): each side gets 5% of the training
+    peer, avg = eval_sizes(c.replace(batch_size=128), 100000, 10)
+    assert peer == 192 and avg == int(0.10 * 3840 * 64) - 64 * 192 == 12288
+    # partly binding (batch 48: F = 1440, 0.05 F = 72 < 100): the average model gets the rest
+    peer, avg = eval_sizes(c.replace(batch_size=48), 10000, 10)
+    assert peer == 100 and avg == int(0.10 * 1440 * 64) - 6400 == 2816
+    # one peer with a long interval: capped by the test set
+    assert eval_sizes(c.replace(peers=1, eval_every=10**4), 10000, 10) == (10000, 10000)
     assert eval_sizes(c.replace(eval_peer_samples=2000), 10000, 10)[0] == 2000
     assert eval_sizes(c.replace(eval_peer_samples=20000), 10000, 10) == (10000, 10000)
     assert eval_sizes(c.replace(peers=2), 150, 10) == (100, 100)

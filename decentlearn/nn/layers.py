@@ -257,7 +257,9 @@ class Conv2d(Layer):
     peer), so each peer's im2col block stays in cache between the copy and the gemm; the backward
     pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
     depends only on the layer's geometry, never on the number of peers, so a peer's results are
-    the same whichever peers it is batched with.
+    the same whichever peers it is batched with. The unfold (float32 and int8 codes) and the
+    fold (float32) run in C (ops.conv_unfold / ops.conv_fold, csrc/conv.c), threads over
+    (peer, channel, image), bit-identical to the NumPy code kept for float64.
 
     ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
     unfolds the int8 codes and runs the forward and both backward products as int8 GEMMs with
@@ -323,13 +325,17 @@ class Conv2d(Layer):
         return hp, wp, ho, wo, max(1, _CONV_CHUNK // ((self._k + 1) * ho * wp))
 
     def _unfold(
-        self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int
+        self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int,
+        n_threads: int
     ) -> np.ndarray:
         """im2col of samples [b0, b1) of the padded input xp (..., C, B, Hp*Wp + k - 1) into the
         first K rows of ``cols`` (..., K or K + 1, >= n) (a last row of ones carries the bias);
-        returns the (..., K or K + 1, n) view."""
+        returns the (..., K or K + 1, n) view. float32 and int8 codes run the C kernel
+        (ops.conv_unfold), float64 the equivalent strided NumPy copy."""
         k, c = self.kernel_size, self.in_channels
         nb, run = b1 - b0, ho * wp
+        if xp.dtype != np.float64:
+            return ops.conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads=n_threads)
         *lead, _, _, _ = xp.shape
         *ls, sc, sb, it = xp.strides
         shifted = as_strided(
@@ -368,7 +374,8 @@ class Conv2d(Layer):
         y = scratch.empty("y", (n_peers, cout, b * run), dt)
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
-            _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp), y[..., b0 * run : b1 * run],
+            _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads),
+                    y[..., b0 * run : b1 * run],
                     scratch.n_threads)
         out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
         return out, ((xp, (h, wd)) if train else None)
@@ -401,7 +408,7 @@ class Conv2d(Layer):
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
             dy_c = dyw[..., b0 * run : b1 * run]
-            cols_c = self._unfold(xp, b0, b1, cols, ho, wp)
+            cols_c = self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads)
             if dt == np.float32:  # accumulates the chunks in place
                 _matmul(cols_c, dy_c.swapaxes(-1, -2), g_wb, scratch.n_threads, accumulate=b0 > 0)
             else:
@@ -409,23 +416,29 @@ class Conv2d(Layer):
                 if b0:
                     g_wb += part
             if need_dx:
-                dc = _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
-                self._fold(dc, dxp[:, :, b0:b1], ho, wp)
+                _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
+                self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
         return self._crop(dxp, h, wd) if need_dx else None
 
-    def _fold(self, dcols: np.ndarray, dxp: np.ndarray, ho: int, wp: int) -> None:
-        """col2im: adds the column gradient dcols (P, K, n) of samples held by ``dxp`` (P, C, nb,
-        Hp*Wp + k - 1) into it, one shifted-run add per kernel offset (np.add.at would be far
-        slower)."""
+    def _fold(self, dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, ho: int, wp: int,
+              n_threads: int) -> None:
+        """col2im: adds the column gradient in the first (b1 - b0) * Ho*Wp columns of ``dcols``
+        (P, K, >= n) into samples [b0, b1) of ``dxp`` (P, C, B, Hp*Wp + k - 1), one shifted run
+        per kernel offset in (i, j) order: the C kernel (ops.conv_fold) for float32, the same
+        adds in NumPy for float64."""
         k, run = self.kernel_size, ho * wp
-        n_peers, c, nb, _ = dxp.shape
-        dc = np.reshape(dcols, (n_peers, c, k, k, nb, run), copy=False)
+        if dxp.dtype == np.float32:
+            ops.conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads=n_threads)
+            return
+        n_peers, c, _, _ = dxp.shape
+        nb = b1 - b0
+        dc = np.reshape(dcols[..., : nb * run], (n_peers, c, k, k, nb, run))
         for i in range(k):
             for j in range(k):
                 off = i * wp + j
-                dxp[..., off : off + run] += dc[:, :, i, j]
+                dxp[..., b0:b1, off : off + run] += dc[:, :, i, j]
 
     def _crop(self, dxp: np.ndarray, h: int, wd: int) -> np.ndarray:
         """The (P, C, B, H, W) interior of padded flattened images (P, C, B, Hp*Wp + k - 1)."""
@@ -462,7 +475,7 @@ class Conv2d(Layer):
         y = scratch.empty("y", (n_peers, cout, b * run), np.float32)
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
-            cq = self._unfold(xq, b0, b1, cols, ho, wp)
+            cq = self._unfold(xq, b0, b1, cols, ho, wp, scratch.n_threads)
             ops.gemm_s8_batched_f32(wq, np.broadcast_to(cq, (n_peers, *cq.shape[-2:])), sw, sx,
                                     out=y[..., b0 * run : b1 * run], n_threads=scratch.n_threads)
         y += bias[:, :, None]
@@ -497,16 +510,16 @@ class Conv2d(Layer):
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
             dq = dyq[..., b0 * run : b1 * run]
-            cq = self._unfold(xq, b0, b1, cols, ho, wp)
+            cq = self._unfold(xq, b0, b1, cols, ho, wp, scratch.n_threads)
             cq = np.broadcast_to(cq, (n_peers, *cq.shape[-2:]))
             ops.gemm_s8_batched_f32(dq, cq, sdy, sx, out=part if b0 else g_w, trans_b=True,
                                     n_threads=scratch.n_threads)
             if b0:
                 g_w += part
             if need_dx:
-                dc = ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
-                                             trans_a=True, n_threads=scratch.n_threads)
-                self._fold(dc, dxp[:, :, b0:b1], ho, wp)
+                ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
+                                        trans_a=True, n_threads=scratch.n_threads)
+                self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
         return self._crop(dxp, h, wd) if need_dx else None
 
 

@@ -1,0 +1,40 @@
+"""NumPy references (the spec) of Conv2d's im2col / col2im kernels in csrc/conv.c, with the
+signatures of decentlearn.ops.conv_unfold / conv_fold.
+
+Images are "wide rows" (see decentlearn.nn.Conv2d): xp (..., C, B, L), each (c, b) row a padded
+Hp x Wp image flattened with k - 1 trailing zeros; the im2col row (c, i, j) of sample b is the run
+of ``run`` elements of image (c, b) starting at i * wp + j. A missing leading axis means one
+group (the input shared by all peers). Both are pure copies / float32 additions done in the
+kernel's order, so the C kernels must match them bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+
+def conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads=None) -> np.ndarray:
+    """Writes rows [0, C*k*k) of ``cols`` (..., R, ld) for samples [b0, b1) of ``xp``; returns the
+    ``cols[..., :(b1 - b0) * run]`` view."""
+    *lead, c, _, _ = xp.shape
+    nb = b1 - b0
+    *ls, sc, sb, it = xp.strides
+    shifted = as_strided(xp[..., b0:b1, :], (*lead, c, k, k, nb, run),
+                         (*ls, sc, wp * it, it, sb, it), writeable=False)
+    view = cols[..., : nb * run]
+    np.copyto(np.reshape(view[..., : c * k * k, :], shifted.shape), shifted)
+    return view
+
+
+def conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads=None) -> np.ndarray:
+    """Adds rows [0, C*k*k) of ``dcols`` (..., R, ld) into samples [b0, b1) of ``dxp``
+    (..., C, B, L), kernel offset (i, j) after (i, j - 1); returns ``dxp``."""
+    *lead, c, _, _ = dxp.shape
+    nb = b1 - b0
+    dc = np.reshape(dcols[..., : c * k * k, : nb * run], (*lead, c, k, k, nb, run))
+    for i in range(k):
+        for j in range(k):
+            off = i * wp + j
+            dxp[..., b0:b1, off : off + run] += dc[..., i, j, :, :]
+    return dxp

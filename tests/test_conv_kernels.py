@@ -1,0 +1,125 @@
+"""Conv2d's im2col / col2im kernels (csrc/conv.c) against their NumPy references
+(decentlearn/_reference/conv.py), against a direct loop im2col, as adjoints of each other, and 1
+vs 2 threads bit for bit."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from decentlearn import ops
+from decentlearn._reference import conv as ref
+
+
+def _wide(x: np.ndarray, k: int, p: int) -> tuple[np.ndarray, int, int]:
+    """Wide-row padded images (..., C, B, Hp*Wp + k - 1) of x (..., C, B, H, W), as Conv2d builds
+    them; returns (xp, wp, run)."""
+    *lead, c, b, h, w = x.shape
+    hp, wp = h + 2 * p, w + 2 * p
+    xp = np.zeros((*lead, c, b, hp * wp + k - 1), x.dtype)
+    np.reshape(xp[..., : hp * wp], (*lead, c, b, hp, wp))[..., p : p + h, p : p + w] = x
+    return xp, wp, (hp - k + 1) * wp
+
+
+# (groups or None for a shared input, channels, batch, H, W, k, padding)
+SHAPES = [
+    (1, 1, 1, 5, 5, 3, 1),
+    (3, 3, 2, 7, 9, 3, 0),
+    (None, 3, 3, 9, 7, 5, 2),
+    (3, 1, 1, 6, 5, 1, 0),
+    (1, 3, 5, 11, 13, 5, 1),
+    (3, 3, 4, 28, 28, 5, 2),
+    (None, 1, 2, 4, 3, 1, 2),
+    (2, 2, 3, 5, 8, 5, 0),
+]
+
+
+def _case(groups, c, b, h, w, k, p, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    lead = () if groups is None else (groups,)
+    if dtype == np.int8:
+        x = rng.integers(-127, 128, (*lead, c, b, h, w)).astype(np.int8)
+    else:
+        x = rng.standard_normal((*lead, c, b, h, w)).astype(np.float32)
+    return x, *_wide(x, k, p)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_unfold_matches_reference_and_direct_im2col(shape, dtype):
+    groups, c, b, h, w, k, p = shape
+    x, xp, wp, run = _case(groups, c, b, h, w, k, p, dtype)
+    lead = xp.shape[:-3]
+    for b0, b1 in [(0, b), (b // 2, b), (0, 1)]:
+        # one spare row (Conv2d's row of ones) and spare columns, both left alone
+        cols = np.full((*lead, c * k * k + 1, b * run + 3), 7, dtype)
+        want = np.full_like(cols, 7)
+        got = ops.conv_unfold(xp, b0, b1, cols, k, wp, run)
+        ref.conv_unfold(xp, b0, b1, want, k, wp, run)
+        assert np.array_equal(cols, want)
+        assert got.shape == (*lead, c * k * k + 1, (b1 - b0) * run)
+        # direct im2col of the valid output columns
+        ho, wo = h + 2 * p - k + 1, w + 2 * p - k + 1
+        xpad = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(p, p), (p, p)])
+        g = np.reshape(got[..., : c * k * k, :], (*lead, c, k, k, b1 - b0, ho, wp))
+        for ci, i, j in itertools.product(range(c), range(k), range(k)):
+            assert np.array_equal(g[..., ci, i, j, :, :, :wo],
+                                  xpad[..., ci, b0:b1, i : i + ho, j : j + wo])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fold_matches_reference_bitwise_and_is_the_adjoint(shape):
+    groups, c, b, h, w, k, p = shape
+    x, xp, wp, run = _case(groups, c, b, h, w, k, p)
+    g = groups or 1
+    rng = np.random.default_rng(1)
+    lead = () if groups is None else (g,)
+    for b0, b1 in [(0, b), (b // 2, b)]:
+        dcols = rng.standard_normal((*lead, c * k * k + 2, (b1 - b0) * run + 1)).astype(np.float32)
+        base = rng.standard_normal(xp.shape).astype(np.float32)
+        got, want = base.copy(), base.copy()
+        assert ops.conv_fold(dcols, got, b0, b1, k, wp, run) is got
+        ref.conv_fold(dcols, want, b0, b1, k, wp, run)
+        assert np.array_equal(got, want)
+        # <unfold(xp), dcols> == <xp, fold(dcols)> in float64
+        cols = np.zeros((*lead, c * k * k, (b1 - b0) * run), np.float32)
+        ops.conv_unfold(xp, b0, b1, cols, k, wp, run)
+        zero = np.zeros_like(xp)
+        ops.conv_fold(dcols, zero, b0, b1, k, wp, run)
+        lhs = np.sum(cols.astype(np.float64) * dcols[..., : c * k * k, : (b1 - b0) * run])
+        rhs = np.sum(xp.astype(np.float64) * zero)
+        assert lhs == pytest.approx(rhs, rel=1e-5, abs=1e-4)
+
+
+def test_one_and_two_threads_give_the_same_bits():
+    x, xp, wp, run = _case(3, 3, 8, 28, 28, 5, 2)
+    k, b = 5, 8
+    cols1 = np.zeros((3, 3 * k * k, b * run), np.float32)
+    cols2 = np.ones_like(cols1)
+    ops.conv_unfold(xp, 0, b, cols1, k, wp, run, n_threads=1)
+    ops.conv_unfold(xp, 0, b, cols2, k, wp, run, n_threads=2)
+    assert np.array_equal(cols1, cols2)
+    d1 = np.zeros_like(xp)
+    d2 = np.zeros_like(xp)
+    ops.conv_fold(cols1, d1, 0, b, k, wp, run, n_threads=1)
+    ops.conv_fold(cols1, d2, 0, b, k, wp, run, n_threads=2)
+    assert np.array_equal(d1, d2)
+
+
+def test_bad_arguments_raise():
+    x, xp, wp, run = _case(2, 1, 2, 5, 5, 3, 1)
+    cols = np.zeros((2, 9, 2 * run), np.float32)
+    with pytest.raises(TypeError, match="cols must have dtype float32"):
+        ops.conv_unfold(xp, 0, 2, cols.astype(np.float64), 3, wp, run)
+    with pytest.raises(ValueError, match="b1"):
+        ops.conv_unfold(xp, 0, 3, cols, 3, wp, run)
+    with pytest.raises(ValueError, match="cols must have shape"):
+        ops.conv_unfold(xp, 0, 2, cols[:, :8].copy(), 3, wp, run)
+    with pytest.raises(ValueError, match="cols must have 2 rows"):
+        ops.conv_unfold(xp, 0, 2, cols[:1].copy(), 3, wp, run)
+    with pytest.raises(ValueError, match="xp rows must hold"):
+        ops.conv_unfold(xp, 0, 2, cols, 3, wp, run + 5)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.conv_fold(cols, xp[..., ::2], 0, 1, 1, 1, 1)
+    with pytest.raises(TypeError, match="dcols must have dtype float32"):
+        ops.conv_fold(cols.astype(np.int8), xp, 0, 2, 3, wp, run)
