@@ -446,4 +446,16 @@ int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *g
                      const int64_t *frozen, int n_threads);
 /* <<< nn */
 
+/* >>> conv: im2col / col2im of Conv2d on wide rows (conv.c); contracts in conv.c. */
+int dl_conv_unfold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
+                       int64_t b1, int64_t k, int64_t wp, int64_t run, const float *xp,
+                       float *cols, int64_t rows, int64_t ld, int n_threads);
+int dl_conv_unfold_s8(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
+                      int64_t b1, int64_t k, int64_t wp, int64_t run, const int8_t *xp,
+                      int8_t *cols, int64_t rows, int64_t ld, int n_threads);
+int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
+                     int64_t b1, int64_t k, int64_t wp, int64_t run, const float *dcols,
+                     int64_t rows, int64_t ld, float *dxp, int n_threads);
+/* <<< conv */
+
 #endif /* DL_H */

@@ -1883,16 +1883,7 @@ static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
 /* <<< glue nn */
 
 /* >>> glue conv: im2col / col2im of Conv2d on wide rows (csrc/conv.c) ----------------------------
- * The kernels' prototypes live here, next to their only caller. */
-int dl_conv_unfold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
-                       int64_t b1, int64_t k, int64_t wp, int64_t run, const float *xp,
-                       float *cols, int64_t rows, int64_t ld, int n_threads);
-int dl_conv_unfold_s8(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
-                      int64_t b1, int64_t k, int64_t wp, int64_t run, const int8_t *xp,
-                      int8_t *cols, int64_t rows, int64_t ld, int n_threads);
-int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
-                     int64_t b1, int64_t k, int64_t wp, int64_t run, const float *dcols,
-                     int64_t rows, int64_t ld, float *dxp, int n_threads);
+ * The kernels are declared in dl.h. */
 
 /* Checks the (G, C, B, len) images and (G, rows, ld) columns of a conv call and the geometry;
  * images / columns must share the dtype type_num. */
@@ -1948,8 +1939,8 @@ static PyObject *py_conv_unfold(PyObject *self, PyObject *args) {
     Py_ssize_t b0, b1, k, wp, run;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!nnO!nnni:conv_unfold", &PyArray_Type, &xp, &b0, &b1,
-                          &PyArray_Type, &cols, &k, &wp, &run, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!nnO!nnnO&:conv_unfold", &PyArray_Type, &xp, &b0, &b1,
+                          &PyArray_Type, &cols, &k, &wp, &run, conv_threads, &n_threads))
         return NULL;
     const int type_num = PyArray_TYPE(xp) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
     if (conv_check_args(fn, xp, "xp", 0, cols, "cols", 1, type_num, b0, b1, k, wp, run,
@@ -1975,8 +1966,8 @@ static PyObject *py_conv_fold(PyObject *self, PyObject *args) {
     Py_ssize_t b0, b1, k, wp, run;
     int n_threads, status;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!nnnnni:conv_fold", &PyArray_Type, &dcols, &PyArray_Type,
-                          &dxp, &b0, &b1, &k, &wp, &run, &n_threads))
+    if (!PyArg_ParseTuple(args, "O!O!nnnnnO&:conv_fold", &PyArray_Type, &dcols, &PyArray_Type,
+                          &dxp, &b0, &b1, &k, &wp, &run, conv_threads, &n_threads))
         return NULL;
     if (conv_check_args(fn, dxp, "dxp", 1, dcols, "dcols", 0, NPY_FLOAT32, b0, b1, k, wp, run,
                         n_threads) < 0)
