@@ -38,8 +38,8 @@ san_python() {
 }
 
 tests() {
-    san_python -c "import decentlearn as d; assert d.__file__.startswith('$OUT/site'), d.__file__
-print('sanitized build:', d.__file__, 'openmp:', d._core.config()['openmp'])"
+    san_python -c "import decentlearn as d; from decentlearn import _core; assert d.__file__.startswith('$OUT/site'), d.__file__
+print('sanitized build:', d.__file__, 'openmp:', _core.config()['openmp'])"
     san_python -m pytest -q -x -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
         "$ROOT/tests/test_rng_bitpack.py" "$ROOT/tests/test_topk.py" "$ROOT/tests/test_stc.py" \
         "$ROOT/tests/test_quant.py" "$ROOT/tests/test_natural.py" "$ROOT/tests/test_gossip.py" \
