@@ -271,6 +271,10 @@ class RunWriter:
         self._csv: IO[bytes] | None = None
         self._columns: list[str] | None = None
         self._size = 0
+        #: A row being appended: (row, file size, rows, last round) once it is on disk. A signal
+        #: (KeyboardInterrupt, SIGTERM) can land between the write and the bookkeeping; the
+        #: summary then trusts the file (see _settle).
+        self._pending: tuple | None = None
 
     @property
     def metrics_path(self) -> Path:
@@ -350,16 +354,29 @@ class RunWriter:
             if self._csv is None:
                 self._csv = open(self.metrics_path, "wb", buffering=0)
                 self._size = 0
+            self._pending = (dict(row), self._size + len(data), self.rows + 1,
+                             max(self.last_round, int(row.get("round", 0))))
             _write(self._csv.fileno(), data)
         except OSError as e:
+            self._pending = None
             if self._csv is not None:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._csv.fileno(), self._size)
             raise OutputError(self.metrics_path, e) from None
-        self._size += len(data)
-        self.rows += 1
-        self.last_row = dict(row)
-        self.last_round = max(self.last_round, int(row.get("round", 0)))
+        self._settle()
+
+    def _settle(self) -> None:
+        """Books the pending row if it reached the file whole (idempotent: absolute values)."""
+        if self._pending is None or self._csv is None:
+            return
+        row, size, rows, last_round = self._pending
+        with contextlib.suppress(OSError):
+            if os.fstat(self._csv.fileno()).st_size >= size:
+                self.last_row, self._size, self.rows = row, size, rows
+                self.last_round = max(self.last_round, last_round)
+            else:  # cut off mid-row: back to the last complete row
+                os.ftruncate(self._csv.fileno(), self._size)
+        self._pending = None
 
     def write_summary(self, status: str, *, summary: dict | None = None,
                       error: str | None = None) -> None:
@@ -367,6 +384,7 @@ class RunWriter:
         simulator's) is included when given, else the last evaluation row's metrics."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        self._settle()  # a row a signal cut off from its bookkeeping, if it is on disk
         out: dict = {"status": status, "last_round": self.last_round}
         if summary is not None:
             out.update(summary)

@@ -154,3 +154,31 @@ def test_signals_as_interrupts_restores_handlers():
                 pass
     assert info.value.signum == signal.SIGTERM and isinstance(info.value, KeyboardInterrupt)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_signal_between_write_and_bookkeeping_keeps_file_and_summary_agreeing(tmp_path, monkeypatch,
+                                                                                  whole):
+    """KeyboardInterrupt/SIGTERM can land right after a row reached the file (whole=True) or in the
+    middle of writing it (whole=False): the summary's last evaluation round must then be the last
+    complete row on disk, and the file must hold only complete rows."""
+    writer = RunWriter(tmp_path)
+    writer.append({"round": 1, "train_loss": 1.0})
+    real = results._write
+
+    def interrupted(fd, data):
+        real(fd, data if whole else data[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results, "_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        writer.append({"round": 2, "train_loss": 0.5})
+    monkeypatch.setattr(results, "_write", real)
+    writer.write_summary("interrupted")
+    writer.close()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in rows] == ([1, 2] if whole else [1])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["last_eval_round"] == int(rows[-1]["round"])
+    assert (tmp_path / "metrics.csv").read_bytes().endswith(b"\n")
