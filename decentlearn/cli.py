@@ -136,7 +136,20 @@ def _add_run_parser(sub) -> None:
     a("--lr", type=float, help="learning rate")
     a("--momentum", type=float, help="SGD momentum")
     a("--nesterov", action=argparse.BooleanOptionalAction, default=None, help="Nesterov momentum")
-    a("--weight-decay", type=float, help="L2 weight decay")
+    a("--weight-decay", type=float, help="weight decay (L2 for sgd/adam/lars; decoupled for "
+                                         "adamw/lamb)")
+    a("--optimizer", help="sgd (default), adam, adamw, lars, lamb; --momentum is beta1 for "
+                          "adam/adamw/lamb (docs/algorithms.md)")
+    a("--beta2", type=float, help="adam, adamw, lamb: second-moment decay in [0, 1) "
+                                  "(default 0.999)")
+    a("--eps", type=float, help="adam/adamw/lamb/lars denominator epsilon (default 1e-8 adam, "
+                                "1e-6 lamb, 1e-9 lars)")
+    a("--trust-coefficient", type=float, help="lars: trust coefficient eta (default 0.001)")
+    a("--lr-schedule", help="learning rate per round: constant (default), step:EVERY:GAMMA, "
+                            "cosine[:FLOOR]")
+    a("--warmup", type=int, help="rounds of linear learning-rate warmup (default 0)")
+    a("--lr-scaling", help="scale --lr with the global batch B = peers x batch size: "
+                           "linear:REF (lr B/REF, Goyal et al.) or sqrt:REF")
     a("--seed", type=int, help="seed of every random choice in the run")
     a("--threads", type=_optional_int, help="threads for the C kernels (default: all allowed)")
     a("--eval-every", type=int, help="evaluate every N rounds")

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from decentlearn import batchnorm, compress  # noqa: F401 (batchnorm registers cnn-bn)
 from decentlearn.algorithms import Algorithm, Sampler, register
 from decentlearn.baselines import options
+from decentlearn.optim import SGD
 
 
 def _check_atc(name: str, variant: str) -> None:
@@ -47,7 +48,7 @@ def _no_frozen(alg: Algorithm) -> None:
 
 
 def _lr(alg: Algorithm) -> float:
-    return float(alg.optimizer.config.lr)
+    return float(alg.optimizer.lr)  # this round's (schedules set it)
 
 
 @register("dsgt")
@@ -114,8 +115,9 @@ class D2(Algorithm):
         _no_frozen(self)
         if not self.comm.static:
             raise ValueError("d2 needs a static graph (a topology with period 1)")
-        if float(self.optimizer.config.momentum) != 0.0:
-            raise ValueError("d2 takes plain gradient steps: momentum must be 0, got "
+        if not isinstance(self.optimizer, SGD) or float(self.optimizer.config.momentum) != 0.0:
+            raise ValueError("d2 takes plain gradient steps: optimizer must be sgd with momentum "
+                             f"0, got {getattr(self.optimizer, 'name', 'sgd')} with momentum "
                              f"{self.optimizer.config.momentum!r}")
         self._x_prev: np.ndarray | None = None  # x_{t-1}
         self._step_prev: np.ndarray | None = None  # lr · g(x_{t-1})

@@ -22,7 +22,7 @@ from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
 from decentlearn.lowp import PRECISIONS
 from decentlearn.nn import make_model
-from decentlearn.optim import SGD, SGDConfig
+from decentlearn.optim import LRSchedule, OptimizerConfig, make as make_optimizer
 
 # Independent random streams derived from the run's seed.
 (_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
@@ -160,6 +160,15 @@ class RunConfig:
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 0.0
+    #: sgd, adam, adamw, lars, lamb (decentlearn.optim); ``momentum`` is beta1 for adam/lamb.
+    optimizer: str = "sgd"
+    beta2: float = 0.999
+    eps: float | None = None
+    trust_coefficient: float = 0.001
+    #: Learning rate per round: constant, step:EVERY:GAMMA, cosine[:FLOOR] (decentlearn.optim).
+    lr_schedule: str = "constant"
+    warmup: int = 0
+    lr_scaling: str | None = None
     seed: int = 0
     threads: int | None = None
     eval_every: int = 10
@@ -213,6 +222,11 @@ class RunConfig:
             raise ValueError(f"gamma must be a number in (0, 1], got {self.gamma!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
+        self.optimizer_config()  # validates the optimizer's hyperparameters
+        self.lr_schedule_of()  # and the schedule's
+        if self.asynchronous and self.optimizer != "sgd":
+            raise ValueError("asynchronous gossip steps peers with SGD: optimizer must be 'sgd', "
+                             f"got {self.optimizer!r}")
         if self.threads is not None and (isinstance(self.threads, bool)
                                          or not isinstance(self.threads, int)
                                          or (self.threads < 1 and self.threads != -1)):
@@ -237,6 +251,19 @@ class RunConfig:
             raise ValueError(f"algorithm 'choco' with compress={self.compress!r} needs gamma, "
                              "the consensus step size in (0, 1]: it depends on the compressor "
                              "(e.g. 0.1 for topk:0.01, 0.5 for topk:0.1), so there is no default")
+
+    def optimizer_config(self) -> OptimizerConfig:
+        """The optimizer's hyperparameters (decentlearn.optim.OptimizerConfig)."""
+        return OptimizerConfig(name=self.optimizer, lr=self.lr, momentum=self.momentum,
+                               nesterov=self.nesterov, weight_decay=self.weight_decay,
+                               beta2=self.beta2, eps=self.eps,
+                               trust_coefficient=self.trust_coefficient)
+
+    def lr_schedule_of(self) -> LRSchedule:
+        """The learning rate of every round (decentlearn.optim.LRSchedule)."""
+        return LRSchedule(lr=self.lr, rounds=self.rounds, decay=self.lr_schedule,
+                          warmup=self.warmup, scaling=self.lr_scaling,
+                          global_batch=self.peers * self.batch_size)
 
     @property
     def gamma_value(self) -> float:
@@ -361,9 +388,12 @@ class Simulator:
             self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
                                 samples_per_round=c.local_steps * c.batch_size,
                                 mixing_kind="column" if "column" in accepted else None)
-        optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
-                                  weight_decay=c.weight_decay), params.shape,
-                        n_threads=c.threads)
+        layout = getattr(self.model, "layout", None)
+        segments = ([(sl.start, sl.stop) for _, sl, _ in layout()] if callable(layout) else None)
+        optimizer = make_optimizer(c.optimizer_config(), params.shape, n_threads=c.threads,
+                                   segments=segments)
+        #: The learning rate of each round (None: constant ``lr``).
+        self.lr_schedule = None if c.lr_schedule_of().constant else c.lr_schedule_of()
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
         self.frozen: np.ndarray | None = None
         #: Test accuracy of every peer at the last evaluation.
@@ -503,6 +533,8 @@ class Simulator:
             try:
                 # Overflow shows up as a non-finite loss or parameter, reported below in one line.
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    if self.lr_schedule is not None:
+                        self.algorithm.optimizer.lr = self.lr_schedule(t)
                     if self.offline_hook is not None:  # network hook: churn
                         self.offline_hook.before_round(t)
                     losses = self.algorithm.round(self.sample, t)

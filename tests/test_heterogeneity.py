@@ -103,7 +103,7 @@ def test_d2_rejects_time_varying_graph_and_momentum():
         _build("d2", topo, Quadratic(8, 3), 0.1)
     comm = SimComm(topology.make("ring", 8))
     params = np.zeros((8, 3), np.float32)
-    with pytest.raises(ValueError, match="momentum must be 0"):
+    with pytest.raises(ValueError, match="optimizer must be sgd with momentum 0"):
         algorithms.make("d2", model=Quadratic(8, 3), comm=comm, params=params,
                         optimizer=SGD(SGDConfig(lr=0.1, momentum=0.9), params.shape))
 

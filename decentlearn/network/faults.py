@@ -97,9 +97,8 @@ class OfflineHook:
         alg, n = self.algorithm, self.model.n
         found = {name: a for name, a in vars(alg).items()
                  if isinstance(a, np.ndarray) and a.ndim == 2 and a.shape[0] == n}
-        buf = getattr(getattr(alg, "optimizer", None), "momentum_buffer", None)
-        if isinstance(buf, np.ndarray):
-            found["optimizer.momentum"] = buf
+        for name, a in _optimizer_state(alg).items():
+            found[f"optimizer.{name}"] = a
         return found
 
     def before_round(self, t: int) -> None:
@@ -113,9 +112,8 @@ class OfflineHook:
                 if isinstance(numerators, np.ndarray):
                     weights = self.algorithm.weights[back].astype(np.float32)
                     numerators[back] = self.init * weights[:, None]
-                buf = getattr(getattr(self.algorithm, "optimizer", None), "momentum_buffer", None)
-                if isinstance(buf, np.ndarray):
-                    buf[back] = 0
+                for a in _optimizer_state(self.algorithm).values():
+                    a[back] = 0
         rows = np.flatnonzero(~self.model.online(t))
         self._rows = rows
         self._saved = {k: a[rows].copy() for k, a in self._arrays().items()} if rows.size else {}
@@ -128,3 +126,9 @@ class OfflineHook:
             if name in arrays:
                 arrays[name][self._rows] = rows
         self._rows, self._saved = None, {}
+
+
+def _optimizer_state(alg) -> dict[str, np.ndarray]:
+    """The optimizer's per-peer state arrays (momentum, Adam's moments and step counts, ...)."""
+    opt = getattr(alg, "optimizer", None)
+    return opt.state_arrays() if hasattr(opt, "state_arrays") else {}
