@@ -1,10 +1,12 @@
 """Consensus error per gossip exchange: linear gossip x <- W x against the finite-time
 minimal-polynomial rule (decentlearn.finite_gossip) on a ring, a torus and an exponential graph,
-and against one-peer exponential gossip (exact after log2 n rounds on 2^k peers).
+against one-peer exponential gossip (exact after log2 n rounds on 2^k peers), and against the NGO
+seed's nonlinear gossip x_i += eta sum_j w_ij sign(x_j - x_i) |x_j - x_i|^alpha
+(decentlearn.finite_gossip.nonlinear_gossip, float32) for alpha 0.5 and 0.8.
 
     python benchmarks/bench_finite_gossip.py [--peers 64] [--out FILE.png]
 
-Float64, dense matrices (this is about step counts, not speed). Error: max_i |x_i - mean| / the
+Float64, dense matrices (this is about step counts, not speed), float32 for the nonlinear rule. Error: max_i |x_i - mean| / the
 initial one, from a fixed Gaussian start.
 """
 
@@ -40,6 +42,17 @@ def curves(spec: str, n: int, steps: int) -> tuple[list[float], list[float]]:
     return linear, finite
 
 
+def nonlinear_curve(spec: str, n: int, steps: int, alpha: float, eta: float = 1.0) -> list[float]:
+    """Consensus error per step of nonlinear gossip, from the same start as ``curves``."""
+    top = topology.make(spec, n)
+    x0 = np.random.default_rng(0).standard_normal((n, 4))
+    x, errs = x0.astype(np.float32), [1.0]
+    for _ in range(steps):
+        x = finite_gossip.nonlinear_gossip(top, x, alpha, eta)
+        errs.append(error(x.astype(np.float64), x0))
+    return errs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--peers", type=int, default=64)
@@ -57,6 +70,9 @@ def main() -> None:
         linear, finite = curves(spec, n, steps=max(64, n))
         ax.semilogy(np.maximum(linear, 1e-17), label="linear gossip x <- Wx")
         ax.semilogy(np.maximum(finite, 1e-17), marker=".", label="finite-time (minimal polynomial)")
+        for alpha in (0.5, 0.8):
+            ax.semilogy(np.maximum(nonlinear_curve(spec, n, len(linear) - 1, alpha), 1e-17),
+                        lw=1, label=f"nonlinear gossip (NGO), alpha={alpha}, eta=1")
         if spec == "exponential" and n & (n - 1) == 0:
             ope = topology.make("one-peer-exponential", n)
             x0 = np.random.default_rng(0).standard_normal((n, 4))

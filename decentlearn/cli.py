@@ -105,8 +105,10 @@ def _add_run_parser(sub) -> None:
     a("--clique-averaging", action=argparse.BooleanOptionalAction, default=None,
       help="D-Cliques Clique Averaging: each peer's gradient is replaced by its clique's average "
            "before the optimizer step (needs --topology d-cliques[:SIZE[:INTER]])")
-    a("--mixing", help="gossip (one exchange of W per round, default) or finite-time (the "
-                       "exact average each round through W's minimal polynomial: K exchanges)")
+    a("--mixing", help="gossip (one exchange of W per round, default), finite-time (the "
+                       "exact average each round through W's minimal polynomial: K exchanges) "
+                       "or nonlinear[:ALPHA[:ETA]] (NGO nonlinear gossip: x_i += ETA sum_j w_ij "
+                       "sign(x_j-x_i)|x_j-x_i|^ALPHA, default 0.5:0.5)")
     a("--compress", help="what peers send: none (float32, default), natural, dither:S, topk:R, "
                          "randk:R, stc:R, qsgd:S, bucket:BITS:SIZE, sign, int8; ef:SPEC adds "
                          "error feedback")

@@ -19,6 +19,19 @@ docs/topology-data-aware.md for exactly how they relate to the seed):
 :class:`FiniteTimeComm` is the mixing option the algorithms use (``--mixing finite-time``): its
 ``mix`` runs the K steps of the schedule, K exchanges whose bytes are counted, so one round of
 D-PSGD gives every peer the exact average of the models.
+
+:class:`NonlinearGossipComm` (``--mixing nonlinear[:ALPHA[:ETA]]``) is the NGO seed's nonlinear
+gossip in its classic finite-time form (Wang & Xiao 2010; Chen et al. 2021 build on it): each
+peer moves towards every neighbour by a signed power of their difference,
+
+    x_i <- x_i + eta * sum_{j != i} w_ij * sign(x_j - x_i) * |x_j - x_i| ** alpha,
+
+elementwise, with W_t's off-diagonal weights (one exchange of the float32 rows, the bytes of a
+gossip step). ``alpha = 1, eta = 1`` is linear gossip W x. With 0 < alpha < 1 the continuous-time
+flow reaches consensus in finite time; the discrete rule with a fixed eta closes the large gaps
+faster than linear gossip and then dithers at a floor of order eta^(1 / (1 - alpha)) (where the
+step eta |z|^alpha stops being smaller than the gap |z|). The update is antisymmetric over every
+edge with w_ij = w_ji, so the average of the rows is preserved (to float32 rounding).
 """
 
 from __future__ import annotations
@@ -27,9 +40,10 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.comm import FLOAT32_BYTES, SimComm
-from decentlearn.topology import Topology
+from decentlearn.topology import Topology, edges_of, round_matrix
 
-__all__ = ["FiniteTimeComm", "MAX_PEERS", "minimal_polynomial_schedule"]
+__all__ = ["FiniteTimeComm", "MAX_PEERS", "NonlinearGossipComm", "minimal_polynomial_schedule",
+           "nonlinear_gossip", "parse_mixing"]
 
 #: The schedule needs all eigenvalues of W (a dense eigendecomposition): at most this many peers.
 MAX_PEERS = 4096
@@ -113,3 +127,98 @@ class FiniteTimeComm(SimComm):
     def exchange(self, compressor, payload, t: int) -> np.ndarray:
         raise ValueError("mixing='finite-time' supports uncompressed D-PSGD only (it needs "
                          "several exchanges per round); use mixing='gossip' with compression")
+
+
+def parse_mixing(spec: str) -> tuple[str, float, float]:
+    """``gossip``, ``finite-time`` or ``nonlinear[:ALPHA[:ETA]]`` -> (kind, alpha, eta); ALPHA in
+    (0, 1] (default 0.5), ETA in (0, 1] (default 0.5)."""
+    if not isinstance(spec, str):
+        raise ValueError(f"mixing must be a string, got {spec!r}")
+    if spec in ("gossip", "finite-time"):
+        return spec, 1.0, 1.0
+    kind, *args = spec.split(":")
+    if kind == "nonlinear" and len(args) <= 2:
+        try:
+            alpha = float(args[0]) if args else 0.5
+            eta = float(args[1]) if len(args) > 1 else 0.5
+        except ValueError:
+            alpha = eta = -1.0
+        if 0 < alpha <= 1 and 0 < eta <= 1:
+            return "nonlinear", alpha, eta
+    raise ValueError(f"mixing must be gossip, finite-time or nonlinear[:ALPHA[:ETA]] with ALPHA and "
+                     f"ETA in (0, 1], got {spec!r}")
+
+
+#: Bytes of the (edges, chunk) float32 work array of one block of rows.
+_CHUNK_BYTES = 32 << 20
+
+
+def nonlinear_gossip(topology, X: np.ndarray, alpha: float, eta: float, t: int = 0,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """One nonlinear gossip step (module docstring) on the (n, d) float32 rows X: ``out[i] = X[i]
+    + eta * sum_j w_ij sign(X[j] - X[i]) |X[j] - X[i]|^alpha``. Each output row depends on its
+    own and its in-neighbours' rows only; edges are summed in ascending sender order."""
+    X = np.asarray(X)
+    if X.dtype != np.float32 or X.ndim != 2 or X.shape[0] != topology.n:
+        raise ValueError(f"X must be a ({topology.n}, dim) float32 array, got {X.dtype} "
+                         f"{X.shape}")
+    if out is None:
+        out = np.empty_like(X)
+    elif out.shape != X.shape or out.dtype != X.dtype or np.may_share_memory(out, X):
+        raise ValueError("out must be a separate array of X's shape and dtype")
+    dst, src = edges_of(topology, t)
+    w = np.asarray(round_matrix(topology, t)[dst, src]).ravel().astype(np.float32)
+    order = np.lexsort((src, dst))
+    dst, src, w = dst[order], src[order], w[order]
+    out[...] = X
+    d = X.shape[1]
+    if dst.size == 0 or d == 0:
+        return out
+    starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
+    rows = dst[starts]
+    cols = max(1, min(d, _CHUNK_BYTES // (4 * dst.size)))
+    a, e = np.float32(alpha), np.float32(eta)
+    for c0 in range(0, d, cols):
+        c1 = min(d, c0 + cols)
+        z = X[src, c0:c1] - X[dst, c0:c1]  # (edges, chunk)
+        phi = np.abs(z)
+        if alpha != 1.0:
+            np.power(phi, a, out=phi)
+        np.copysign(phi, z, out=phi)
+        phi *= w[:, None]
+        acc = np.add.reduceat(phi, starts, axis=0)
+        acc *= e
+        out[rows, c0:c1] += acc
+    return out
+
+
+class NonlinearGossipComm(SimComm):
+    """A communicator whose ``mix`` is one nonlinear gossip step (:func:`nonlinear_gossip`): one
+    exchange of the float32 rows per round, counted like a gossip step. Compressed exchanges and
+    replica ``combine`` are linear operations with no nonlinear counterpart here: they raise."""
+
+    def __init__(self, topology, n_threads: int | None = None, *, alpha: float = 0.5,
+                 eta: float = 0.5, **network) -> None:
+        super().__init__(topology, n_threads, **network)
+        if not (0 < alpha <= 1 and 0 < eta <= 1):
+            raise ValueError(f"alpha and eta must be in (0, 1], got alpha={alpha}, eta={eta}")
+        if getattr(topology, "directed", False):
+            raise ValueError("nonlinear gossip needs symmetric weights (w_ij = w_ji) to keep the "
+                             f"average; {topology.name!r} is directed")
+        self.alpha, self.eta = float(alpha), float(eta)
+
+    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
+        if self._spare is None or self._spare.shape != X.shape:
+            self._spare = np.empty_like(X)
+        out = nonlinear_gossip(self.mixing, X, self.alpha, self.eta, t, out=self._spare)
+        self._spare = X
+        self.count(t, X.shape[1] * FLOAT32_BYTES)
+        return out
+
+    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        raise ValueError("mixing='nonlinear' supports uncompressed D-PSGD only; use "
+                         "mixing='gossip' with compression")
+
+    def exchange(self, compressor, payload, t: int) -> np.ndarray:
+        raise ValueError("mixing='nonlinear' supports uncompressed D-PSGD only; use "
+                         "mixing='gossip' with compression")

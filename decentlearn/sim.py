@@ -241,8 +241,7 @@ class RunConfig:
         if not isinstance(self.clique_averaging, bool):
             raise ValueError(f"clique_averaging must be true or false, got "
                              f"{self.clique_averaging!r}")
-        if self.mixing not in ("gossip", "finite-time"):
-            raise ValueError(f"mixing must be 'gossip' or 'finite-time', got {self.mixing!r}")
+        finite_gossip.parse_mixing(self.mixing)
         algorithms._REGISTRY.get(self.algorithm)  # unknown name: ValueError with a suggestion
         network.validate_run(self)
         if self.algorithm == "choco" and self.gamma is None and self.compress != "none":
@@ -384,6 +383,14 @@ class Simulator:
                                  f"algorithm={c.algorithm!r}, compress={c.compress!r}, "
                                  f"network={c.network!r}")
             self.comm = finite_gossip.FiniteTimeComm(self.topology, n_threads=c.threads)
+        elif c.mixing.startswith("nonlinear"):
+            if c.algorithm != "dpsgd" or c.compress != "none":
+                raise ValueError("mixing='nonlinear' is a nonlinear gossip step for uncompressed "
+                                 f"dpsgd; got algorithm={c.algorithm!r}, compress={c.compress!r}")
+            _, alpha, eta = finite_gossip.parse_mixing(c.mixing)
+            self.comm = finite_gossip.NonlinearGossipComm(
+                self.topology, n_threads=c.threads, alpha=alpha, eta=eta, network=self.network,
+                samples_per_round=c.local_steps * c.batch_size)
         else:
             self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
                                 samples_per_round=c.local_steps * c.batch_size,
