@@ -239,6 +239,8 @@ def _format_table(summary: dict) -> str:
         ("rounds", str(summary["rounds"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
     ]
+    if summary.get("sim_seconds") is not None:  # --network: the simulated clock
+        rows.append(("simulated time", f"{summary['sim_seconds']:.4g} s"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 

@@ -145,8 +145,8 @@ def parse_mixing(spec: str) -> tuple[str, float, float]:
             alpha = eta = -1.0
         if 0 < alpha <= 1 and 0 < eta <= 1:
             return "nonlinear", alpha, eta
-    raise ValueError(f"mixing must be gossip, finite-time or nonlinear[:ALPHA[:ETA]] with ALPHA and "
-                     f"ETA in (0, 1], got {spec!r}")
+    raise ValueError("mixing must be gossip, finite-time or nonlinear[:ALPHA[:ETA]] with ALPHA "
+                     f"and ETA in (0, 1], got {spec!r}")
 
 
 #: Bytes of the (edges, chunk) float32 work array of one block of rows.

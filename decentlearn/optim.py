@@ -101,7 +101,7 @@ class SGD:
         self._scratch: np.ndarray | None = None
         #: Threads of the float32 step kernel (None: decentlearn's default).
         self.n_threads = ops.resolve_threads(n_threads) if n_threads is not None else None
-        #: Learning rate of the next steps (a schedule sets it every round; ``step(lr=)`` overrides).
+        #: Learning rate of the next steps (a schedule sets it each round; ``step(lr=)`` overrides).
         self.lr = float(config.lr)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -270,7 +270,6 @@ def make(config: OptimizerConfig, shape: tuple[int, int], *, dtype: Any = np.flo
 def _check_segments(segments, dim: int) -> tuple[tuple[int, int], ...]:
     if segments is None:
         return ((0, dim),) if dim else ()
-    out = []
     try:
         pairs = [(int(a), int(b)) for a, b in segments]
     except (TypeError, ValueError):

@@ -5,11 +5,10 @@
 
 Statistical efficiency comes from real runs on the embedded digits data (IID, 16 and 64 peers,
 batch 16, lr 0.05, momentum 0.9, seed 0): the first evaluated round (every 2) whose mean peer test
-accuracy reaches the target, for D-PSGD on a ring (decentlearn's dpsgd) and for all-reduce SGD.
-``--algorithm allreduce`` does not exist on this branch, so all-reduce SGD is built here: the
-same simulator with a communicator whose ``mix`` is the exact average (X.mean over peers, which
-is what a ring all-reduce computes) and whose clock is the ring all-reduce cost model
-(decentlearn.network.allreduce_time, a barrier of 2(n-1)/n * S / B + 2(n-1) * latency).
+accuracy reaches the target, for D-PSGD on a ring (``--algorithm dpsgd``) and for all-reduce SGD
+(``--algorithm allreduce``: every round the exact average of the peers' models, what a ring
+all-reduce computes, timed by the ring all-reduce cost model of decentlearn.network, a barrier of
+2(n-1)/n * S / B + 2(n-1) * latency).
 
 System cost comes from decentlearn.network on a uniform network for every (bandwidth, latency)
 cell: one D-PSGD round on the ring is compute + latency + 2 S / B (shared NIC, 2 neighbours),
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from decentlearn import topology  # noqa: E402
 from decentlearn.comm import FLOAT32_BYTES, SimComm  # noqa: E402
-from decentlearn.network import NetworkConfig, NetworkModel, allreduce_time, server_round_time  # noqa: E402
+from decentlearn.network import NetworkConfig, NetworkModel, server_round_time  # noqa: E402
 from decentlearn.sim import RunConfig, Simulator  # noqa: E402
 
 BANDWIDTHS_MBPS = [10_000, 1_000, 100, 10]
@@ -48,28 +47,13 @@ PAYLOADS = {  # name: (parameters, samples/s)
 }
 
 
-class AllReduceComm(SimComm):
-    """All-reduce SGD's communicator: mix is the exact average over peers; the clock is a barrier
-    of the ring all-reduce cost model; each peer sends 2(n-1)/n of the payload."""
-
-    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
-        X[:] = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-        nbytes = X.shape[1] * FLOAT32_BYTES
-        n = self.n_peers
-        self.bytes_sent += int(2 * (n - 1) * nbytes // n)
-        if self.clock is not None:
-            self.clock.barrier(t, allreduce_time(self.network, nbytes))
-        return X
-
-
 def rounds_to_target(n: int, allreduce: bool, target: float,
                      rounds: int) -> tuple[int | None, list]:
     cfg = RunConfig(peers=n, topology="ring", partition="iid", rounds=rounds, eval_every=2,
                     eval_samples=400, batch_size=BATCH, lr=0.05, momentum=0.9, seed=0)
-    sim = Simulator(cfg)
     if allreduce:
-        sim.comm = sim.algorithm.comm = AllReduceComm(sim.topology, n_threads=cfg.threads)
-    result = sim.run()
+        cfg = cfg.replace(algorithm="allreduce")
+    result = Simulator(cfg).run()
     curve = [(row["round"], row["test_accuracy_mean"]) for row in result.history]
     hit = next((r for r, acc in curve if acc >= target), None)
     return hit, curve
@@ -87,7 +71,7 @@ def round_seconds(n: int, nbytes: float, net: NetworkConfig) -> dict:
     ring.count(0, nbytes)  # one D-PSGD exchange: every peer sends S bytes to its 2 neighbours
     ring.round_done(0)
     ar = SimComm(topology.make("ring", n), network=model, samples_per_round=BATCH)
-    ar.clock.barrier(0, allreduce_time(model, nbytes))
+    ar.clock.allreduce(0, nbytes)  # what --algorithm allreduce's comm.allreduce charges
     ar.round_done(0)
     ps = server_round_time(model, nbytes, nbytes, samples=BATCH)
     return {"dpsgd": ring.sim_seconds, "allreduce": ar.sim_seconds, "server": ps}
