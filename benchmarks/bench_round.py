@@ -23,9 +23,11 @@ import argparse
 import json
 import platform
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import decentlearn
@@ -88,6 +90,64 @@ def round_time(config: RunConfig, threads: int, rounds: int, repeat: int) -> dic
             "compute": cost}
 
 
+def torch_round_time(config: RunConfig, threads: int, rounds: int, repeat: int) -> dict | None:
+    """The same D-PSGD MLP round written batched in torch (the issue's comparison): minibatch
+    gather, bmm forward, manual backward, momentum SGD on one (P, D) tensor, sparse W @ X gossip.
+    None when torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    sim = Simulator(config.replace(threads=threads))
+    model, alg = sim.model, sim.algorithm
+    layout = {name: (sl, shape) for name, sl, shape in model.layout()}
+    if len(layout) != 4:
+        return None  # the comparison is written for a one-hidden-layer MLP
+    torch.set_num_threads(threads)
+    P, B = config.peers, config.batch_size
+    X = torch.from_numpy(sim.dataset.x_train.reshape(len(sim.dataset.y_train), -1)
+                         .astype(np.float32))
+    Y = torch.from_numpy(sim.dataset.y_train.astype(np.int64))
+    params = torch.from_numpy(alg.params.copy())
+    buf, grad = torch.zeros_like(params), torch.zeros_like(params)
+    (w1s, w1shape), (b1s, _), (w2s, w2shape), (b2s, _) = layout.values()
+    w = sim.topology.mixing_matrix()
+    coo = scipy.sparse.coo_array(w)
+    with warnings.catch_warnings():  # torch's notes on sparse invariant checks / beta CSR
+        warnings.simplefilter("ignore")
+        W = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data.astype(np.float32),
+                                    (P, P)).coalesce()
+    gen = torch.Generator().manual_seed(0)
+    n = X.shape[0]
+
+    def one_round():
+        nonlocal params
+        idx = torch.randint(0, n, (P, B), generator=gen)
+        x, y = X[idx], Y[idx]
+        W1 = params[:, w1s].view(P, *w1shape)
+        W2 = params[:, w2s].view(P, *w2shape)
+        h = torch.relu(torch.baddbmm(params[:, b1s].unsqueeze(1), x, W1))
+        z = torch.baddbmm(params[:, b2s].unsqueeze(1), h, W2)
+        p = torch.softmax(z, dim=2)
+        p.scatter_add_(2, y.unsqueeze(2), torch.full((P, B, 1), -1.0))
+        p /= B
+        torch.bmm(h.transpose(1, 2), p, out=grad[:, w2s].view(P, *w2shape))
+        grad[:, b2s] = p.sum(1)
+        dh = torch.bmm(p, W2.transpose(1, 2)).mul_(h > 0)
+        torch.bmm(x.transpose(1, 2), dh, out=grad[:, w1s].view(P, *w1shape))
+        grad[:, b1s] = dh.sum(1)
+        buf.mul_(config.momentum).add_(grad)
+        params.add_(buf, alpha=-config.lr)
+        params = torch.sparse.mm(W, params)
+
+    with torch.no_grad():
+        for _ in range(3):
+            one_round()
+        best = min(_timed(lambda: [one_round() for _ in range(rounds)])
+                   for _ in range(repeat)) / rounds
+    return {"seconds_per_round": best, "torch": torch.__version__, "threads": threads}
+
+
 def round_flops(config: RunConfig, n_params: int) -> float:
     """6 x peers x batch x parameters x local steps (the issue's definition)."""
     return 6.0 * config.peers * config.batch_size * n_params * config.local_steps
@@ -137,6 +197,12 @@ def main() -> None:
         "int8_speed_vs_fp32": r2["seconds_per_round"] / r8["seconds_per_round"],
     }
     m = out["cases"]["mlp_256_peers"]
+    tr = torch_round_time(mlp, 2, rounds, repeat)
+    if tr is not None:
+        m["torch_batched_threads_2"] = tr
+        m["speed_vs_torch_batched"] = tr["seconds_per_round"] / r2["seconds_per_round"]
+        print(f"batched torch MLP round (2 threads): {1e3 * tr['seconds_per_round']:.2f} ms; "
+              f"decentlearn is {m['speed_vs_torch_batched']:.2f}x its speed")
     print(f"MLP 256 peers: {1e3 * r1['seconds_per_round']:.2f} ms (1 thread), "
           f"{1e3 * r2['seconds_per_round']:.2f} ms (2 threads) = "
           f"{m['ratio_to_flop_time_threads_2']:.2f}x its FLOP time ({1e3 * flop_s:.2f} ms); "
