@@ -329,6 +329,22 @@ class _Adaptive:
         for a in self.state_arrays().values():
             a.fill(0)
 
+    def state_dict(self) -> dict:
+        """Moments and step counts, for checkpoints (decentlearn.checkpoint)."""
+        return {name: a.copy() for name, a in self.state_arrays().items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import CheckpointError
+        for name, a in self.state_arrays().items():
+            v = state.get(name)
+            if not isinstance(v, np.ndarray) or v.shape != a.shape or v.dtype != a.dtype:
+                raise CheckpointError(
+                    f"checkpoint's optimizer {name} must be {a.dtype} {a.shape}, got "
+                    f"{getattr(v, 'dtype', type(v).__name__)} {getattr(v, 'shape', '')}")
+            if name == "steps" and v.size and v.min() < 0:
+                raise CheckpointError("checkpoint's optimizer step counts must be >= 0")
+            a[...] = v
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r}, shape={self.shape}, dtype={self.dtype})"
 
