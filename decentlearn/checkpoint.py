@@ -193,8 +193,8 @@ def write(path: str | os.PathLike, state: dict[str, Any], *, fingerprint: str, n
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
             "decentlearn_version": __version__, "fingerprint": str(fingerprint),
             "n_peers": int(n_peers), "dim": int(dim), "round": int(round),
-            "arrays": sorted(arrays), "checksum": _digest(arrays, state_bytes),
-            "extra": _check_json(extra or {}, "extra")}
+            "arrays": sorted(arrays), "extra": _check_json(extra or {}, "extra")}
+    meta["checksum"] = _digest(arrays, state_bytes + _json_bytes(meta))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         members = [(_META, np.frombuffer(_json_bytes(meta), dtype=np.uint8)),
@@ -269,7 +269,9 @@ def read(path: str | os.PathLike, *, fingerprint: str | None = None, n_peers: in
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format version {meta.get('format_version')!r}, "
                               f"this decentlearn reads version {FORMAT_VERSION}")
-    if meta.get("checksum") != _digest(arrays, state_bytes) or meta.get("arrays") != sorted(arrays):
+    core = {k: v for k, v in meta.items() if k != "checksum"}
+    if meta.get("checksum") != _digest(arrays, state_bytes + _json_bytes(core)) \
+            or meta.get("arrays") != sorted(arrays):
         raise CheckpointError(f"{path}: checkpoint is corrupted (checksum mismatch)")
     for key, want in (("n_peers", n_peers), ("dim", dim)):
         if want is not None and meta.get(key) != want:
@@ -310,5 +312,5 @@ class CheckpointCallback:
             self.save(sim)
 
     def save(self, sim) -> None:
-        sim.save_checkpoint(self.path)
+        sim.save_checkpoint(self.path, extra={"checkpoint_every": self.every})
         self.saved_round = sim.next_round

@@ -646,13 +646,15 @@ class Simulator:
                                      f"{self.next_round}")
         self.at_boundary = True
 
-    def save_checkpoint(self, path) -> None:
-        """Writes the run's state at this round boundary to ``path`` atomically."""
+    def save_checkpoint(self, path, extra: dict | None = None) -> None:
+        """Writes the run's state at this round boundary to ``path`` atomically (``extra``: JSON
+        metadata kept in the file)."""
         from decentlearn import checkpoint as ck
         if not self.at_boundary and self.next_round > 0:
             raise ck.CheckpointError("a checkpoint can only be taken between two rounds")
         ck.write(path, self.state_dict(), fingerprint=ck.fingerprint(self.config),
-                 n_peers=self.config.peers, dim=self.model.dim, round=self.next_round)
+                 n_peers=self.config.peers, dim=self.model.dim, round=self.next_round,
+                 extra=extra)
 
     def load_checkpoint(self, path) -> dict:
         """Restores the state saved at ``path`` into this (freshly built) simulator, whose
