@@ -121,9 +121,28 @@ def load_attrs(obj: Any, names: tuple[str, ...] | list[str], state: dict[str, An
                 raise CheckpointError(f"checkpoint state {label!r} has {new.dtype} {new.shape}, "
                                       f"this run expects {cur.dtype} {cur.shape}: the checkpoint "
                                       "belongs to another run")
+        elif not _same_kind(cur, new):
+            raise CheckpointError(f"checkpoint state {label!r} is a {type(new).__name__}, this "
+                                  f"run holds a {type(cur).__name__} there")
         if isinstance(new, np.ndarray):
             new = np.array(new, copy=True, order="C")
         setattr(obj, name, new)
+
+
+def _same_kind(cur: Any, new: Any) -> bool:
+    """A JSON or scalar value fits the attribute's current one (None fits anything: state that
+    is set lazily, such as gradient tracking's first tracker)."""
+    if cur is None or new is None:
+        return True
+    if isinstance(cur, (bool, np.bool_)):
+        return isinstance(new, (bool, np.bool_))
+    if isinstance(cur, (int, float, np.number)):
+        return isinstance(new, (int, float, np.number)) and not isinstance(new, (bool, np.bool_))
+    if isinstance(cur, (list, tuple)):
+        return isinstance(new, list)
+    if isinstance(cur, (str, dict)):
+        return isinstance(new, type(cur))
+    return True
 
 
 def nest(prefix: str, state: dict[str, Any]) -> dict[str, Any]:

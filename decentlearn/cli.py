@@ -347,6 +347,10 @@ def cmd_run(args) -> int:
 
     callbacks = []
     saver = None
+    reason = getattr(sim.algorithm, "checkpoint_unsupported", None)
+    if every is not None and reason:
+        raise UsageError(f"run: --checkpoint-every: algorithm {config.algorithm!r} cannot be "
+                         f"checkpointed: {reason}")
     if every is not None:
         saver = CheckpointCallback(out / FILENAME, int(every))
         if args.resume:

@@ -121,6 +121,18 @@ def test_variants_resume_bit_identical(variant, tmp_path):
         assert full.summary["sim_seconds"] > 0
 
 
+def test_resume_with_other_threads(tmp_path):
+    """threads is outside the fingerprint: results do not depend on it, before or after."""
+    config = RunConfig(**{**BASE, "algorithm": "choco", **OPTIONS["choco"]})
+    full = Simulator(config.replace(threads=2)).run()
+    sim = Simulator(config.replace(threads=2))
+    with pytest.raises(Stop):
+        sim.run([SaveAndStop(tmp_path / "c.npz", 3)])
+    resumed = Simulator.from_checkpoint(tmp_path / "c.npz", config.replace(threads=1)).run()
+    assert np.array_equal(full.params, resumed.params)
+    assert strip(full.history) == strip(resumed.history)
+
+
 def test_checkpoint_between_evaluations_keeps_the_loss_average(tmp_path):
     """Round 3 is not an evaluation round: the partial train_loss sum must survive."""
     config = RunConfig(**{**BASE, "eval_every": 4, "rounds": 8})
@@ -161,6 +173,17 @@ def test_state_round_trips_through_the_file(tmp_path):
         else:
             assert json.loads(json.dumps(value)) == state[key], key
     assert isinstance(state["sampler._rng"]["__generator__"]["state"]["state"], int)
+
+
+def test_algorithm_can_refuse_checkpoints(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(algorithms.DPSGD, "checkpoint_unsupported", "its state lives elsewhere",
+                        raising=False)
+    sim = Simulator(RunConfig(**BASE))
+    with pytest.raises(CheckpointError, match="cannot be checkpointed: its state lives"):
+        sim.save_checkpoint(tmp_path / "c.npz")
+    code, err = cli(["run", *SMALL, "--rounds", "2", "--checkpoint-every", "1", "--out",
+                     str(tmp_path / "run")], capsys)
+    assert code == 2 and "cannot be checkpointed" in err and len(err.strip().splitlines()) == 1
 
 
 def test_fingerprint_ignores_only_rounds_threads_data_dir():
@@ -254,6 +277,11 @@ def test_foreign_checkpoints_are_refused(saved, tmp_path, monkeypatch):
     checkpoint.write(odd, state, fingerprint=meta["fingerprint"], n_peers=4, dim=meta["dim"],
                      round=2)
     assert "algorithm.params" in one_line_error(config, odd)
+    state, _ = checkpoint.read(path)
+    state["comm.server_bytes_sent"] = "many"  # a JSON value of the wrong kind
+    checkpoint.write(odd, state, fingerprint=meta["fingerprint"], n_peers=4, dim=meta["dim"],
+                     round=2)
+    assert "comm.server_bytes_sent" in one_line_error(config, odd)
 
 
 def test_no_pickle_in_checkpoints(saved, tmp_path):
