@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION",
-           "CheckpointCallback", "fingerprint", "load_attrs", "nest", "read", "state_of",
-           "subtree", "write"]
+__all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION", "NOT_PER_PEER",
+           "CheckpointCallback", "fingerprint", "join_rows", "load_attrs", "nest",
+           "per_peer_names", "read", "state_of", "subtree", "take_rows", "write"]
 
 #: Bumped whenever the layout or the meaning of saved names changes; other versions are refused.
 FORMAT_VERSION = 1
@@ -154,6 +154,37 @@ def subtree(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
     """The entries of ``state`` under ``prefix.``, without the prefix (the inverse of nest)."""
     p = prefix + "."
     return {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
+
+
+# ---- per-peer rows (multi-process backends) ----------------------------------------------------
+
+#: State arrays whose first axis may have n_peers entries without being one row per peer: the
+#: sampler's concatenated shuffled orders and AD-PSGD's event heap (in heap order).
+NOT_PER_PEER = ("sampler._perm", "algorithm.heap_times", "algorithm.heap_peers")
+
+
+def per_peer_names(state: dict[str, Any], n_peers: int) -> list[str]:
+    """The names of ``state``'s per-peer arrays: first axis of length ``n_peers`` (one row per
+    peer, in peer order), NOT_PER_PEER excepted. A backend holding a block of peers per process
+    gathers these (:func:`join_rows`) before :func:`write` and scatters them (:func:`take_rows`)
+    after :func:`read`; every other entry is the same on all processes."""
+    return sorted(k for k, v in state.items()
+                  if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_peers
+                  and k not in NOT_PER_PEER)
+
+
+def take_rows(state: dict[str, Any], names: list[str], lo: int, hi: int) -> dict[str, Any]:
+    """``state`` with the per-peer arrays ``names`` cut to rows ``lo:hi`` (a process's block)."""
+    return {k: (np.ascontiguousarray(v[lo:hi]) if k in names else v) for k, v in state.items()}
+
+
+def join_rows(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`take_rows`: the blocks' per-peer arrays ``names`` concatenated in
+    the order of ``parts`` (peer order), every other entry from the first part."""
+    out = dict(parts[0])
+    for k in names:
+        out[k] = np.concatenate([p[k] for p in parts], axis=0)
+    return out
 
 
 # ---- fingerprint ------------------------------------------------------------------------------
