@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 #: Submodules reachable as attributes, imported on first access.
 _SUBMODULES = (
-    "algorithms", "bench", "cli", "cocofl", "comm", "compress", "data", "lowp", "metrics", "nn",
+    "algorithms", "bench", "checkpoint", "cli", "cocofl", "comm", "compress", "data", "lowp", "metrics", "nn",
     "ops", "optim", "plot", "registry", "results", "sim", "topology",
 )
 #: Names re-exported from submodules, imported on first access.

@@ -118,6 +118,43 @@ class Algorithm(ABC):
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         """Runs communication round ``t``; returns the mean loss of each peer over its steps."""
 
+    # ---- checkpoints (decentlearn.checkpoint) ---------------------------------------------------
+
+    #: Attributes that hold state between rounds (saved in checkpoints), added to those of the
+    #: base classes; scratch buffers overwritten before use are not state.
+    state_attrs: tuple[str, ...] = ("params",)
+    #: Attributes holding objects with their own ``state_dict()`` (None or stateless ones skip).
+    state_objects: tuple[str, ...] = ("optimizer", "compressor")
+
+    @classmethod
+    def _declared(cls, attr: str) -> tuple[str, ...]:
+        names: list[str] = []
+        for klass in reversed(cls.__mro__):
+            for name in vars(klass).get(attr, ()):
+                if name not in names:
+                    names.append(name)
+        return tuple(names)
+
+    def state_dict(self) -> dict:
+        """The algorithm's state at a round boundary: its ``state_attrs`` and the state of its
+        ``state_objects`` (optimizer momentum, error-feedback residuals), as a flat dict."""
+        from decentlearn import checkpoint
+        out = checkpoint.state_of(self, self._declared("state_attrs"))
+        for name in self._declared("state_objects"):
+            obj = getattr(self, name, None)
+            if hasattr(obj, "state_dict"):
+                out.update(checkpoint.nest(name, obj.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores what ``state_dict`` returned (CheckpointError on a mismatch)."""
+        from decentlearn import checkpoint
+        checkpoint.load_attrs(self, self._declared("state_attrs"), state, "algorithm.")
+        for name in self._declared("state_objects"):
+            obj = getattr(self, name, None)
+            if hasattr(obj, "load_state_dict"):
+                obj.load_state_dict(checkpoint.subtree(name, state))
+
 
 @dataclass(frozen=True)
 class _Variant:
@@ -197,6 +234,8 @@ class CHOCO(Algorithm):
     Works with any compressor, biased ones included; gamma (the consensus step size) must shrink
     as compression gets more aggressive. With "none" and gamma = 1 it is exactly D-PSGD (ATC).
     """
+
+    state_attrs = ("x_hat",)
 
     def __init__(self, *, gamma: float = 1.0, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)

@@ -69,6 +69,7 @@ class _ServerAlgorithm(Algorithm):
 
     #: Algorithms that take a compressor for the upload; others reject one.
     takes_compressor = True
+    state_attrs = ("server",)
 
     def __init__(self, *, participation: float = 1.0, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -134,6 +135,8 @@ class AllReduce(Algorithm):
     and all-gathered) and set x <- x_bar_prev + that estimate, so all peers stay identical.
     Bytes per round and peer: 2(n-1)/n · 4·dim (float32) or 2(n-1)/n of a compressed row.
     """
+
+    state_attrs = ("anchor",)
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -219,6 +222,9 @@ class STCFL(_ServerAlgorithm):
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
     simulated_time = False
+    state_attrs = ("client_error", "server_error", "synced", "synced_round",
+                   "_last_down_nbytes")
+    state_objects = ("server_compressor",)
 
     def __init__(self, *, server_compress: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -320,6 +326,7 @@ class FedHiSyn(_ServerAlgorithm):
     simulated_time = False
 
     takes_compressor = False
+    state_attrs = ("hops_done",)
 
     def __init__(self, *, categories: int = 4, speeds: str = "lognormal:1.0", hops_max: int = 8,
                  **kwargs) -> None:

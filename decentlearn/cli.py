@@ -163,6 +163,12 @@ def _add_run_parser(sub) -> None:
            "(docs/network.md); adds sim_seconds to the metrics")
     a("--async", dest="asynchronous", action="store_true", default=None,
       help="event-driven asynchronous gossip (dpsgd -> AD-PSGD); needs --network")
+    a("--checkpoint-every", type=int, metavar="N",
+      help="write RUN_DIR/checkpoint.npz every N rounds, after the last round and on SIGINT/"
+           "SIGTERM at a round boundary (docs/checkpoints.md)")
+    a("--resume", metavar="RUN_DIR",
+      help="continue the run in RUN_DIR from its checkpoint, with its config.toml (only "
+           "--rounds, --threads, --data-dir, --checkpoint-every and --quiet may be given)")
     a("--out", help="output directory (default runs/<timestamp>, never an existing one)")
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
@@ -290,27 +296,89 @@ def _build(config):
     return sim
 
 
-def cmd_run(args) -> int:
-    from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir, signals_as_interrupts
-    from decentlearn.sim import Callback
+#: Flags ``--resume`` accepts besides the run directory (the rest comes from its config.toml).
+_RESUME_FLAGS = ("rounds", "threads", "data_dir", "checkpoint_every", "quiet", "resume")
 
+
+def _resume(args) -> tuple:
+    """(config, run directory, restored simulator, checkpoint_every) of ``--resume RUN_DIR``."""
+    from decentlearn import checkpoint as ck
+    run_dir = Path(args.resume)
+    given = [k for k, v in vars(args).items()
+             if k not in _RESUME_FLAGS and k != "command" and v not in (None, False)]
+    if given:
+        raise UsageError(f"run: --resume continues the run configured in {run_dir}/config.toml; "
+                         "only --rounds, --threads, --data-dir, --checkpoint-every and --quiet "
+                         f"may be given, got --{given[0].replace('_', '-')}")
+    toml = run_dir / "config.toml"
+    if not toml.is_file():
+        raise UsageError(f"--resume {run_dir}: not a run directory (no config.toml)")
+    args.config = str(toml)
     config = _resolve_run_config(args)
-    out = _check_out(args)
+    path = run_dir / ck.FILENAME
+    try:
+        state, meta = ck.read(path, fingerprint=ck.fingerprint(config), n_peers=config.peers)
+    except ck.CheckpointError as e:
+        raise UsageError(f"--resume {run_dir}: {e}") from None
+    done = meta["round"]
+    if not isinstance(done, int) or done >= config.rounds:
+        raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
+                         f"rounds done; pass --rounds N with N > {done} to extend the run")
     _check_model(config)
     sim = _build(config)
     try:
-        out = new_run_dir("runs") if out is None else prepare_run_dir(out,
-                                                                      overwrite=args.overwrite)
-    except FileExistsError as e:  # another process took it since _check_out
-        raise UsageError(f"--out {e.strerror}") from None
+        if meta["dim"] != sim.model.dim:
+            raise ck.CheckpointError(f"checkpoint has dim={meta['dim']}, this run has "
+                                     f"dim={sim.model.dim}: it belongs to another run")
+        sim.load_state_dict(state)
+    except ck.CheckpointError as e:
+        raise UsageError(f"--resume {run_dir}: {e}") from None
+    every = args.checkpoint_every
+    if every is None:
+        every = (meta.get("extra") or {}).get("checkpoint_every")
+    return config, run_dir, sim, every
+
+
+def cmd_run(args) -> int:
+    from decentlearn.checkpoint import FILENAME, CheckpointCallback, CheckpointError
+    from decentlearn.results import (OutputError, RunWriter, new_run_dir, prepare_run_dir,
+                                     signals_as_interrupts)
+    from decentlearn.sim import Callback
+
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise UsageError(f"run: --checkpoint-every must be an integer >= 1, got "
+                         f"{args.checkpoint_every}")
+    if args.resume:
+        config, out, sim, every = _resume(args)
+    else:
+        config = _resolve_run_config(args)
+        out = _check_out(args)
+        _check_model(config)
+        sim = _build(config)
+        every = args.checkpoint_every
+        try:
+            out = new_run_dir("runs") if out is None else prepare_run_dir(
+                out, overwrite=args.overwrite)
+        except FileExistsError as e:  # another process took it since _check_out
+            raise UsageError(f"--out {e.strerror}") from None
 
     callbacks = []
+    saver = None
+    reason = getattr(sim.algorithm, "checkpoint_unsupported", None)
+    if every is not None and reason:
+        raise UsageError(f"run: --checkpoint-every: algorithm {config.algorithm!r} cannot be "
+                         f"checkpointed: {reason}")
+    if every is not None:
+        saver = CheckpointCallback(out / FILENAME, int(every))
+        if args.resume:
+            saver.saved_round = sim.next_round  # the checkpoint resumed from
+        callbacks.append(saver)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=config.rounds, desc="rounds", unit="round", dynamic_ncols=True,
-                   mininterval=0.5)
+        bar = tqdm(total=config.rounds, initial=sim.next_round, desc="rounds", unit="round",
+                   dynamic_ncols=True, mininterval=0.5)
 
         class Progress(Callback):
             def on_round_end(self, sim, t):
@@ -322,6 +390,8 @@ def cmd_run(args) -> int:
 
         callbacks.append(Progress())
     writer = RunWriter(out, config)
+    if args.resume:
+        writer.resume(sim.history, sim.next_round)
     try:
         with signals_as_interrupts((signal.SIGTERM,)), writer:
             result = sim.run([writer, *callbacks])
@@ -330,10 +400,21 @@ def cmd_run(args) -> int:
         if bar is not None:
             bar.close()
         signum = getattr(e, "signum", signal.SIGINT)
+        saved = ""
+        if saver is not None:
+            if sim.at_boundary and saver.saved_round != sim.next_round:
+                try:  # the state between two rounds is whole: keep it
+                    with signals_as_interrupts((signal.SIGTERM,)):
+                        saver.save(sim)
+                except (OutputError, CheckpointError, KeyboardInterrupt):
+                    pass
+            if saver.saved_round is not None:
+                saved = (f"; checkpoint of round {saver.saved_round} in {out}/{FILENAME} "
+                         f"(continue with: decentlearn run --resume {out})")
         print(f"decentlearn run: interrupted ({signal.Signals(signum).name}): stopped after "
               f"round {writer.last_round} of "
               f"{config.rounds}; {writer.rows} evaluation rows in {out}/metrics.csv, "
-              f"summary.json status '{writer.status}'", file=sys.stderr)
+              f"summary.json status '{writer.status}'{saved}", file=sys.stderr)
         return 128 + signum
     except ValueError as e:  # DivergenceError and the like: one line, the files say the rest
         raise UsageError(f"decentlearn run: error: {e} (results so far in {out}/)") from None

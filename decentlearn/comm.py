@@ -63,6 +63,27 @@ class SimComm:
     def n_peers(self) -> int:
         return self.topology.n
 
+    #: State kept between rounds (checkpoints, decentlearn.checkpoint).
+    state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+
+    def state_dict(self) -> dict:
+        """Byte counters, and with a network model the clock and the fault counters."""
+        from decentlearn.checkpoint import nest, state_of
+        out = state_of(self, self.state_attrs)
+        for name in ("clock", "mixing"):
+            obj = getattr(self, name)
+            if hasattr(obj, "state_dict"):
+                out.update(nest(name, obj.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import load_attrs, subtree
+        load_attrs(self, self.state_attrs, state, "comm.")
+        for name in ("clock", "mixing"):
+            obj = getattr(self, name)
+            if hasattr(obj, "load_state_dict"):
+                obj.load_state_dict(subtree(name, state))
+
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """Returns W_t X, each peer having sent its row (dim float32 values) to its out-neighbours.
 

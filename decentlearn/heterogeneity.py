@@ -65,6 +65,8 @@ class DSGT(Algorithm):
     (mean of y stays the mean gradient for any doubly stochastic W_t).
     """
 
+    state_attrs = ("tracker", "_g_prev")
+
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
         _check_atc("dsgt", variant)
@@ -106,6 +108,8 @@ class D2(Algorithm):
     Bytes per round: one float32 vector per out-neighbour; one gradient per peer. Needs a static
     graph (the correction telescopes over a fixed W).
     """
+
+    state_attrs = ("_x_prev", "_step_prev")
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -154,6 +158,8 @@ class DACFL(Algorithm):
     (the paper assumes a symmetric doubly stochastic W_t).
     """
 
+    state_attrs = ("omega",)
+
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
         _check_atc("dacfl", variant)
@@ -201,6 +207,7 @@ class NGC(Algorithm):
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
     simulated_time = False
+    state_attrs = ("cross_bytes",)
 
     def __init__(self, *, ngc_alpha: float = 0.5, variant: str = "cta", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -281,6 +288,19 @@ class CompNGC(NGC):
         self._memories = [compress.ErrorFeedback(self.compressor) for _ in self.tensor_slices]
         self._decoder = self.compressor
 
+    def state_dict(self) -> dict:
+        from decentlearn.checkpoint import nest
+        out = super().state_dict()
+        for k, ef in enumerate(self._memories):  # the per-edge residuals of every tensor
+            out.update(nest(f"memories.{k}", ef.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import subtree
+        super().load_state_dict(state)
+        for k, ef in enumerate(self._memories):
+            ef.load_state_dict(subtree(f"memories.{k}", state))
+
     def _exchange_cross(self, cross: np.ndarray, t: int) -> np.ndarray:
         received = np.empty_like(cross)
         for sl, ef in zip(self.tensor_slices, self._memories):  # a few tensors, not peers
@@ -343,6 +363,13 @@ class SkewScout(Algorithm):
         self.history: list[tuple[int, float, int]] = []
         self._travel = np.roll(np.arange(self.comm.n_peers), 1)  # p receives from p - 1
         self._mix_bytes = 0  # bytes of the last gossip
+
+    state_attrs = ("period", "_since", "communications", "skipped_bytes", "probe_bytes",
+                   "history", "_mix_bytes")
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.history = [tuple(h) for h in self.history]  # JSON keeps them as lists
 
     def _bytes_now(self) -> int:
         return int(self.comm.bytes_sent.sum())

@@ -118,6 +118,19 @@ class SGD:
         """Zero the momentum buffer (as if no step had been taken)."""
         self._buf.fill(0)
 
+    def state_dict(self) -> dict:
+        """The momentum buffer, for checkpoints (decentlearn.checkpoint)."""
+        return {"momentum": self._buf.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import CheckpointError
+        buf = state.get("momentum")
+        if not isinstance(buf, np.ndarray) or buf.shape != self.shape or buf.dtype != self.dtype:
+            raise CheckpointError(f"checkpoint's optimizer momentum must be {self.dtype} "
+                                  f"{self.shape}, got {getattr(buf, 'dtype', type(buf).__name__)} "
+                                  f"{getattr(buf, 'shape', '')}")
+        self._buf[...] = buf
+
     def __repr__(self) -> str:
         return f"SGD({self.config!r}, shape={self.shape}, dtype={self.dtype})"
 

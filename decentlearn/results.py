@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 #: The files a run directory holds; a directory with any of them is an existing run.
-RUN_FILES = ("config.toml", "metrics.csv", "summary.json", "curves.png")
+RUN_FILES = ("config.toml", "metrics.csv", "summary.json", "curves.png", "checkpoint.npz")
 
 #: Statuses summary.json can report.
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
@@ -331,6 +331,37 @@ class RunWriter:
 
     def on_eval(self, sim: Any, row: dict) -> None:
         self.append(row)
+
+    def resume(self, rows: list[dict], last_round: int) -> None:
+        """Continues the run directory from a checkpoint (decentlearn.checkpoint): metrics.csv is
+        rewritten atomically with ``rows`` (the checkpoint's; rows written after it are dropped)
+        and later rows are appended. ``last_round`` is the checkpoint's finished rounds."""
+        self.close()
+        self._columns = None
+        data = b""
+        if rows:
+            from decentlearn.metrics import COLUMNS
+            first = rows[0]
+            self._columns = ([c for c in COLUMNS if c in first]
+                             + [k for k in first if k not in COLUMNS])
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=self._columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+            data = text.getvalue().encode()
+            atomic_write(self.metrics_path, data)
+            try:
+                self._csv = open(self.metrics_path, "ab", buffering=0)
+            except OSError as e:
+                raise OutputError(self.metrics_path, e) from None
+        else:
+            try:
+                self.metrics_path.unlink(missing_ok=True)
+            except OSError as e:
+                raise OutputError(self.metrics_path, e) from None
+        self._size, self.rows = len(data), len(rows)
+        self.last_row = dict(rows[-1]) if rows else None
+        self.last_round = int(last_round)
 
     # --- writing ------------------------------------------------------------------------------
     def append(self, row: dict) -> None:

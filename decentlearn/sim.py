@@ -118,6 +118,19 @@ class PeerSampler:
         self._cursor = np.zeros(partition.n_peers, dtype=np.int64)
         self._steps = np.arange(batch_size, dtype=np.int64)
 
+    def state_dict(self) -> dict:
+        """Every peer's shuffled order, cursor and the shuffling generator (checkpoints)."""
+        from decentlearn.checkpoint import state_of
+        return state_of(self, ("_perm", "_cursor", "_rng"))
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import CheckpointError, load_attrs
+        load_attrs(self, ("_perm", "_cursor", "_rng"), state, "sampler.")
+        p = self.partition
+        if (np.any(self._cursor < 0) or np.any(self._cursor >= self._sizes)
+                or not np.array_equal(np.sort(self._perm), np.sort(p.indices))):
+            raise CheckpointError("checkpoint's sampler state does not fit this run's partition")
+
     def _shuffle(self, i: int) -> None:
         seg = self._perm[self._offsets[i]:self._offsets[i + 1]]
         self._rng.shuffle(seg)
@@ -344,6 +357,10 @@ class Callback:
     def on_eval(self, sim: Simulator, row: dict) -> None:
         """After each evaluation, with the row that goes into metrics.csv."""
 
+    def on_round_complete(self, sim: Simulator, t: int) -> None:
+        """After round t and its evaluation: the simulator is at a round boundary, where
+        ``sim.save_checkpoint`` may be called (decentlearn.checkpoint)."""
+
 
 class Simulator:
     """Builds and runs one simulated decentralized training run."""
@@ -449,6 +466,15 @@ class Simulator:
         self._eval_avg_idx = np.sort(order[:self.eval_avg_samples])
         #: Seconds spent in evaluate() so far.
         self.eval_seconds = 0.0
+        #: Progress of ``run`` (restored by ``load_checkpoint``): the next round, the evaluation
+        #: rows so far, and True only between two rounds (where a checkpoint is consistent).
+        self.next_round = 0
+        self.history: list[dict] = []
+        self.at_boundary = False
+        self._loss_sum, self._loss_rounds = 0.0, 0
+        self._loss0: float | None = None
+        self._scale0: float | None = None
+        self._elapsed = 0.0
 
     @property
     def params(self) -> np.ndarray:
@@ -529,14 +555,17 @@ class Simulator:
                                   f"{bound:.3g}, peers are drifting apart")
 
     def run(self, callbacks: list[Callback] | tuple = ()) -> Result:
+        """Runs the rounds from ``next_round`` (0, or where a checkpoint left off) to
+        ``config.rounds``."""
         c = self.config
         result = Result(config=c)
-        start = time.perf_counter()
-        loss_sum, loss_rounds = 0.0, 0
-        x0 = self.params[0].astype(np.float64)
-        self._scale0 = max(1.0, float(x0 @ x0))
-        self._loss0: float | None = None
-        for t in range(c.rounds):
+        start = time.perf_counter() - self._elapsed
+        if self._scale0 is None:
+            x0 = self.params[0].astype(np.float64)
+            self._scale0 = max(1.0, float(x0 @ x0))
+        result.history = self.history
+        for t in range(self.next_round, c.rounds):
+            self.at_boundary = False
             try:
                 # Overflow shows up as a non-finite loss or parameter, reported below in one line.
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -551,18 +580,28 @@ class Simulator:
             except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
                 raise DivergenceError(t, c) from e
             self.check_divergence(t, losses)
-            loss_sum += float(losses.mean())
-            loss_rounds += 1
+            self._loss_sum += float(losses.mean())
+            self._loss_rounds += 1
             for cb in callbacks:
                 cb.on_round_end(self, t)
             if (t + 1) % c.eval_every == 0 or t + 1 == c.rounds:
-                row = {"round": t + 1, "train_loss": loss_sum / loss_rounds}
+                row = {"round": t + 1, "train_loss": self._loss_sum / self._loss_rounds}
                 row.update(self.evaluate(final=t + 1 == c.rounds))
                 row["wall_seconds"] = time.perf_counter() - start
-                loss_sum, loss_rounds = 0.0, 0
+                self._loss_sum, self._loss_rounds = 0.0, 0
                 result.history.append(row)
                 for cb in callbacks:
                     cb.on_eval(self, row)
+            self.next_round = t + 1
+            self._elapsed = time.perf_counter() - start
+            self.at_boundary = True
+            for cb in callbacks:
+                hook = getattr(cb, "on_round_complete", None)
+                if hook is not None:
+                    hook(self, t)
+        if not result.history:
+            raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
+                             f"{self.next_round}); raise rounds to continue the run")
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
         result.summary.update(self.comm.network_summary())  # network hook: sim_seconds
@@ -594,6 +633,86 @@ class Simulator:
                 if (~constrained).any() else None)
         result.params = self.params
         return result
+
+    # ---- checkpoints (decentlearn.checkpoint, docs/checkpoints.md) ----------------------------
+
+    def state_dict(self) -> dict:
+        """The complete state of the run at a round boundary, as a flat dict of arrays, numpy
+        scalars and JSON values (algorithm, optimizer, communicator and clock, sampler, the int8
+        rounding counter, progress and the metrics rows so far)."""
+        from decentlearn import checkpoint as ck
+        reason = getattr(self.algorithm, "checkpoint_unsupported", None)
+        if reason:
+            raise ck.CheckpointError(f"algorithm {self.config.algorithm!r} cannot be "
+                                     f"checkpointed: {reason}")
+        state = {**ck.nest("algorithm", self.algorithm.state_dict()),
+                 **ck.nest("comm", self.comm.state_dict()),
+                 **ck.nest("sampler", self.sampler.state_dict())}
+        state.update(ck.nest("run", {
+            "next_round": self.next_round, "history": self.history, "model_steps": self.model.steps,
+            "loss_sum": self._loss_sum, "loss_rounds": self._loss_rounds, "loss0": self._loss0,
+            "scale0": self._scale0, "elapsed": self._elapsed, "eval_seconds": self.eval_seconds,
+            "last_accuracy": self.last_accuracy}))
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores ``state_dict()`` of a run with the same configuration (CheckpointError on a
+        mismatch: missing or extra names, other shapes or dtypes)."""
+        from decentlearn import checkpoint as ck
+        expected = set(self.state_dict())
+        if set(state) != expected:
+            diff = sorted(set(state) ^ expected)
+            raise ck.CheckpointError(f"checkpoint does not match this run: state {diff[:3]} "
+                                     "present on one side only")
+        self.algorithm.load_state_dict(ck.subtree("algorithm", state))
+        self.comm.load_state_dict(ck.subtree("comm", state))
+        self.sampler.load_state_dict(ck.subtree("sampler", state))
+        run = ck.subtree("run", state)
+        try:
+            self.next_round = int(run["next_round"])
+            self.history = [dict(row) for row in run["history"]]
+            self.model.steps = int(run["model_steps"])
+            self._loss_sum, self._loss_rounds = float(run["loss_sum"]), int(run["loss_rounds"])
+            self._loss0 = None if run["loss0"] is None else float(run["loss0"])
+            self._scale0 = None if run["scale0"] is None else float(run["scale0"])
+            self._elapsed, self.eval_seconds = float(run["elapsed"]), float(run["eval_seconds"])
+        except (TypeError, ValueError) as e:
+            raise ck.CheckpointError(f"checkpoint's run state is malformed: {e}") from None
+        acc = run["last_accuracy"]
+        self.last_accuracy = None if acc is None else np.asarray(acc)
+        if self.next_round < 0:
+            raise ck.CheckpointError(f"checkpoint's next round must be >= 0, got "
+                                     f"{self.next_round}")
+        self.at_boundary = True
+
+    def save_checkpoint(self, path, extra: dict | None = None) -> None:
+        """Writes the run's state at this round boundary to ``path`` atomically (``extra``: JSON
+        metadata kept in the file)."""
+        from decentlearn import checkpoint as ck
+        if not self.at_boundary and self.next_round > 0:
+            raise ck.CheckpointError("a checkpoint can only be taken between two rounds")
+        ck.write(path, self.state_dict(), fingerprint=ck.fingerprint(self.config),
+                 n_peers=self.config.peers, dim=self.model.dim, round=self.next_round,
+                 extra=extra)
+
+    def load_checkpoint(self, path) -> dict:
+        """Restores the state saved at ``path`` into this (freshly built) simulator, whose
+        config must match the checkpoint's (only rounds, threads and data_dir may differ).
+        Returns the checkpoint's metadata."""
+        from decentlearn import checkpoint as ck
+        state, meta = ck.read(path, fingerprint=ck.fingerprint(self.config),
+                              n_peers=self.config.peers, dim=self.model.dim)
+        self.load_state_dict(state)
+        return meta
+
+    @classmethod
+    def from_checkpoint(cls, path, config: RunConfig, *, dataset: Dataset | None = None,
+                        ) -> Simulator:
+        """A simulator built from ``config`` and restored from the checkpoint at ``path``;
+        ``run()`` then continues the run to ``config.rounds``."""
+        sim = cls(config, dataset=dataset)
+        sim.load_checkpoint(path)
+        return sim
 
 
 def simulate(config: RunConfig | None = None, callbacks: list[Callback] | tuple = (),

@@ -348,6 +348,14 @@ class ErrorFeedback:
     def reset(self) -> None:
         self.error = None
 
+    def state_dict(self) -> dict:
+        """The residuals (None before the first message), for checkpoints."""
+        return {"error": None if self.error is None else self.error.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import load_attrs
+        load_attrs(self, ("error",), state, "error_feedback.")
+
     def __repr__(self) -> str:
         return f"ErrorFeedback({self.compressor!r})"
 

@@ -49,6 +49,8 @@ class EventComm(SimComm):
         self.round_seconds: list[float] = []
         self._last = 0.0
 
+    state_attrs = SimComm.state_attrs + ("event_seconds", "round_seconds", "_last")
+
     def round_done(self, t: int) -> None:
         self.round_seconds.append(self.event_seconds - self._last)
         self._last = self.event_seconds
@@ -68,6 +70,25 @@ class ADPSGD(Algorithm):
     """Event-driven AD-PSGD (see the module docstring)."""
 
     name = "adpsgd"
+    state_attrs = ("snapshot", "momentum", "updates", "_done")
+
+    def state_dict(self) -> dict:
+        out = super().state_dict()
+        # The event heap as a list in its exact order (same pops after a restore).
+        out["heap_times"] = np.array([e[0] for e in self._heap], dtype=np.float64)
+        out["heap_peers"] = np.array([e[1] for e in self._heap], dtype=np.int64)
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import CheckpointError
+        super().load_state_dict(state)
+        times, peers = state.get("heap_times"), state.get("heap_peers")
+        if not (isinstance(times, np.ndarray) and isinstance(peers, np.ndarray)
+                and times.shape == peers.shape and times.ndim == 1
+                and peers.dtype == np.int64 and times.dtype == np.float64
+                and (peers.size == 0 or (peers.min() >= 0 and peers.max() < self.comm.n_peers))):
+            raise CheckpointError("checkpoint's asynchronous event heap is malformed")
+        self._heap = [(float(a), int(b)) for a, b in zip(times, peers)]
 
     def __init__(self, *, network: NetworkModel, partition, x_train, y_train, batch_size: int,
                  sgd: SGDConfig, **kwargs) -> None:

@@ -72,6 +72,16 @@ class FaultyTopology(RoundTopology):
         out.has_canonical_format = True
         return out
 
+    _state = ("scheduled", "dropped", "peer_rounds", "offline", "straggling", "_counted")
+
+    def state_dict(self) -> dict:
+        from decentlearn.checkpoint import state_of
+        return state_of(self, self._state)
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import load_attrs
+        load_attrs(self, self._state, state, "comm.mixing.")
+
     def stats(self) -> dict:
         return {
             "link_drop_rate": self.dropped / self.scheduled if self.scheduled else 0.0,

@@ -32,6 +32,7 @@ class PushSum(Algorithm):
     models z = x / w; ``numerators`` and ``weights`` the push-sum state."""
 
     mixing = ("column", "doubly")
+    state_attrs = ("numerators", "weights")
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)

@@ -1,0 +1,366 @@
+"""Checkpoints: the complete state of a run at a round boundary, saved atomically and restored
+bit for bit, so that a resumed run ends with the same parameters and metrics as an uninterrupted
+one (docs/checkpoints.md).
+
+The state is a flat dict ``name -> value``: NumPy arrays and NumPy scalars (kept with their dtype)
+go to the file's array payload, everything else must be JSON (None, bool, int, float, str, and
+lists/dicts of those; a ``numpy.random.Generator`` is stored as its bit generator's state). Every
+stateful object has ``state_dict()`` / ``load_state_dict(state)``; most of them just name their
+attributes (``state_of(obj, names)`` / ``load_attrs(obj, names, state)``), and nested objects are
+flattened with dotted prefixes (``algorithm.optimizer.momentum``).
+
+A checkpoint file is an uncompressed zip (``.npz``-like, written and read here without pickle)
+holding one ``.npy`` member per array, ``__state__.npy`` (the JSON values, UTF-8 bytes) and
+``__meta__.npy`` (format name and version, decentlearn version, config fingerprint, n_peers, dim,
+round, and the SHA-256 of the arrays and of the JSON state). Checkpoint files are untrusted bytes:
+every member's header is checked against the zip directory and the file size before anything is
+allocated, object dtypes are refused, and any damage ends in one :class:`CheckpointError` line.
+
+Writers: the simulator (``Simulator.save_checkpoint``) and a multi-process backend, which gathers
+every per-peer array (first axis = n_peers) to one rank in peer order and calls :func:`write` with
+the same names; :func:`read` gives them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION", "NOT_PER_PEER",
+           "CheckpointCallback", "fingerprint", "join_rows", "load_attrs", "nest",
+           "per_peer_names", "read", "state_of", "subtree", "take_rows", "write"]
+
+#: Bumped whenever the layout or the meaning of saved names changes; other versions are refused.
+FORMAT_VERSION = 1
+FORMAT_NAME = "decentlearn-checkpoint"
+#: The checkpoint's file name inside a run directory.
+FILENAME = "checkpoint.npz"
+#: RunConfig fields left out of the fingerprint: they may differ between the run that wrote a
+#: checkpoint and the one that resumes it without changing any number of the run (``rounds``
+#: extends it; results never depend on ``threads``; ``data_dir`` only locates the same data).
+FINGERPRINT_EXCLUDE = ("rounds", "threads", "data_dir")
+
+_META = "__meta__"
+_STATE = "__state__"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written or used: missing, truncated, corrupted, of another format
+    version or of another run (config fingerprint, n_peers, dim). ``str()`` is one line."""
+
+
+# ---- state of objects ------------------------------------------------------------------------
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic))
+
+
+def _check_json(value: Any, name: str) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_check_json(v, name) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _check_json(v, name) for k, v in value.items()}
+    raise TypeError(f"state {name!r}: cannot checkpoint a {type(value).__name__} (expected an "
+                    "array, a numpy scalar or a JSON value)")
+
+
+def _capture(value: Any, name: str) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError(f"state {name!r}: object arrays cannot be checkpointed")
+        return np.array(value, copy=True, order="C")
+    if isinstance(value, np.generic):
+        return value
+    if isinstance(value, np.random.Generator):
+        return {"__generator__": value.bit_generator.state}
+    return _check_json(value, name)
+
+
+def state_of(obj: Any, names: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The values of ``obj``'s attributes ``names`` (arrays copied), for ``state_dict()``."""
+    return {name: _capture(getattr(obj, name), name) for name in names}
+
+
+def load_attrs(obj: Any, names: tuple[str, ...] | list[str], state: dict[str, Any],
+               where: str = "") -> None:
+    """Sets ``obj``'s attributes ``names`` from ``state`` (the inverse of :func:`state_of`).
+
+    An attribute that currently holds an array only takes an array of the same shape and dtype
+    (CheckpointError otherwise, naming it); a Generator gets its bit generator's state back."""
+    for name in names:
+        label = f"{where}{name}"
+        if name not in state:
+            raise CheckpointError(f"checkpoint has no state {label!r}: it was written by another "
+                                  "configuration or version")
+        new, cur = state[name], getattr(obj, name)
+        if isinstance(cur, np.random.Generator):
+            if not (isinstance(new, dict) and "__generator__" in new):
+                raise CheckpointError(f"checkpoint state {label!r} is not a generator state")
+            try:
+                cur.bit_generator.state = new["__generator__"]
+            except (TypeError, ValueError, KeyError) as e:
+                raise CheckpointError(f"checkpoint state {label!r}: {e}") from None
+            continue
+        if isinstance(cur, np.ndarray):
+            if not isinstance(new, np.ndarray) and new is not None:
+                raise CheckpointError(f"checkpoint state {label!r} must be an array, got "
+                                      f"{type(new).__name__}")
+            if isinstance(new, np.ndarray) and (new.shape != cur.shape or new.dtype != cur.dtype):
+                raise CheckpointError(f"checkpoint state {label!r} has {new.dtype} {new.shape}, "
+                                      f"this run expects {cur.dtype} {cur.shape}: the checkpoint "
+                                      "belongs to another run")
+        elif not _same_kind(cur, new):
+            raise CheckpointError(f"checkpoint state {label!r} is a {type(new).__name__}, this "
+                                  f"run holds a {type(cur).__name__} there")
+        if isinstance(new, np.ndarray):
+            new = np.array(new, copy=True, order="C")
+        setattr(obj, name, new)
+
+
+def _same_kind(cur: Any, new: Any) -> bool:
+    """A JSON or scalar value fits the attribute's current one (None fits anything: state that
+    is set lazily, such as gradient tracking's first tracker)."""
+    if cur is None or new is None:
+        return True
+    if isinstance(cur, (bool, np.bool_)):
+        return isinstance(new, (bool, np.bool_))
+    if isinstance(cur, (int, float, np.number)):
+        return isinstance(new, (int, float, np.number)) and not isinstance(new, (bool, np.bool_))
+    if isinstance(cur, (list, tuple)):
+        return isinstance(new, list)
+    if isinstance(cur, (str, dict)):
+        return isinstance(new, type(cur))
+    return True
+
+
+def nest(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with every name prefixed by ``prefix.``."""
+    return {f"{prefix}.{k}": v for k, v in state.items()}
+
+
+def subtree(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``state`` under ``prefix.``, without the prefix (the inverse of nest)."""
+    p = prefix + "."
+    return {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
+
+
+# ---- per-peer rows (multi-process backends) ----------------------------------------------------
+
+#: State arrays whose first axis may have n_peers entries without being one row per peer: the
+#: sampler's concatenated shuffled orders and AD-PSGD's event heap (in heap order).
+NOT_PER_PEER = ("sampler._perm", "algorithm.heap_times", "algorithm.heap_peers")
+
+
+def per_peer_names(state: dict[str, Any], n_peers: int) -> list[str]:
+    """The names of ``state``'s per-peer arrays: first axis of length ``n_peers`` (one row per
+    peer, in peer order), NOT_PER_PEER excepted. A backend holding a block of peers per process
+    gathers these (:func:`join_rows`) before :func:`write` and scatters them (:func:`take_rows`)
+    after :func:`read`; every other entry is the same on all processes."""
+    return sorted(k for k, v in state.items()
+                  if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_peers
+                  and k not in NOT_PER_PEER)
+
+
+def take_rows(state: dict[str, Any], names: list[str], lo: int, hi: int) -> dict[str, Any]:
+    """``state`` with the per-peer arrays ``names`` cut to rows ``lo:hi`` (a process's block)."""
+    return {k: (np.ascontiguousarray(v[lo:hi]) if k in names else v) for k, v in state.items()}
+
+
+def join_rows(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`take_rows`: the blocks' per-peer arrays ``names`` concatenated in
+    the order of ``parts`` (peer order), every other entry from the first part."""
+    out = dict(parts[0])
+    for k in names:
+        out[k] = np.concatenate([p[k] for p in parts], axis=0)
+    return out
+
+
+# ---- fingerprint ------------------------------------------------------------------------------
+
+def fingerprint(config: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of a RunConfig's fields, FINGERPRINT_EXCLUDE left out."""
+    d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    d = {k: v for k, v in d.items() if k not in FINGERPRINT_EXCLUDE}
+    text = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---- file format ------------------------------------------------------------------------------
+
+def _split(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    arrays, values = {}, {}
+    for name, value in state.items():
+        if not isinstance(name, str) or not name or name.startswith("__") or "/" in name:
+            raise ValueError(f"state name must be a non-empty str without '/' not starting with "
+                             f"'__', got {name!r}")
+        if _is_array(value):
+            a = np.asarray(value)
+            if a.dtype.hasobject:
+                raise TypeError(f"state {name!r}: object arrays cannot be checkpointed")
+            arrays[name] = a
+        else:
+            values[name] = _check_json(value, name)
+    return arrays, values
+
+
+def _digest(arrays: dict[str, np.ndarray], state_bytes: bytes) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    h.update(state_bytes)
+    return h.hexdigest()
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, allow_nan=True).encode()
+
+
+def write(path: str | os.PathLike, state: dict[str, Any], *, fingerprint: str, n_peers: int,
+          dim: int, round: int, extra: dict | None = None) -> None:
+    """Writes ``state`` (flat dict of arrays, numpy scalars and JSON values) to ``path``
+    atomically (results.atomic_writer: temporary file, fsync, rename). ``fingerprint`` is
+    :func:`fingerprint` of the run's config; ``n_peers``/``dim`` the size of the peers' matrix;
+    ``round`` the number of finished rounds; ``extra`` JSON metadata kept as is."""
+    from decentlearn import __version__
+    from decentlearn.results import atomic_writer
+
+    arrays, values = _split(state)
+    state_bytes = _json_bytes(values)
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+            "decentlearn_version": __version__, "fingerprint": str(fingerprint),
+            "n_peers": int(n_peers), "dim": int(dim), "round": int(round),
+            "arrays": sorted(arrays), "extra": _check_json(extra or {}, "extra")}
+    meta["checksum"] = _digest(arrays, state_bytes + _json_bytes(meta))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        members = [(_META, np.frombuffer(_json_bytes(meta), dtype=np.uint8)),
+                   (_STATE, np.frombuffer(state_bytes, dtype=np.uint8)),
+                   *sorted(arrays.items())]
+        for name, a in members:
+            with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(a), allow_pickle=False)
+    with atomic_writer(path) as f:
+        f.write(buf.getbuffer())
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, file_size: int) -> np.ndarray:
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size \
+            or info.file_size > file_size:
+        raise ValueError(f"member {info.filename!r} has an unexpected size or compression")
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"member {info.filename!r} has npy version {version}")
+        if dtype.hasobject:
+            raise ValueError(f"member {info.filename!r} holds objects")
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
+        if f.tell() + nbytes != info.file_size:
+            raise ValueError(f"member {info.filename!r} is {info.file_size} bytes, its header "
+                             f"says {f.tell() + nbytes}")
+        data = f.read(nbytes)
+        if len(data) != nbytes:
+            raise ValueError(f"member {info.filename!r} is cut short")
+    a = np.frombuffer(data, dtype=dtype, count=count)
+    return a.reshape(shape, order="F" if fortran else "C").copy(order="C")
+
+
+def read(path: str | os.PathLike, *, fingerprint: str | None = None, n_peers: int | None = None,
+         dim: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(state, meta) of the checkpoint at ``path``, checked (format version, checksum, and when
+    given the config ``fingerprint``, ``n_peers`` and ``dim``). Raises CheckpointError (one
+    line) for a missing, truncated, corrupted or foreign checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint (write one with --checkpoint-every N)")
+    try:
+        size = path.stat().st_size
+        arrays: dict[str, np.ndarray] = {}
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            if sum(i.file_size for i in infos) > size:
+                raise ValueError("members larger than the file")
+            for info in infos:
+                name = info.filename
+                if not name.endswith(".npy") or name[:-4] in arrays:
+                    raise ValueError(f"unexpected member {name!r}")
+                arrays[name[:-4]] = _read_member(zf, info, size)
+        meta = json.loads(arrays.pop(_META).tobytes().decode())
+        state_bytes = arrays.pop(_STATE).tobytes()
+        values = json.loads(state_bytes.decode())
+        if not isinstance(meta, dict) or not isinstance(values, dict):
+            raise ValueError("metadata is not a JSON object")
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any damage to untrusted bytes is one clean error
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupted: "
+                              f"{reason[:200]})") from None
+    if meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a decentlearn checkpoint")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {meta.get('format_version')!r}, "
+                              f"this decentlearn reads version {FORMAT_VERSION}")
+    core = {k: v for k, v in meta.items() if k != "checksum"}
+    if meta.get("checksum") != _digest(arrays, state_bytes + _json_bytes(core)) \
+            or meta.get("arrays") != sorted(arrays):
+        raise CheckpointError(f"{path}: checkpoint is corrupted (checksum mismatch)")
+    for key, want in (("n_peers", n_peers), ("dim", dim)):
+        if want is not None and meta.get(key) != want:
+            raise CheckpointError(f"{path}: checkpoint has {key}={meta.get(key)}, this run has "
+                                  f"{key}={want}: it belongs to another run")
+    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+        raise CheckpointError(f"{path}: checkpoint was written by another configuration (config "
+                              "fingerprint differs; only rounds, threads and data_dir may change "
+                              "on resume)")
+    state: dict[str, Any] = dict(values)
+    for name, a in arrays.items():
+        if name in state:
+            raise CheckpointError(f"{path}: checkpoint is corrupted (state {name!r} twice)")
+        state[name] = a[()] if a.ndim == 0 else a
+    return state, meta
+
+
+class CheckpointCallback:
+    """A simulator callback that saves a checkpoint to ``path`` every ``every`` rounds and after
+    the last round (``sim.Callback``'s ``on_round_complete`` hook, at a round boundary)."""
+
+    def __init__(self, path: str | os.PathLike, every: int) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        self.path = Path(path)
+        self.every = every
+        #: Rounds finished at the last checkpoint written (None: none yet).
+        self.saved_round: int | None = None
+
+    def on_round_end(self, sim, t: int) -> None:
+        pass
+
+    def on_eval(self, sim, row: dict) -> None:
+        pass
+
+    def on_round_complete(self, sim, t: int) -> None:
+        if (t + 1) % self.every == 0 or t + 1 == sim.config.rounds:
+            self.save(sim)
+
+    def save(self, sim) -> None:
+        sim.save_checkpoint(self.path, extra={"checkpoint_every": self.every})
+        self.saved_round = sim.next_round
