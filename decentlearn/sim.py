@@ -237,9 +237,6 @@ class RunConfig:
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
         self.optimizer_config()  # validates the optimizer's hyperparameters
         self.lr_schedule_of()  # and the schedule's
-        if self.asynchronous and self.optimizer != "sgd":
-            raise ValueError("asynchronous gossip steps peers with SGD: optimizer must be 'sgd', "
-                             f"got {self.optimizer!r}")
         if self.threads is not None and (isinstance(self.threads, bool)
                                          or not isinstance(self.threads, int)
                                          or (self.threads < 1 and self.threads != -1)):
@@ -436,7 +433,8 @@ class Simulator:
         if c.asynchronous:  # network hook: event-driven asynchronous gossip replaces both
             from decentlearn.network import asynchronous
             self.comm, self.algorithm = asynchronous.build(
-                self, params, optimizer.config, _stream_seed(c.seed, _STREAM_COMPRESS))
+                self, params, c.optimizer_config(), _stream_seed(c.seed, _STREAM_COMPRESS),
+                segments=segments)
         else:
             self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
                                              optimizer=optimizer, params=params,

@@ -55,6 +55,13 @@ VARIANTS = {
     "cocofl": dict(algorithm="dpsgd", cocofl="0.5:1", model="mlp:16"),
     "clique-averaging": dict(algorithm="dpsgd", peers=6, topology="d-cliques:3",
                              clique_averaging=True, partition="classes:2"),
+    "adam-cosine": dict(algorithm="dpsgd", optimizer="adam", lr=0.003, lr_schedule="cosine",
+                        warmup=2),
+    "lamb-choco": dict(algorithm="choco", compress="topk:0.3", gamma=0.4, optimizer="lamb",
+                       lr=0.01),
+    "lars-step-churn": dict(algorithm="dpsgd", optimizer="lars", lr=1.0,
+                            lr_schedule="step:3:0.5", network="mobile"),
+    "nonlinear-mixing": dict(algorithm="dpsgd", mixing="nonlinear:0.8:0.5"),
 }
 
 

@@ -29,7 +29,8 @@ from decentlearn.algorithms import Algorithm, Sampler
 from decentlearn.comm import FLOAT32_BYTES, SimComm
 from decentlearn.network.model import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER,
                                        STREAM_STRAGGLER, NetworkModel, hash_u64, hash_uniform)
-from decentlearn.optim import SGD, SGDConfig
+from decentlearn.optim import OptimizerConfig, SGDConfig
+from decentlearn.optim import make as make_optimizer
 from decentlearn.topology import Topology, edges_of
 
 __all__ = ["ADPSGD", "ASYNC_FORMS", "EventComm", "build"]
@@ -70,7 +71,10 @@ class ADPSGD(Algorithm):
     """Event-driven AD-PSGD (see the module docstring)."""
 
     name = "adpsgd"
-    state_attrs = ("snapshot", "momentum", "updates", "_done")
+    state_attrs = ("snapshot", "updates", "_done")
+    #: ``peer_state``: every peer's optimizer state (momentum, Adam's moments, ...) between its
+    #: updates, held in a full-size optimizer that never steps.
+    state_objects = ("peer_state",)
 
     def state_dict(self) -> dict:
         out = super().state_dict()
@@ -91,7 +95,7 @@ class ADPSGD(Algorithm):
         self._heap = [(float(a), int(b)) for a, b in zip(times, peers)]
 
     def __init__(self, *, network: NetworkModel, partition, x_train, y_train, batch_size: int,
-                 sgd: SGDConfig, **kwargs) -> None:
+                 sgd: SGDConfig | OptimizerConfig, segments=None, **kwargs) -> None:
         super().__init__(**kwargs)
         comm = self.comm
         topology = comm.topology
@@ -106,11 +110,15 @@ class ADPSGD(Algorithm):
         if self.frozen is not None:
             raise ValueError("asynchronous mode does not support --cocofl")
         n = comm.n_peers
-        self.network, self.sgd = network, sgd
+        self.network = network
         self.partition, self.x_train, self.y_train = partition, x_train, y_train
         self.batch_size = batch_size
         self.snapshot = self.params.copy()
-        self.momentum = np.zeros_like(self.params)
+        if isinstance(sgd, SGDConfig):
+            sgd = OptimizerConfig(name="sgd", lr=sgd.lr, momentum=sgd.momentum,
+                                  nesterov=sgd.nesterov, weight_decay=sgd.weight_decay)
+        self.sgd, self._segments = sgd, segments
+        self.peer_state = make_optimizer(sgd, self.params.shape, segments=segments)
         self.updates = np.zeros(n, dtype=np.int64)  # finished updates per peer
         dst, src = edges_of(topology, 0)  # sorted by receiver, then sender
         self._indptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n))))
@@ -122,7 +130,7 @@ class ADPSGD(Algorithm):
         first = self._update_time(np.arange(n), self.updates)
         for i in range(n):
             heapq.heappush(self._heap, (float(first[i]), i))
-        self._optimizers: dict[int, SGD] = {}
+        self._optimizers: dict[int, object] = {}
         self._done = 0
         #: Largest wave (None: unbounded); 1 runs one event at a time (the reference order).
         self.max_wave: int | None = None
@@ -175,8 +183,12 @@ class ADPSGD(Algorithm):
         k = peers.size
         opt = self._optimizers.get(k)
         if opt is None:
-            opt = self._optimizers[k] = SGD(self.sgd, (k, self.params.shape[1]))
-        opt.momentum_buffer[:] = self.momentum[peers]
+            opt = self._optimizers[k] = make_optimizer(self.sgd, (k, self.params.shape[1]),
+                                                       segments=self._segments)
+        full = self.peer_state.state_arrays()
+        for name, a in opt.state_arrays().items():
+            a[...] = full[name][peers]
+        opt.lr = self.optimizer.lr  # this round's (a schedule sets it)
         before = self.snapshot[peers]
         local = before.copy()
         p = self.partition
@@ -191,7 +203,8 @@ class ADPSGD(Algorithm):
                                                          self.y_train[pick])
             opt.step(local, grad)
             losses += step_losses
-        self.momentum[peers] = opt.momentum_buffer
+        for name, a in opt.state_arrays().items():
+            full[name][peers] = a
         local -= before
         return losses / self.local_steps, local
 
@@ -239,13 +252,19 @@ class ADPSGD(Algorithm):
             < self.network.config.link_drop
 
 
-def build(sim, params: np.ndarray, sgd: SGDConfig, seed: int) -> tuple[EventComm, ADPSGD]:
+def build(sim, params: np.ndarray, config: OptimizerConfig | SGDConfig, seed: int,
+          segments=None) -> tuple[EventComm, ADPSGD]:
     """The asynchronous communicator and algorithm of a Simulator (``sim``'s config, model,
-    topology, network, dataset and partition)."""
+    topology, network, dataset and partition); ``config`` is the peers' optimizer (any of
+    decentlearn.optim's, its state kept per peer between updates)."""
     c = sim.config
     comm = EventComm(sim.topology, c.threads, sim.network)
+    if isinstance(config, SGDConfig):
+        config = OptimizerConfig(name="sgd", lr=config.lr, momentum=config.momentum,
+                                 nesterov=config.nesterov, weight_decay=config.weight_decay)
     alg = ADPSGD(network=sim.network, partition=sim.partition, x_train=sim.dataset.x_train,
-                 y_train=sim.dataset.y_train, batch_size=c.batch_size, sgd=sgd, model=sim.model,
-                 comm=comm, optimizer=SGD(sgd, (1, 1)), params=params,
-                 local_steps=c.local_steps, seed=seed, frozen=sim.frozen)
+                 y_train=sim.dataset.y_train, batch_size=c.batch_size, sgd=config,
+                 segments=segments, model=sim.model, comm=comm,
+                 optimizer=make_optimizer(config, (1, 1)),  # holds the round's lr only
+                 params=params, local_steps=c.local_steps, seed=seed, frozen=sim.frozen)
     return comm, alg
