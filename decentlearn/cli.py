@@ -1,4 +1,5 @@
-"""The ``decentlearn`` command: ``run`` (the main job), ``bench``, ``download`` and ``info``.
+"""The ``decentlearn`` command: ``run`` (the main job), ``sweep`` (grids of runs), ``plot`` and
+``compare`` (several runs), ``bench``, ``download`` and ``info``.
 
 A user's mistake (a bad flag, a bad value, a missing data directory) is reported on one line on
 stderr with exit code 2 and no traceback. Progress goes to stderr through tqdm; results go to the
@@ -459,10 +460,89 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--mirror", metavar="URL",
                    help="base URL to fetch the files from instead of the official ones")
     sub.add_parser("info", help="print the build configuration (show_config)")
+    pl = sub.add_parser("plot", help="overlay several runs' curves in one PNG",
+                        description="Overlay runs (accuracy vs round, vs bytes sent, vs simulated "
+                                    "time when present; consensus distance) in one PNG, with a "
+                                    "legend built from the config fields that differ.")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("--out", default="runs.png", help="PNG to write (default runs.png)")
+    pl.add_argument("--title", help="figure title (default: what the runs share)")
+    cp = sub.add_parser("compare", help="print a table of several runs' summaries")
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    cp.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                    help="output format (default: an aligned table)")
+    sw = sub.add_parser("sweep", help="run a grid of experiments from a TOML file",
+                        description="Run every combination of the list-valued options of "
+                                    "CONFIG's [run] table (one run directory each, resumable), "
+                                    "then summarize mean ± std over seeds.")
+    sw.add_argument("config", metavar="CONFIG.toml",
+                    help="the [run] table of `run --config`, where options may be lists")
+    sw.add_argument("--out", required=True, help="directory of the sweep's runs and summary")
+    sw.add_argument("--jobs", type=int, default=1,
+                    help="runs in parallel processes (default 1; each gets cores/jobs threads)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
-COMMANDS = {"run": cmd_run, "bench": cmd_bench, "download": cmd_download, "info": cmd_info}
+def _load_runs(paths: list[str]) -> list:
+    from decentlearn.plot import RunDirError, load_run
+    try:
+        return [load_run(p) for p in paths]
+    except RunDirError as e:
+        raise UsageError(f"decentlearn: error: {e}") from None
+
+
+def cmd_plot(args) -> int:
+    from decentlearn.plot import RunDirError, plot_runs
+    runs = _load_runs(args.runs)
+    try:
+        labels = plot_runs(runs, args.out, args.title)
+    except RunDirError as e:
+        raise UsageError(f"decentlearn plot: error: {e}") from None
+    except ImportError:
+        raise UsageError("decentlearn plot: error: needs matplotlib (pip install "
+                         "'decentlearn[plot]')") from None
+    print(f"{args.out}: {len(runs)} runs ({'; '.join(labels)})")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from decentlearn.plot import compare_rows, format_table
+    header, rows = compare_rows(_load_runs(args.runs))
+    if args.format == "table":
+        print(format_table(header, rows))
+    elif args.format == "csv":
+        import csv
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerows([header, *rows])
+    else:
+        print(json.dumps([dict(zip(header, r)) for r in rows], indent=2))
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from decentlearn import sweep
+    if args.jobs < 1:
+        raise UsageError(f"sweep: --jobs must be >= 1, got {args.jobs}")
+    path = Path(args.config)
+    if not path.is_file():
+        raise UsageError(f"sweep: {args.config}: no such file")
+    try:
+        with open(path, "rb") as f:
+            loaded = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"sweep: {args.config}: not valid TOML ({e})") from None
+    options = {k.replace("-", "_"): v
+               for k, v in _config_options(loaded, args.config).items()}
+    try:
+        grid = sweep.Grid.from_options(options)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"sweep: {args.config}: {e}") from None
+    return sweep.run_cli(grid, Path(args.out), jobs=args.jobs, quiet=args.quiet)
+
+
+COMMANDS = {"run": cmd_run, "bench": cmd_bench, "download": cmd_download, "info": cmd_info,
+            "plot": cmd_plot, "compare": cmd_compare, "sweep": cmd_sweep}
 
 
 def main(argv: list[str] | None = None) -> int:
