@@ -153,6 +153,9 @@ def _add_run_parser(sub) -> None:
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
+    a("--dry-run", action="store_true",
+      help="print the memory the run needs (per peer and in total, by part) and whether it "
+           "fits, then exit without running (docs/experiments.md)")
 
 
 def _resolve_run_config(args) -> tuple:
@@ -260,6 +263,35 @@ def _check_model(config) -> None:
                                                    spec=config.model))
 
 
+def _check_memory(config, dry_run: bool) -> bool:
+    """--dry-run: prints the memory estimate and returns True. Otherwise refuses (UsageError
+    with the figure) a run that would not fit in the available memory; returns False."""
+    from decentlearn import memory
+    from decentlearn.plot import human_bytes
+    try:
+        if dry_run:
+            est = memory.estimate(config)
+            room, source = memory.available()
+            print(f"decentlearn {__version__}: memory of {config.peers} peers, model "
+                  f"{config.model} ({est.dim:,} parameters), {config.algorithm}, "
+                  f"{config.dataset}")
+            print(est.table())
+            print(f"  state arrays: {est.note}")
+            fits = est.total <= memory.HEADROOM * room
+            print(f"  available: {human_bytes(room)} ({source}); "
+                  + ("fits" if fits else f"does NOT fit (a run may plan "
+                     f"{memory.HEADROOM:.0%} of it)"))
+            if not fits:
+                raise MemoryError("see above")
+            return True
+        memory.check(config)
+    except MemoryError as e:
+        raise UsageError(f"run: refused: {e}") from None
+    except (FileNotFoundError, ValueError) as e:  # the data set, the model spec
+        raise UsageError(f"run: {e}") from None
+    return False
+
+
 def _build(config):
     """The Simulator, with its setup warnings printed one line each on stderr."""
     from decentlearn.sim import Simulator
@@ -281,6 +313,8 @@ def cmd_run(args) -> int:
     config = _resolve_run_config(args)
     out = _check_out(args)
     _check_model(config)
+    if _check_memory(config, args.dry_run):
+        return 0
     sim = _build(config)
     try:
         out = new_run_dir("runs") if out is None else prepare_run_dir(out,
