@@ -16,16 +16,18 @@
   with its padded copies (``in_channels x k^2 x H x W`` per sample, five buffers' worth);
 * **evaluation**: the chunked batched evaluation (``peers x chunk x widest layer`` elements, the
   chunk at most 1024 samples, the samples each peer is evaluated on, and 2**24 elements in all
-  unless one sample per peer exceeds that; three buffers, plus the im2col buffers per chunk) and the float64 consensus-distance block (``peers x min(dim, 16384)``);
+  unless one sample per peer exceeds that; three buffers, plus the im2col buffers per chunk)
+  and the float64 consensus-distance block (``peers x min(dim, 16384)``);
 * **dataset**: the training and test sets, shared by all peers.
 
 The peak (``MemoryEstimate.total``) counts the held parts and the larger of the two temporaries.
 
 :func:`available` is the memory the run may use: ``MemAvailable`` of /proc/meminfo, or the
-cgroup's limit minus its usage when lower, or ``$DECENTLEARN_MEMORY_LIMIT`` (bytes, or with a K/M/G/T
-suffix) when set, which tests use to fake a small machine. :func:`check` raises MemoryError with
-the estimate when the run would not fit. The estimate is an upper-side approximation (NumPy
-temporaries of a few MiB are not counted); docs/performance.md compares it with measured peak RSS.
+cgroup's limit minus its usage when lower, or ``$DECENTLEARN_MEMORY_LIMIT`` (bytes, or with a
+K/M/G/T suffix) when set, which tests use to fake a small machine. :func:`check` raises
+MemoryError with the estimate when the run would not fit. NumPy temporaries of a few MiB and the
+interpreter are not counted; docs/performance.md ("Scale") compares the estimate with measured
+peak RSS.
 """
 
 from __future__ import annotations

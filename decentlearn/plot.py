@@ -321,19 +321,21 @@ def compare_rows(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """Aligned plain-text table (numbers right-aligned)."""
+    """Aligned plain-text table: numbers (and '-') right-aligned, text left-aligned; the first
+    column always left-aligned."""
+    import re
+
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
 
-    def numeric(s: str) -> bool:
-        return bool(s) and (s[0].isdigit() or s[0] in "-+.") and s != "-" or s == "-"
+    def cell(j: int, value: str, head: bool) -> str:
+        number = value == "-" or re.match(r"[+-]?\d", value) is not None
+        right = j > 0 and not head and number
+        return value.rjust(widths[j]) if right else value.ljust(widths[j])
 
-    def line(cells, head=False):
-        return "  ".join(str(c).rjust(w) if not head and numeric(str(c)) and j > 0
-                         else str(c).ljust(w) for j, (c, w) in enumerate(zip(cells, widths)))
-
-    out = [line(header, head=True), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
-    return "\n".join(s.rstrip() for s in out)
+    lines = ["  ".join(cell(j, str(c), True) for j, c in enumerate(header)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(cell(j, str(c), False) for j, c in enumerate(r)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def draw_topology(topology: Any, ax: Any = None, t: int = 0, layout: str = "auto",
