@@ -572,6 +572,18 @@ def cmd_sweep(args) -> int:
         grid = sweep.Grid.from_options(options)
     except (TypeError, ValueError) as e:
         raise UsageError(f"sweep: {args.config}: {e}") from None
+    from decentlearn import memory
+    checked: set = set()
+    for point in grid.points():  # the seed does not change the memory a run needs
+        key = repr(sorted((k, v) for k, v in point.options.items() if k != "seed"))
+        if key not in checked:
+            checked.add(key)
+            try:
+                memory.check(point.config())
+            except MemoryError as e:
+                raise UsageError(f"sweep: point {point.name}: refused: {e}") from None
+            except (FileNotFoundError, ValueError) as e:
+                raise UsageError(f"sweep: point {point.name}: {e}") from None
     return sweep.run_cli(grid, Path(args.out), jobs=args.jobs, quiet=args.quiet)
 
 

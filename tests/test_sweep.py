@@ -179,6 +179,16 @@ def test_invalid_grid_one_line_exit_2(tmp_path, capsys, line, message):
     assert not (tmp_path / "never").exists()
 
 
+def test_sweep_refuses_a_point_that_does_not_fit(tmp_path, capsys, monkeypatch):
+    from decentlearn import memory
+    monkeypatch.setenv(memory.LIMIT_ENV, "64M")
+    config = write(tmp_path, "[run]\nrounds = 1\npeers = [4, 2000]\n")
+    assert main(["sweep", str(config), "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "point peers-2000: refused" in err
+    assert not (tmp_path / "never").exists()
+
+
 def test_sweep_usage_errors(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "missing.toml"), "--out", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
