@@ -17,7 +17,8 @@
 * **evaluation**: the chunked batched evaluation (``peers x chunk x widest layer`` elements, the
   chunk at most 1024 samples, the samples each peer is evaluated on, and 2**24 elements in all
   unless one sample per peer exceeds that; three buffers, plus the im2col buffers per chunk)
-  and the float64 consensus-distance block (``peers x min(dim, 16384)``);
+  and the float64 consensus-distance blocks (``peers x min(dim, 2 x 16384)``: one block is
+  made while the previous one is still alive);
 * **dataset**: the training and test sets, shared by all peers.
 
 The peak (``MemoryEstimate.total``) counts the held parts and the larger of the two temporaries.
@@ -264,9 +265,10 @@ def estimate(config, probe: bool = True) -> MemoryEstimate:
     from decentlearn.sim import eval_sizes
     n_eval = min(n_test, config.eval_samples or n_test)
     samples = max(eval_sizes(config, n_eval, n_classes)[0], 1)
-    chunk = max(1, min(1024, samples, (1 << 24) // (peers * model._widest)))
-    eval_elems = peers * model._widest * chunk
-    per_peer["evaluation"] = (int(8 * min(dim, 1 << 14)) + int(3 * 4 * eval_elems / peers)
+    chunk = max(1, min(1024, samples, (1 << 24) // (peers * model._widest_eval)))
+    eval_elems = peers * model._widest_eval * chunk
+    # consensus_distance: a float64 block of 2**14 columns, and the next one while it is freed
+    per_peer["evaluation"] = (int(8 * min(dim, 2 << 14)) + int(3 * 4 * eval_elems / peers)
                               + 2 * 4 * chunk * unfold)
     shared = {"dataset": (n_train + n_test) * (4 * n_input + 8)}
     return MemoryEstimate(peers, dim, per_peer, shared, note)
