@@ -19,7 +19,8 @@
   unless one sample per peer exceeds that; three buffers, plus the im2col buffers per chunk)
   and the float64 consensus-distance blocks (``peers x min(dim, 2 x 16384)``: one block is
   made while the previous one is still alive);
-* **dataset**: the training and test sets, shared by all peers.
+* **dataset**: the training and test sets, shared by all peers;
+* **interpreter and libraries**: this process's resident memory when the estimate is made.
 
 The peak (``MemoryEstimate.total``) counts the held parts and the larger of the two temporaries.
 
@@ -140,6 +141,16 @@ def available() -> tuple[int, str]:
         except (ValueError, OSError, AttributeError):
             best = 1 << 62
     return best, source
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (Python, NumPy, SciPy, the extension), from
+    /proc/self/statm; 0 where that file does not exist."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _dataset_shape(config) -> tuple[tuple[int, ...], int, int, int]:
@@ -270,7 +281,8 @@ def estimate(config, probe: bool = True) -> MemoryEstimate:
     # consensus_distance: a float64 block of 2**14 columns, and the next one while it is freed
     per_peer["evaluation"] = (int(8 * min(dim, 2 << 14)) + int(3 * 4 * eval_elems / peers)
                               + 2 * 4 * chunk * unfold)
-    shared = {"dataset": (n_train + n_test) * (4 * n_input + 8)}
+    shared = {"dataset": (n_train + n_test) * (4 * n_input + 8),
+              "interpreter and libraries": _resident_bytes()}
     return MemoryEstimate(peers, dim, per_peer, shared, note)
 
 
