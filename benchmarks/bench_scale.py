@@ -225,7 +225,8 @@ def main() -> None:
         fig["flop_time_s"] = flop_s
         fig["run_over_flop_time"] = fig["run_s"] / flop_s
         report["cases"][name] = fig
-        print(f"{name:24s} total {fig['total_s']:6.1f} s (setup {fig['setup_s']:.1f}, run "
+        print(f"{name:24s} total {fig['total_s']:6.1f} s, CPU {fig['cpu_s']:.1f} s (setup "
+              f"{fig['setup_s']:.1f}, run "
               f"{fig['run_s']:.1f}, of which eval {fig['eval_s']:.1f}; FLOP time {flop_s:.2f} s "
               f"at numpy sgemm {rate / 1e9:.0f} GFLOP/s: {fig['run_over_flop_time']:.1f}x), "
               f"peak RSS {fig['peak_rss_bytes'] / 2**30:.2f} GiB (estimate "
