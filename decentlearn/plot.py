@@ -182,7 +182,8 @@ def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None
     """Overlays runs in one PNG at ``path``: test accuracy (peers' mean solid, average model
     dashed) against round, against bytes sent (total over peers), and against simulated seconds
     when some run has ``sim_seconds`` (else the training loss against round); the consensus
-    distance against round. One color per run, one legend below the panels built from the
+    distance against round. One color and marker per run (earlier runs drawn wider, so identical
+    curves stay visible), one legend below the panels built from the
     config fields that differ (run_labels). Returns the labels. Written atomically; raises
     ImportError without matplotlib and RunDirError when a run has no evaluation rows."""
     import matplotlib
@@ -203,15 +204,20 @@ def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None
     colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
     markers = "os^DvP*Xh<>"
 
+    # Runs with identical curves must stay visible: each run has its own marker, and earlier
+    # runs are drawn wider, so a later run on top leaves their edges showing.
+    def width(k: int) -> float:
+        return 1.4 + 1.6 * (len(runs) - 1 - k) / max(1, len(runs) - 1)
+
     def curve(ax, x, y, k, dashed=False):
         pts = [(a, b) for a, b in zip(x, y) if a is not None and b is not None]
         if not pts:
             return
         xs, ys = zip(*pts)
-        style = dict(color=colors[k % len(colors)], lw=1.0 if dashed else 1.8,
+        style = dict(color=colors[k % len(colors)], lw=1.0 if dashed else width(k),
                      ls="--" if dashed else "-", alpha=0.75 if dashed else 1.0)
         if not dashed:
-            style.update(marker=markers[(k // len(colors)) % len(markers)], ms=3.5,
+            style.update(marker=markers[k % len(markers)], ms=2.5 + width(k),
                          markevery=max(1, len(xs) // 12))
         ax.plot(xs, ys, **style)
 
@@ -257,8 +263,8 @@ def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None
     style_legend = [Line2D([], [], color="0.3", lw=1.8, label="peers' mean"),
                     Line2D([], [], color="0.3", lw=1.0, ls="--", label="average model")]
     a_round.legend(handles=style_legend, loc="lower right", fontsize=8)
-    handles = [Line2D([], [], color=colors[k % len(colors)], lw=2,
-                      marker=markers[(k // len(colors)) % len(markers)], ms=4, label=lab)
+    handles = [Line2D([], [], color=colors[k % len(colors)], lw=2, marker=markers[k % len(markers)],
+                      ms=5, label=lab)
                for k, lab in enumerate(labels)]
     fig.legend(handles=handles, loc="outside lower center",
                ncols=1 if max(len(s) for s in labels) > 45 else min(3, len(labels)),
