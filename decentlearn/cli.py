@@ -1,4 +1,5 @@
-"""The ``decentlearn`` command: ``run`` (the main job), ``bench``, ``download`` and ``info``.
+"""The ``decentlearn`` command: ``run`` (the main job), ``sweep`` (grids of runs), ``plot`` and
+``compare`` (several runs), ``bench``, ``download`` and ``info``.
 
 A user's mistake (a bad flag, a bad value, a missing data directory) is reported on one line on
 stderr with exit code 2 and no traceback. Progress goes to stderr through tqdm; results go to the
@@ -173,6 +174,9 @@ def _add_run_parser(sub) -> None:
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
+    a("--dry-run", action="store_true",
+      help="print the memory the run needs (per peer and in total, by part) and whether it "
+           "fits, then exit without running (docs/experiments.md)")
 
 
 def _resolve_run_config(args) -> tuple:
@@ -282,6 +286,35 @@ def _check_model(config) -> None:
                                                    spec=config.model))
 
 
+def _check_memory(config, dry_run: bool) -> bool:
+    """--dry-run: prints the memory estimate and returns True. Otherwise refuses (UsageError
+    with the figure) a run that would not fit in the available memory; returns False."""
+    from decentlearn import memory
+    from decentlearn.plot import human_bytes
+    try:
+        if dry_run:
+            est = memory.estimate(config)
+            room, source = memory.available()
+            print(f"decentlearn {__version__}: memory of {config.peers} peers, model "
+                  f"{config.model} ({est.dim:,} parameters), {config.algorithm}, "
+                  f"{config.dataset}")
+            print(est.table())
+            print(f"  state arrays: {est.note}")
+            fits = est.total <= memory.HEADROOM * room
+            print(f"  available: {human_bytes(room)} ({source}); "
+                  + ("fits" if fits else f"does NOT fit (a run may plan "
+                     f"{memory.HEADROOM:.0%} of it)"))
+            if not fits:
+                raise MemoryError("see above")
+            return True
+        memory.check(config)
+    except MemoryError as e:
+        raise UsageError(f"run: refused: {e}") from None
+    except (FileNotFoundError, ValueError) as e:  # the data set, the model spec
+        raise UsageError(f"run: {e}") from None
+    return False
+
+
 def _build(config):
     """The Simulator, with its setup warnings printed one line each on stderr."""
     from decentlearn.sim import Simulator
@@ -325,6 +358,8 @@ def _resume(args) -> tuple:
         raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
                          f"rounds done; pass --rounds N with N > {done} to extend the run")
     _check_model(config)
+    if _check_memory(config, args.dry_run):
+        return 0
     sim = _build(config)
     try:
         if meta["dim"] != sim.model.dim:
@@ -557,10 +592,101 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--mirror", metavar="URL",
                    help="base URL to fetch the files from instead of the official ones")
     sub.add_parser("info", help="print the build configuration (show_config)")
+    pl = sub.add_parser("plot", help="overlay several runs' curves in one PNG",
+                        description="Overlay runs (accuracy vs round, vs bytes sent, vs simulated "
+                                    "time when present; consensus distance) in one PNG, with a "
+                                    "legend built from the config fields that differ.")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("--out", default="runs.png", help="PNG to write (default runs.png)")
+    pl.add_argument("--title", help="figure title (default: what the runs share)")
+    cp = sub.add_parser("compare", help="print a table of several runs' summaries")
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    cp.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                    help="output format (default: an aligned table)")
+    sw = sub.add_parser("sweep", help="run a grid of experiments from a TOML file",
+                        description="Run every combination of the list-valued options of "
+                                    "CONFIG's [run] table (one run directory each, resumable), "
+                                    "then summarize mean ± std over seeds.")
+    sw.add_argument("config", metavar="CONFIG.toml",
+                    help="the [run] table of `run --config`, where options may be lists")
+    sw.add_argument("--out", required=True, help="directory of the sweep's runs and summary")
+    sw.add_argument("--jobs", type=int, default=1,
+                    help="runs in parallel processes (default 1; each gets cores/jobs threads)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
-COMMANDS = {"run": cmd_run, "bench": cmd_bench, "download": cmd_download, "info": cmd_info}
+def _load_runs(paths: list[str]) -> list:
+    from decentlearn.plot import RunDirError, load_run
+    try:
+        return [load_run(p) for p in paths]
+    except RunDirError as e:
+        raise UsageError(f"decentlearn: error: {e}") from None
+
+
+def cmd_plot(args) -> int:
+    from decentlearn.plot import RunDirError, plot_runs
+    runs = _load_runs(args.runs)
+    try:
+        labels = plot_runs(runs, args.out, args.title)
+    except RunDirError as e:
+        raise UsageError(f"decentlearn plot: error: {e}") from None
+    except ImportError:
+        raise UsageError("decentlearn plot: error: needs matplotlib (pip install "
+                         "'decentlearn[plot]')") from None
+    print(f"{args.out}: {len(runs)} runs ({'; '.join(labels)})")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from decentlearn.plot import compare_rows, format_table
+    header, rows = compare_rows(_load_runs(args.runs))
+    if args.format == "table":
+        print(format_table(header, rows))
+    elif args.format == "csv":
+        import csv
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerows([header, *rows])
+    else:
+        print(json.dumps([dict(zip(header, r)) for r in rows], indent=2))
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from decentlearn import sweep
+    if args.jobs < 1:
+        raise UsageError(f"sweep: --jobs must be >= 1, got {args.jobs}")
+    path = Path(args.config)
+    if not path.is_file():
+        raise UsageError(f"sweep: {args.config}: no such file")
+    try:
+        with open(path, "rb") as f:
+            loaded = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"sweep: {args.config}: not valid TOML ({e})") from None
+    options = {k.replace("-", "_"): v
+               for k, v in _config_options(loaded, args.config).items()}
+    try:
+        grid = sweep.Grid.from_options(options)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"sweep: {args.config}: {e}") from None
+    from decentlearn import memory
+    checked: set = set()
+    for point in grid.points():  # the seed does not change the memory a run needs
+        key = repr(sorted((k, v) for k, v in point.options.items() if k != "seed"))
+        if key not in checked:
+            checked.add(key)
+            try:
+                memory.check(point.config())
+            except MemoryError as e:
+                raise UsageError(f"sweep: point {point.name}: refused: {e}") from None
+            except (FileNotFoundError, ValueError) as e:
+                raise UsageError(f"sweep: point {point.name}: {e}") from None
+    return sweep.run_cli(grid, Path(args.out), jobs=args.jobs, quiet=args.quiet)
+
+
+COMMANDS = {"run": cmd_run, "bench": cmd_bench, "download": cmd_download, "info": cmd_info,
+            "plot": cmd_plot, "compare": cmd_compare, "sweep": cmd_sweep}
 
 
 def main(argv: list[str] | None = None) -> int:

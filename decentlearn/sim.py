@@ -38,6 +38,9 @@ _STREAM_NETWORK = 100
 DIVERGENCE_CONSENSUS_FACTOR = 100.0
 #: ... or where the peers' mean training loss exceeds this factor times its first-round value.
 DIVERGENCE_LOSS_FACTOR = 100.0
+#: The summary's spectral gap is computed up to this many peers (None above): ARPACK needs
+#: tens of seconds for a 10^4-peer ring, whose eigenvalues cluster near 1 (more than the run).
+SUMMARY_GAP_MAX_N = 2048
 #: Compressed D-PSGD is warned about (SetupWarning) above this variance factor omega
 #: (E||C(x) - x||^2 <= omega ||x||^2); CHOCO-SGD at omega >= 1 (no longer a contraction).
 DPSGD_MAX_VARIANCE = 1.0
@@ -605,14 +608,16 @@ class Simulator:
         result.summary.update(self.comm.network_summary())  # network hook: sim_seconds
         topo = self.topology
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
-                              spectral_gap=topo.spectral_gap(),
+                              spectral_gap=(topo.spectral_gap()
+                                            if c.peers <= SUMMARY_GAP_MAX_N else None),
                               n_params=self.model.dim, precision=c.precision,
                               warnings=list(self.problems), config=c.to_dict())
         if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
             edges = topo.edge_count()
             result.summary.update(edges=edges, edges_fraction_of_complete=(
                 edges / max(1, c.peers * (c.peers - 1) // 2)))
-        if topo.period is not None and topo.period > 1 and hasattr(topo, "period_spectral_gap"):
+        if (topo.period is not None and topo.period > 1 and hasattr(topo, "period_spectral_gap")
+                and c.peers <= SUMMARY_GAP_MAX_N):
             result.summary["spectral_gap_period"] = topo.period_spectral_gap()
         if topo.info is not None:
             result.summary["topology_info"] = dict(topo.info)

@@ -109,6 +109,10 @@ class Model:
             if isinstance(layer, Conv2d):
                 widest = max(widest, s[0] * s[1] * (s[2] + layer.kernel_size - 1))
         self._widest = widest
+        # The same without a shared input's size: evaluate() broadcasts x over peers (stride 0),
+        # so a Dense first layer reads it once; a Conv2d first layer unfolds it per peer.
+        self._widest_eval = widest if layers[0].spatial else max(
+            [math.prod(s) for s in shapes] + [1])
         self._local = threading.local()  # per-thread Scratch of every layer
         #: Threads of the layers' C kernels (None: decentlearn's default, ops.resolve_threads).
         self.n_threads: int | None = None
@@ -423,8 +427,9 @@ class Model:
         """Accuracy (P,) and mean loss (P,) of every peer's model on a shared dataset.
 
         ``x`` is (N, *input_shape) and ``y`` (N,). Samples are processed in chunks of at most
-        ``batch_size``, fewer when P * chunk * (widest layer) would exceed about 2**24 elements, so
-        memory stays bounded whatever the number of peers. Both results are float64.
+        ``batch_size``, fewer when P * chunk * (widest layer output; the shared input counts only
+        when the first layer unfolds it per peer, i.e. is a convolution) would exceed about 2**24
+        elements, so memory stays bounded whatever the number of peers. Both results are float64.
         """
         params = self._check_params(params)
         batch_size = _check_positive_int(batch_size, "batch_size")
@@ -436,7 +441,7 @@ class Model:
         y = self._check_y(y, (n,))
         if n == 0:
             raise ValueError("x must hold at least one sample, got 0")
-        chunk = max(1, min(batch_size, _EVAL_BUDGET_ELEMENTS // (n_peers * self._widest)))
+        chunk = max(1, min(batch_size, _EVAL_BUDGET_ELEMENTS // (n_peers * self._widest_eval)))
         correct = np.zeros(n_peers, dtype=np.int64)
         loss_sum = np.zeros(n_peers, dtype=np.float64)
         for start in range(0, n, chunk):

@@ -1,0 +1,110 @@
+"""Memory estimate (decentlearn.memory, `run --dry-run`): the probe counts the state arrays the
+run really holds, the estimate bounds what a run allocates, and a run that does not fit is refused
+with the figure before anything is allocated."""
+
+import re
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+from decentlearn import memory
+from decentlearn.cli import main
+from decentlearn.data import load_dataset
+from decentlearn.sim import RunConfig, Simulator
+
+
+@pytest.mark.parametrize("kw, buffers", [
+    # params, gradient, momentum, gossip output
+    (dict(), {"parameters": 4, "optimizer state": 4, "algorithm state": 4, "gossip buffers": 4}),
+    # CHOCO: params, gradient, momentum, x_hat, its neighbours' mix, error-feedback memory
+    (dict(algorithm="choco", compress="ef:topk:0.1", gamma=0.3), None),
+])
+def test_probe_matches_the_arrays_of_a_built_run(kw, buffers):
+    config = RunConfig(peers=12, rounds=2, eval_every=2, **kw)
+    parts, note = memory.probe_state(config)
+    assert "probe" in note
+    if buffers is not None:
+        assert parts == pytest.approx(buffers)
+    # independent count: the (peers, dim)-sized float32 arrays of a run built here, found by
+    # scanning every object's __dict__ one level below the algorithm
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulator(config.replace(partition="iid"))
+        sim.run()
+    dim, found = sim.model.dim, {}
+    for owner in (sim.algorithm, sim.algorithm.optimizer, sim.comm,
+                  *[v for v in vars(sim.algorithm).values() if hasattr(v, "__dict__")]):
+        for v in vars(owner).values():
+            if isinstance(v, np.ndarray) and v.size == 12 * dim:
+                base = v if v.base is None else v.base
+                found[base.__array_interface__["data"][0]] = v.nbytes
+    assert sum(found.values()) / (12 * dim) == pytest.approx(sum(parts.values()))
+
+
+@pytest.mark.parametrize("kw", [dict(peers=128), dict(peers=128, algorithm="choco",
+                                                       compress="topk:0.1", gamma=0.3)])
+def test_estimate_bounds_what_a_run_allocates(kw):
+    config = RunConfig(rounds=3, eval_every=3, **kw)
+    est = memory.estimate(config)
+    data = load_dataset("digits")
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Simulator(config, dataset=data).run()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    held = est.total - sum(est.shared.values())  # data and libraries were loaded before tracing
+    assert peak <= held <= 4 * peak, (held, peak)
+
+
+def test_estimate_scales_with_peers_and_reads_no_data():
+    small = memory.estimate(RunConfig(dataset="cifar10", data_dir="/nonexistent", peers=100,
+                                      model="linear"), probe=False)
+    big = memory.estimate(RunConfig(dataset="cifar10", data_dir="/nonexistent", peers=200,
+                                    model="linear"), probe=False)
+    assert small.dim == big.dim == 3 * 32 * 32 * 10 + 10
+    assert big.part_total("parameters") == 2 * small.part_total("parameters") == 2 * 100 * 4 * \
+        small.dim
+    assert big.shared["dataset"] == small.shared["dataset"]  # the data set is shared
+
+
+def test_dry_run_prints_and_allocates_nothing(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["run", "--dry-run", "--peers", "1000", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for part in ("parameters", "optimizer state", "gossip buffers", "data shares",
+                 "evaluation", "dataset", "peak", "available"):
+        assert part in text
+    assert "1000 peers" in text and "fits" in text
+    assert not out.exists()
+
+
+def test_too_big_a_run_is_refused_with_the_figure(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(memory.LIMIT_ENV, "64M")
+    out = tmp_path / "never"
+    assert main(["run", "--peers", "2000", "--rounds", "1", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused" in err and "64 MiB is available" in err
+    est = memory.estimate(RunConfig(peers=2000, rounds=1))
+    m = re.search(r"needs about ([\d.]+) (MiB|GiB)", err)
+    stated = float(m.group(1)) * 2 ** (20 if m.group(2) == "MiB" else 30)
+    assert stated == pytest.approx(est.total, rel=0.05)  # the process's RSS moves a little
+    assert not out.exists()
+    assert main(["run", "--dry-run", "--peers", "2000"]) == 2
+    captured = capsys.readouterr()
+    assert "does NOT fit" in captured.out and "refused" in captured.err
+    monkeypatch.setenv(memory.LIMIT_ENV, "lots")
+    assert main(["run", "--dry-run"]) == 2
+    assert memory.LIMIT_ENV in capsys.readouterr().err
+
+
+def test_parse_bytes():
+    assert memory._parse_bytes("24G") == 24 << 30
+    assert memory._parse_bytes("512 MiB") == 512 << 20
+    assert memory._parse_bytes("1000") == 1000
+    with pytest.raises(ValueError, match=memory.LIMIT_ENV):
+        memory._parse_bytes("-1G")
