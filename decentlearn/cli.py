@@ -243,7 +243,8 @@ def _format_table(summary: dict) -> str:
         ("consensus distance", f"{summary['consensus_distance']:.4g}"),
         ("bytes sent, total", _human_bytes(summary["bytes_sent_total"])),
         ("bytes sent, busiest peer", _human_bytes(summary["bytes_sent_max_peer"])),
-        ("spectral gap of W", "not computed (n > 2048)" if summary["spectral_gap"] is None
+        ("spectral gap of W", "not computed (random graphs, n > 2048)"
+         if summary["spectral_gap"] is None
          else f"{summary['spectral_gap']:.4g}"),
         ("precision", str(summary.get("precision", "fp32"))),
         ("rounds", str(summary["rounds"])),
@@ -358,8 +359,7 @@ def _resume(args) -> tuple:
         raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
                          f"rounds done; pass --rounds N with N > {done} to extend the run")
     _check_model(config)
-    if _check_memory(config, args.dry_run):
-        return 0
+    _check_memory(config, dry_run=False)  # refuses a run that no longer fits
     sim = _build(config)
     try:
         if meta["dim"] != sim.model.dim:
@@ -389,6 +389,8 @@ def cmd_run(args) -> int:
         config = _resolve_run_config(args)
         out = _check_out(args)
         _check_model(config)
+        if _check_memory(config, args.dry_run):
+            return 0
         sim = _build(config)
         every = args.checkpoint_every
         try:

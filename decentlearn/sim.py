@@ -23,6 +23,7 @@ from decentlearn.data import Dataset, Partition, load_dataset, make_partition
 from decentlearn.lowp import PRECISIONS
 from decentlearn.nn import make_model
 from decentlearn.optim import LRSchedule, OptimizerConfig, make as make_optimizer
+from decentlearn.topology import Topology
 
 # Independent random streams derived from the run's seed.
 (_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
@@ -38,8 +39,9 @@ _STREAM_NETWORK = 100
 DIVERGENCE_CONSENSUS_FACTOR = 100.0
 #: ... or where the peers' mean training loss exceeds this factor times its first-round value.
 DIVERGENCE_LOSS_FACTOR = 100.0
-#: The summary's spectral gap is computed up to this many peers (None above): ARPACK needs
-#: tens of seconds for a 10^4-peer ring, whose eigenvalues cluster near 1 (more than the run).
+#: Above this many peers the summary leaves out the gaps that need dense or product solvers: the
+#: per-round random graphs' (dense eigendecomposition) and a time-varying period's product. A
+#: static graph's gap is always reported (sparse solvers: seconds at 10^4 peers).
 SUMMARY_GAP_MAX_N = 2048
 #: Compressed D-PSGD is warned about (SetupWarning) above this variance factor omega
 #: (E||C(x) - x||^2 <= omega ||x||^2); CHOCO-SGD at omega >= 1 (no longer a contraction).
@@ -609,7 +611,8 @@ class Simulator:
         topo = self.topology
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=(topo.spectral_gap()
-                                            if c.peers <= SUMMARY_GAP_MAX_N else None),
+                                            if isinstance(topo, Topology)
+                                            or c.peers <= SUMMARY_GAP_MAX_N else None),
                               n_params=self.model.dim, precision=c.precision,
                               warnings=list(self.problems), config=c.to_dict())
         if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
