@@ -75,6 +75,16 @@ def test_cli_reference_lists_every_subcommand_and_option(site):
     assert "--version" in page
 
 
+def test_every_cli_option_has_help():
+    """The reference can only say what the parser says: every option and positional of every
+    subcommand carries a help text."""
+    _, subs = _subcommands()
+    missing = [f"{name} {a.option_strings[0] if a.option_strings else a.dest}"
+               for name, sub in subs.items() for a in sub._actions
+               if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert not missing, f"CLI options without help=: {missing}"
+
+
 def _public_objects():
     """(module, name, object) for every public function and class that a public module defines
     or re-exports from the package (C-extension types re-exported are documented at their home)."""
