@@ -33,12 +33,14 @@ finally:
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONWARNINGS="ignore")
-    # The build imports decentlearn.cli from the checkout; the checkout must win over another copy.
+    # The CLI page comes from the decentlearn under test (the checkout's in-place build or the
+    # installed package); cwd is not the checkout, whose decentlearn/ (without a built extension
+    # when the package is installed) would shadow it through sys.path[0].
     root = str(Path(decentlearn.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
                            "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+                          capture_output=True, text=True, env=env, cwd=tmp_path_factory.getbasetemp())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
     return out

@@ -123,11 +123,14 @@ def _option_row(action: argparse.Action) -> str:
 
 def cli_reference() -> str:
     """Markdown reference of every subcommand and option of ``decentlearn``."""
-    sys.path.insert(0, str(ROOT))
-    try:
+    try:  # the decentlearn on the path (an installed one, whose extension is built) ...
         from decentlearn.cli import build_parser
-    finally:
-        sys.path.remove(str(ROOT))
+    except ImportError:  # ... else this checkout's
+        sys.path.insert(0, str(ROOT))
+        try:
+            from decentlearn.cli import build_parser
+        finally:
+            sys.path.remove(str(ROOT))
     parser = build_parser()
     lines = ["# Command-line reference", "",
              "Generated at build time from `decentlearn.cli.build_parser()`: every subcommand and "
