@@ -108,7 +108,11 @@ def test_lazy_package_attributes_and_no_heavy_imports(tmp_path):
         "# Every public module is an attribute (last: a torch or MPI bridge may import its library).\n"
         "import pkgutil\n"
         "public = [m.name for m in pkgutil.iter_modules(dl.__path__) if not m.name.startswith('_')]\n"
-        "assert all(getattr(dl, name).__name__ == 'decentlearn.' + name for name in public), public\n"
+        "for name in public:\n"
+        "    try:\n"
+        "        assert getattr(dl, name).__name__ == 'decentlearn.' + name, name\n"
+        "    except ModuleNotFoundError as e:  # a bridge to an optional library not installed\n"
+        "        assert e.name in ('torch', 'mpi4py'), e\n"
         "print('ok')\n"
     )
     root = str(Path(decentlearn.__file__).resolve().parent.parent)
