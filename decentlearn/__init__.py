@@ -11,6 +11,7 @@ heavy dependencies (matplotlib, networkx) only by the code that needs them.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import platform
 
 import numpy as np
@@ -19,8 +20,10 @@ __version__ = "0.1.0"
 
 #: Submodules reachable as attributes, imported on first access.
 _SUBMODULES = (
-    "algorithms", "bench", "checkpoint", "cli", "cocofl", "comm", "compress", "data", "lowp", "metrics", "nn",
-    "ops", "optim", "plot", "registry", "results", "sim", "topology",
+    "algorithms", "baselines", "batchnorm", "bench", "checkpoint", "cli", "clumping", "cocofl",
+    "comm", "compress", "data", "dcliques", "finite_gossip", "heterogeneity", "lowp", "memory",
+    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "sim",
+    "sweep", "topology",
 )
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
@@ -30,6 +33,9 @@ _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result":
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # A public submodule missing from _SUBMODULES (e.g. added by a later feature) still works.
         return importlib.import_module(f"{__name__}.{name}")
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

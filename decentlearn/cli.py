@@ -575,10 +575,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which kernels (all: every benchmark and the acceptance figures)")
     b.add_argument("--n", type=int, default=25_000_000,
                    help="values (compress, natural, topk, stc)")
-    b.add_argument("--peers", type=int, default=1000)
-    b.add_argument("--dim", type=int, default=25_600)
-    b.add_argument("--repeat", type=int, default=5)
-    b.add_argument("--threads", type=_optional_int, default=None)
+    b.add_argument("--peers", type=int, default=1000,
+                   help="rows of the state matrix (gossip, quant, all)")
+    b.add_argument("--dim", type=int, default=25_600,
+                   help="values per row (gossip, quant, all)")
+    b.add_argument("--repeat", type=int, default=5,
+                   help="timed repetitions per case; the best one is reported")
+    b.add_argument("--threads", type=_optional_int, default=None,
+                   help="threads for the C kernels (default: all allowed)")
     b.add_argument("--shapes", default="default",
                    help="bench gemm/all: MxKxN[,MxKxN...] (default: 1024^3, 256x784x256 and "
                         "the MLP layer's three products for gemm, 1024^3 for all)")
@@ -589,8 +593,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time with CPU seconds instead of wall time (with --threads 1: a loaded "
                         "machine's ratios; BLAS limited to one thread too)")
     d = sub.add_parser("download", help="download a dataset (mnist, fashion-mnist, cifar10)")
-    d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"])
-    d.add_argument("--data-dir")
+    d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"],
+                   help="the dataset to fetch (checked against its published checksums)")
+    d.add_argument("--data-dir", help="directory to download into (else $DECENTLEARN_DATA/NAME or "
+                                      "~/.cache/decentlearn/NAME)")
     d.add_argument("--mirror", metavar="URL",
                    help="base URL to fetch the files from instead of the official ones")
     sub.add_parser("info", help="print the build configuration (show_config)")

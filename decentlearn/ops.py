@@ -827,7 +827,7 @@ def gemm_s8_batched_f32(a: np.ndarray, b: np.ndarray, a_scale, b_scale,
                         bias: np.ndarray | None = None, trans_a: bool = False,
                         trans_b: bool = False) -> np.ndarray:
     """Batched int8 GEMM with fused dequantization: float32 (P, m, n) with
-    out[p] = float32(a[p] @ b[p] as exact int32) * (a_scale[p] * b_scale[p][col]) + bias[p][col].
+    ``out[p] = float32(a[p] @ b[p] as exact int32) * (a_scale[p] * b_scale[p][col]) + bias[p][col]``.
 
     a_scale: (P,) per-peer scales of A (a float: the same for every peer); b_scale: (P,) per peer
     and tensor, or (P, n) per peer and output column; bias: (P, n) float32 or None. Operands as

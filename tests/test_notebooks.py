@@ -1,4 +1,5 @@
-"""Every notebook in notebooks/ runs top to bottom without error (nbclient, fresh kernel)."""
+"""Every notebook in notebooks/ runs top to bottom without error and shows a figure (nbclient,
+fresh kernel)."""
 
 import os
 from pathlib import Path
@@ -30,3 +31,21 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     errors = [o for cell in nb.cells if cell.cell_type == "code"
               for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    # Figures render inline: at least one PNG among the outputs.
+    images = [o for cell in nb.cells if cell.cell_type == "code"
+              for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert images, f"{path.name} shows no figure"
+
+
+def test_at_least_five_notebooks():
+    assert len(NOTEBOOKS) >= 5, [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_stored_clean(path):
+    """No hidden state: notebooks are committed without outputs or execution counts, so what the
+    test runs top to bottom is all there is."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None, path.name

@@ -68,6 +68,7 @@ def test_sdist_ships_what_the_tests_read(sdist):
     # What the test suite reads from the tree: the tests with their conftest, the notebooks
     # (tests/test_notebooks.py runs them), the docs, the C sources and headers, the data files.
     for required in ("tests/conftest.py", "setup.py", "pyproject.toml", "decentlearn/data/digits.npz",
+                     "mkdocs.yml", "tools/mkdocs_hooks.py",  # tests/test_docs.py builds the site
                      "decentlearn/data/DIGITS_LICENSE.txt", "csrc/dl.h", "csrc/module.c"):
         assert required in shipped, required
     for folder, pattern in (("notebooks", "*.ipynb"), ("docs", "*.md"), ("csrc", "*.h"), ("csrc", "*.c"),

@@ -1,0 +1,241 @@
+"""mkdocs hooks of the documentation site (``mkdocs.yml`` names this file under ``hooks:``).
+
+Three pages are generated at build time so that they cannot drift from the code:
+
+* ``cli.md``: every subcommand and option of ``decentlearn.cli.build_parser()`` with its help,
+  default, choices and metavar;
+* ``api/<module>.md``: one API page per public module or subpackage of ``decentlearn`` (found on
+  disk, so a new module gets its page without editing anything), rendered by mkdocstrings;
+* the nav: the ``api/index.md`` entry grows the module pages as children, and every page of
+  ``docs/`` that ``mkdocs.yml``'s nav does not list is appended under "More" (so a page added on
+  another branch builds under ``--strict`` before someone places it).
+
+Images that the Markdown pages take from outside ``docs/`` (``../benchmarks/...``, so that they
+also render on a code host) are copied into the site under ``assets/`` and the links rewritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "decentlearn"
+#: Modules and packages that are not public API: the extension, the entry point, the NumPy
+#: references of the C kernels (documented as the spec in docs/testing.md), private modules.
+SKIP = {"__main__", "__init__", "_core"}
+#: Where external images land in the site.
+ASSETS = "assets/external"
+
+
+# ----------------------------------------------------------------------------- API pages
+
+
+def public_modules() -> list[tuple[str, list[str]]]:
+    """(top-level module, [its public submodules]) for every public module of the package, in
+    alphabetical order, read from the file tree (nothing is imported)."""
+    out = []
+    for path in sorted(PACKAGE.iterdir()):
+        name = path.stem
+        if name in SKIP or name.startswith("_"):
+            continue
+        if path.is_dir() and (path / "__init__.py").is_file():
+            subs = sorted(p.stem for p in path.glob("*.py")
+                          if not p.stem.startswith("_") and p.stem not in SKIP)
+            out.append((f"decentlearn.{name}", [f"decentlearn.{name}.{s}" for s in subs]))
+        elif path.suffix == ".py":
+            out.append((f"decentlearn.{name}", []))
+    return out
+
+
+def _api_page(module: str, submodules: list[str]) -> str:
+    lines = [f"# `{module}`", "", f"::: {module}", ""]
+    if submodules:
+        # The package's own page lists what __init__ defines; each submodule gets its section.
+        lines[2] = f"::: {module}\n    options:\n      show_submodules: false"
+        for sub in submodules:
+            lines += [f"## `{sub}`", "", f"::: {sub}", "    options:", "      heading_level: 3", ""]
+    return "\n".join(lines)
+
+
+def _api_index(modules: list[tuple[str, list[str]]]) -> str:
+    lines = ["# API reference", "",
+             "Generated from the docstrings at build time. `import decentlearn as dl` imports the "
+             "submodules lazily (`dl.topology`, `dl.compress`, `dl.sim`, ...), and `dl.simulate`"
+             " / `dl.RunConfig` are re-exported from `decentlearn.sim`.", "",
+             "| module | summary |", "|---|---|"]
+    for module, _ in modules:
+        lines.append(f"| [`{module}`]({module.split('.', 1)[1]}.md) | {_summary(module)} |")
+    lines += ["", "## `decentlearn`", "", "::: decentlearn", "    options:",
+              "      show_submodules: false", "      heading_level: 3", ""]
+    return "\n".join(lines)
+
+
+def _summary(module: str) -> str:
+    """The first sentence of a module's docstring, read without importing it."""
+    import ast
+
+    rel = module.split(".", 1)[1].replace(".", "/")
+    path = PACKAGE / f"{rel}.py"
+    if not path.is_file():
+        path = PACKAGE / rel / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    first = doc.strip().split("\n\n", 1)[0].replace("\n", " ")
+    return first.replace("|", "\\|")
+
+
+# ----------------------------------------------------------------------------- CLI page
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _option_row(action: argparse.Action) -> str:
+    if action.option_strings:
+        names = ", ".join(f"`{o}`" for o in action.option_strings)
+        if action.nargs != 0:
+            metavar = action.metavar or action.dest.upper()
+            names += f" `{metavar}`"
+    else:
+        names = f"`{action.metavar or action.dest}` (positional)"
+    help_text = (action.help or "").replace("%%", "%")
+    if "%(" in help_text:
+        help_text = help_text % {"default": action.default, "prog": "decentlearn"}
+    extra = []
+    if action.choices is not None and not isinstance(action.choices, dict):
+        extra.append("choices: " + ", ".join(f"`{c}`" for c in action.choices))
+    if action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
+        extra.append(f"default: `{action.default}`")
+    if isinstance(action, argparse.BooleanOptionalAction):
+        extra.append("flag (with a `--no-` form)")
+    elif action.nargs == 0:
+        extra.append("flag")
+    text = _escape(help_text)
+    if extra:
+        text = f"{text} ({'; '.join(extra)})" if text else "; ".join(extra)
+    return f"| {names} | {text} |"
+
+
+def cli_reference() -> str:
+    """Markdown reference of every subcommand and option of ``decentlearn``."""
+    try:  # the decentlearn on the path (an installed one, whose extension is built) ...
+        from decentlearn.cli import build_parser
+    except ImportError:  # ... else this checkout's
+        sys.path.insert(0, str(ROOT))
+        try:
+            from decentlearn.cli import build_parser
+        finally:
+            sys.path.remove(str(ROOT))
+    parser = build_parser()
+    lines = ["# Command-line reference", "",
+             "Generated at build time from `decentlearn.cli.build_parser()`: every subcommand and "
+             "option that the installed `decentlearn` accepts, with its help. "
+             "`decentlearn SUBCOMMAND --help` prints the same. Without a subcommand, "
+             "`decentlearn` runs `run` with the defaults.", "",
+             "```text", parser.format_usage().strip(), "```", ""]
+    top = [a for a in parser._actions
+           if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    if top:
+        lines += ["| option | meaning |", "|---|---|"] + [_option_row(a) for a in top] + [""]
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help for c in subs._choices_actions}
+    for name, sub in subs.choices.items():
+        lines += [f"## `decentlearn {name}`", ""]
+        if helps.get(name):
+            lines += [_escape(helps[name][0].upper() + helps[name][1:]) + ".", ""]
+        if sub.description:
+            lines += [_escape(sub.description), ""]
+        lines += ["```text", sub.format_usage().strip(), "```", ""]
+        actions = [a for a in sub._actions if not isinstance(a, argparse._HelpAction)]
+        if actions:
+            lines += ["| option | meaning |", "|---|---|"] + [_option_row(a) for a in actions]
+        else:
+            lines.append("No options.")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+def _nav_files(nav) -> set[str]:
+    found: set[str] = set()
+    for item in nav or []:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        if isinstance(value, list):
+            found |= _nav_files(value)
+        else:
+            found.add(value)
+    return found
+
+
+def on_config(config):
+    modules = public_modules()
+    api_nav = [{"Overview": "api/index.md"}]
+    api_nav += [{m.split(".", 1)[1]: f"api/{m.split('.', 1)[1]}.md"} for m, _ in modules]
+
+    def expand(items):
+        out = []
+        for item in items:
+            if isinstance(item, dict):
+                (title, value), = item.items()
+                if value == "api/index.md":
+                    value = api_nav
+                elif isinstance(value, list):
+                    value = expand(value)
+                out.append({title: value})
+            else:
+                out.append(item)
+        return out
+
+    nav = expand(config["nav"] or [])
+    listed = _nav_files(nav)
+    docs = Path(config["docs_dir"])
+    extra = sorted(str(p.relative_to(docs)).replace("\\", "/") for p in docs.rglob("*.md"))
+    extra = [p for p in extra if p not in listed]
+    if extra:
+        nav.append({"More": extra})
+    config["nav"] = nav
+    return config
+
+
+def on_files(files, config):
+    modules = public_modules()
+    files.append(File.generated(config, "cli.md", content=cli_reference()))
+    files.append(File.generated(config, "api/index.md", content=_api_index(modules)))
+    for module, subs in modules:
+        files.append(File.generated(config, f"api/{module.split('.', 1)[1]}.md",
+                                    content=_api_page(module, subs)))
+    # Images referenced from outside docs/ (../benchmarks/...): copied into the site.
+    docs = Path(config["docs_dir"])
+    for page in docs.rglob("*.md"):
+        for target in _EXTERNAL.findall(page.read_text(encoding="utf-8")):
+            source = (page.parent / target).resolve()
+            uri = f"{ASSETS}/{source.relative_to(ROOT).as_posix()}"
+            if source.is_file() and files.get_file_from_path(uri) is None:
+                files.append(File.generated(config, uri, abs_src_path=str(source)))
+    return files
+
+
+#: Image links that leave docs/: ![alt](../something.png)
+_EXTERNAL = re.compile(r"!\[[^\]]*\]\((\.\./[^)\s]+)\)")
+
+
+def on_page_markdown(markdown, page, config, files):
+    def rewrite(match):
+        target = match.group(1)
+        source = (Path(page.file.abs_src_path).parent / target).resolve()
+        if not source.is_file():
+            return match.group(0)  # left for mkdocs to report as a broken link
+        depth = page.file.src_uri.count("/")
+        uri = "../" * depth + f"{ASSETS}/{source.relative_to(ROOT).as_posix()}"
+        return match.group(0).replace(f"({target})", f"({uri})")
+
+    if page.file.abs_src_path is None:
+        return markdown
+    return _EXTERNAL.sub(rewrite, markdown)
