@@ -616,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "CONFIG's [run] table (one run directory each, resumable), "
                                     "then summarize mean ± std over seeds.")
     sw.add_argument("config", metavar="CONFIG.toml",
-                    help="the [run] table of `run --config`, where options may be lists")
+                    help="the [run] table that run --config reads, where options may be lists")
     sw.add_argument("--out", required=True, help="directory of the sweep's runs and summary")
     sw.add_argument("--jobs", type=int, default=1,
                     help="runs in parallel processes (default 1; each gets cores/jobs threads)")
