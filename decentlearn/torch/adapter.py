@@ -267,8 +267,16 @@ class TorchModel:
                     leaves.append(t)
                 params[name] = t
             else:
-                buffers[name] = t
+                # vmap's BatchNorm rule updates running statistics on a flattened (P * C) tensor,
+                # which for a strided column view is a copy: the update would be lost. Buffers
+                # (a few floats per channel) go through a contiguous copy, written back by
+                # _store_buffers.
+                buffers[name] = t.clone()
         return params, buffers, leaves
+
+    def _store_buffers(self, arr: np.ndarray, buffers: dict) -> None:
+        for name, sl, _ in self._layout[self._n_params:]:
+            arr[:, sl] = buffers[name].reshape(arr.shape[0], -1).numpy()
 
     def _logits(self, params: dict, buffers: dict, x: torch.Tensor, shared: bool) -> torch.Tensor:
         module = self.module
@@ -353,6 +361,7 @@ class TorchModel:
         self.module.train()
         p, b, leaves = self._views(params, cut)
         logits = self._logits(p, b, xt, shared)
+        self._store_buffers(params, b)  # the running statistics this pass updated
         losses = self._loss(logits, yt)
         grads = torch.autograd.grad(losses.sum(), leaves)  # peers independent: d(sum)/dx_i
         g_views = [torch.from_numpy(grad[:, sl]).view(n_peers, *shape)

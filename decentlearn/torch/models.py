@@ -40,7 +40,7 @@ def make_module(spec: str, input_shape: tuple[int, ...], n_classes: int) -> nn.M
         raise ValueError(f"model spec after 'torch:' must be a name such as 'resnet20' or "
                          f"'package.module:factory', got {spec!r}")
     name, sep, arg = spec.partition(":")
-    if "." in name:
+    if name not in _MODULES and ("." in name or (sep and arg.isidentifier())):
         if not sep or not arg.isidentifier():
             raise ValueError(f"model 'torch:{spec}': a user factory is named "
                              f"'torch:package.module:factory', got no factory name after ':'")
