@@ -264,3 +264,19 @@ def test_init_is_deterministic_and_leaves_global_rng():
     assert not np.array_equal(a, c)
     running_var = [sl for n, sl, _ in model.layout() if n.endswith("running_var")]
     assert running_var and all((a[sl] == 1).all() for sl in running_var)
+
+
+def test_char_lstm_on_leaf_shakespeare_natural_partition(tmp_path):
+    import json
+    text = {"A": "To be, or not to be: that is the question. " * 2,
+            "B": "O, what a noble mind is here o'erthrown! " * 2}
+    for part in ("train", "test"):
+        (tmp_path / part).mkdir()
+        data = {u: {"x": [t[i:i + 10] for i in range(len(t) - 10)],
+                    "y": [t[i + 10] for i in range(len(t) - 10)]} for u, t in text.items()}
+        (tmp_path / part / "d.json").write_text(json.dumps({"users": list(text),
+                                                            "user_data": data}))
+    cfg = RunConfig(dataset="shakespeare", data_dir=str(tmp_path), peers=2, rounds=2,
+                    eval_every=2, model="torch:char-lstm:8", partition="natural", threads=1)
+    r = Simulator(cfg).run()
+    assert r.params.shape[0] == 2 and np.isfinite(r.summary["test_loss_avg_model"])
