@@ -284,7 +284,10 @@ class TorchModel:
         def one_peer(p: dict, b: dict, xb: torch.Tensor) -> torch.Tensor:
             return functional_call(module, (p, b), (xb,))
 
-        return vmap(one_peer, in_dims=(0, 0, None if shared else 0))(params, buffers, x)
+        # randomness="different": a Dropout draws its own mask for every peer (from torch's
+        # global generator, which decentlearn does not key by seed/step/peer).
+        return vmap(one_peer, in_dims=(0, 0, None if shared else 0),
+                    randomness="different")(params, buffers, x)
 
     def forward(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Logits (P, B, n_classes) float32 in evaluation mode, for per-peer batches (P, B, ...)
