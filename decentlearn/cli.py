@@ -92,7 +92,8 @@ def _add_run_parser(sub) -> None:
     a("--weights", help="mixing weights: metropolis (default), max-degree, uniform")
     a("--partition", help="iid, shards:K, dirichlet:ALPHA, classes:C, natural "
                           "(default dirichlet:0.1)")
-    a("--model", help="linear, mlp, mlp:H1,H2, cnn, cnn:gn")
+    a("--model", help="linear, mlp, mlp:H1,H2, cnn, cnn:gn; with the torch extra: torch:resnet20, "
+                      "torch:vgg11, torch:gn-lenet, torch:char-lstm, torch:PKG.MODULE:FACTORY")
     a("--precision", choices=["fp32", "int8"],
       help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
            "stochastic rounding of gradients, float32 master weights)")
@@ -154,7 +155,8 @@ def _add_run_parser(sub) -> None:
     a("--lr-scaling", help="scale --lr with the global batch B = peers x batch size: "
                            "linear:REF (lr B/REF, Goyal et al.) or sqrt:REF")
     a("--seed", type=int, help="seed of every random choice in the run")
-    a("--threads", type=_optional_int, help="threads for the C kernels (default: all allowed)")
+    a("--threads", type=_optional_int, help="threads for the C kernels and for torch models' "
+                                             "intra-op pool (default: all allowed)")
     a("--eval-every", type=int, help="evaluate every N rounds")
     a("--eval-samples", type=_optional_int, help="evaluate on N test samples (default all)")
     a("--eval-peer-samples", type=_optional_int, help="evaluate each peer on a fixed stratified "
@@ -282,6 +284,12 @@ def _check_model(config) -> None:
     from decentlearn.nn import available_models
     from decentlearn.registry import unknown_message
     name = config.model.partition(":")[0]
+    if name == "torch":  # decentlearn.torch needs the torch extra: say how to install it
+        try:
+            import decentlearn.torch  # noqa: F401
+        except ImportError as e:
+            raise UsageError(f"run: --model {config.model}: {' '.join(str(e).split())}") from None
+        return
     if name not in available_models():
         raise UsageError("run: " + unknown_message("model", name, available_models(),
                                                    spec=config.model))

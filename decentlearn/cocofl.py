@@ -154,7 +154,8 @@ def cost_summary(model: Model, counts: np.ndarray, batch: int, local_steps: int,
             "optimizer_state_bytes": mean(group, "optimizer_state_bytes"),
         }
         m = out[label]["compute_macs_per_round"]
-        out[label]["compute_relative_to_full"] = (None if m is None
+        # None also for models whose MACs are not counted (torch models: macs 0)
+        out[label]["compute_relative_to_full"] = (None if m is None or not full["macs"]
                                                   else m / (full["macs"] * local_steps))
     return out
 

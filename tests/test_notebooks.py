@@ -25,6 +25,19 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     root = str(Path(decentlearn.__file__).resolve().parent.parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(path, as_version=4)
+    # A notebook lists what it needs beyond the test extras in metadata["decentlearn"]: optional
+    # packages ("requires", e.g. torch) and data sets ("datasets"); it is skipped without them,
+    # and runs its short version (DECENTLEARN_NOTEBOOK_QUICK=1).
+    needs = nb.metadata.get("decentlearn", {})
+    for module in needs.get("requires", []):
+        pytest.importorskip(module, reason=f"{path.name} needs {module}")
+    for name in needs.get("datasets", []):
+        from decentlearn.data import load_dataset
+        try:
+            load_dataset(name)
+        except FileNotFoundError:
+            pytest.skip(f"{path.name} needs the {name} data set")
+    monkeypatch.setenv("DECENTLEARN_NOTEBOOK_QUICK", "1")
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()

@@ -2,7 +2,8 @@
 
 ``load_dataset("digits")`` gives the embedded UCI 8x8 digits (no network needed);
 ``make_partition("dirichlet:0.5", ds.y_train, n_peers)`` splits it among peers and
-``skew_report`` describes how non-IID the split is. See docs/data.md.
+``skew_report`` describes how non-IID the split is; ``shakespeare`` reads LEAF's per-speaker
+next-character data (decentlearn.data.shakespeare). See docs/data.md.
 """
 
 from decentlearn.data.datasets import (
@@ -26,6 +27,7 @@ from decentlearn.data.partition import (
     skew_report,
 )
 from decentlearn.data.synthetic import make_synthetic
+from decentlearn.data import shakespeare  # noqa: E402,F401  (registers "shakespeare")
 
 __all__ = [
     "DATASET_FILES",

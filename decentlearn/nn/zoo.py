@@ -45,12 +45,16 @@ def make_model(
     precision: str = "fp32",
     seed: int = 0,
 ) -> Model:
-    """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``.
+    """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``;
+    ``"torch:..."`` builds a decentlearn.torch.TorchModel (docs/torch.md).
 
     ``precision="int8"`` makes every Dense and Conv2d layer compute in int8 (decentlearn.lowp)
     with stochastic gradient rounding seeded by ``seed``."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
+    if spec.startswith("torch:"):  # a torch.nn.Module (decentlearn.torch; needs the torch extra)
+        from decentlearn.torch import make_torch_model
+        return make_torch_model(spec[len("torch:"):], input_shape, n_classes, precision, seed)
     name, sep, arg = spec.partition(":")
     builder = _MODELS.get(name, spec)  # unknown: ValueError naming the closest model
     if not isinstance(input_shape, tuple):

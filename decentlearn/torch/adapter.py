@@ -1,0 +1,415 @@
+"""``TorchModel``: any ``torch.nn.Module`` behind decentlearn's model interface (the one of
+``decentlearn.nn.Model``: ``dim``, ``init``, ``loss_and_grad``, ``forward``, ``evaluate``,
+``layout``, ``param_layers``/``frozen_cut`` for CoCoFL), trained by all peers at once.
+
+Every peer's parameters are one row of the ``(n_peers, dim)`` float32 array the algorithm owns.
+Each tensor of the module is seen by torch as a strided view of its columns of that array
+(``torch.from_numpy``, no copy), the forward pass of all peers is one ``torch.func.vmap`` of
+``torch.func.functional_call`` over the peer axis (convolutions become one grouped convolution,
+linear layers one batched matmul), the backward pass is one autograd call, and each parameter's
+gradient is written by one ``copy_`` straight into its view of the algorithm's gradient buffer.
+
+Floating-point buffers (BatchNorm's running mean and variance) are per-peer state kept in the row
+after all parameters: training passes update them in place, their gradient is zero, and every
+algorithm exchanges and averages them exactly like the weights (the policy of decentlearn's own
+BatchNorm, decentlearn.batchnorm; the average model gets the peers' average statistics).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.func import functional_call, vmap
+
+from decentlearn import ops
+
+# Upper bound on P * chunk samples of one evaluation pass (keeps activations near 100 MB for the
+# zoo's models at 32x32).
+_EVAL_BUDGET_SAMPLES = 4096
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class TorchModel:
+    """A ``torch.nn.Module`` trained by every peer; parameters are rows of one float32 array.
+
+    ``module`` maps a batch ``(B, *input_shape)`` to logits ``(B, n_classes)``; it must hold
+    float32 CPU tensors. The row layout is every parameter in ``named_parameters()`` order, then
+    every floating-point buffer in ``named_buffers()`` order. Integer buffers (BatchNorm's
+    ``num_batches_tracked``) stay in the module, shared; a BatchNorm with ``momentum=None`` (which
+    needs that counter per peer) is rejected. The loss is the mean softmax cross-entropy.
+    """
+
+    precision = "fp32"
+
+    def __init__(self, module: torch.nn.Module, input_shape: tuple[int, ...], n_classes: int,
+                 spec: str = "custom", seed: int = 0) -> None:
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if not isinstance(input_shape, tuple) or not input_shape or not all(
+                isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s > 0
+                for s in input_shape):
+            raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got "
+                             f"{input_shape!r}")
+        self.n_classes = _positive_int(n_classes, "n_classes")
+        if self.n_classes < 2:
+            raise ValueError(f"n_classes must be >= 2, got {n_classes}")
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.spec = spec
+        self.seed = int(seed)
+        self.steps = 0
+        for name, m in module.named_modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.momentum is None:
+                raise ValueError(f"module {name!r}: BatchNorm with momentum=None (a cumulative "
+                                 "average over a per-peer batch count) is not supported; give it "
+                                 "a momentum such as 0.1")
+        layout: list[tuple[str, slice, tuple[int, ...]]] = []
+        offset = 0
+        for name, p in module.named_parameters():
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise TypeError(f"module parameter {name!r} must be a float32 CPU tensor, got "
+                                f"{p.dtype} on {p.device}")
+            layout.append((name, slice(offset, offset + p.numel()), tuple(p.shape)))
+            offset += p.numel()
+        self._n_params = len(layout)
+        #: First entry of a row after the parameters: where the buffers start.
+        self.params_dim = offset
+        for name, b in module.named_buffers():
+            if b.is_floating_point():
+                if b.dtype != torch.float32:
+                    raise TypeError(f"module buffer {name!r} must be float32, got {b.dtype}")
+                layout.append((name, slice(offset, offset + b.numel()), tuple(b.shape)))
+                offset += b.numel()
+        if offset == 0:
+            raise ValueError("module has no parameters")
+        self.dim = offset
+        self._layout = tuple(layout)
+        # Layers with parameters (CoCoFL freezes the first k): the owning module of each
+        # parameter, in order; a layer's parameters are consecutive in named_parameters().
+        owners: list[str] = []
+        starts: list[int] = []
+        for name, sl, _ in layout[: self._n_params]:
+            owner = name.rpartition(".")[0]
+            if not owners or owners[-1] != owner:
+                owners.append(owner)
+                starts.append(sl.start)
+        self.param_layers = tuple(owners)
+        self._layer_starts = tuple(starts)
+        self.module = module
+        probe = torch.zeros((1, *self.input_shape))
+        with torch.no_grad():
+            module.eval()
+            out = module(probe)
+        if tuple(out.shape) != (1, self.n_classes):
+            raise ValueError(f"module must map (B, *{self.input_shape}) inputs to (B, "
+                             f"{self.n_classes}) logits, got {tuple(out.shape)} for B=1")
+        self._n_threads: int | None = None
+        self.n_threads = None
+
+    # ---- what decentlearn reads -----------------------------------------------------------
+
+    @property
+    def n_threads(self) -> int | None:
+        """Threads of torch's intra-op pool (``torch.set_num_threads``, process-wide) and of
+        decentlearn's kernels; None: decentlearn's default (ops.resolve_threads)."""
+        return self._n_threads
+
+    @n_threads.setter
+    def n_threads(self, value: int | None) -> None:
+        torch.set_num_threads(ops.resolve_threads(value))
+        self._n_threads = value
+
+    # CoCoFL's cost model (decentlearn.cocofl.peer_costs) counts the MACs of native layers only:
+    # a torch model reports its trained parameters and optimizer state, and zero MACs.
+    layers: tuple = ()
+    io_shapes: tuple = ()
+
+    def layout(self) -> list[tuple[str, slice, tuple[int, ...]]]:
+        """(name, slice of a row, per-peer shape) of every parameter, then every float buffer."""
+        return list(self._layout)
+
+    def frozen_cut(self, n_frozen: int) -> int:
+        """Entries of a row in the first ``n_frozen`` layers with parameters (the whole row,
+        buffers included, when all are frozen)."""
+        n = len(self.param_layers)
+        if isinstance(n_frozen, bool) or not isinstance(n_frozen, (int, np.integer)) \
+                or not 0 <= n_frozen <= n:
+            raise ValueError(f"n_frozen must be an int in [0, {n}], got {n_frozen!r}")
+        return self.dim if n_frozen == n else self._layer_starts[n_frozen]
+
+    def __repr__(self) -> str:
+        return (f"TorchModel(spec={self.spec!r}, input_shape={self.input_shape}, "
+                f"n_classes={self.n_classes}, dim={self.dim:,}, "
+                f"module={type(self.module).__name__})")
+
+    # ---- rows <-> module ------------------------------------------------------------------
+
+    def init(self, seed: int, dtype: Any = np.float32) -> np.ndarray:
+        """One initial row: every submodule's ``reset_parameters()`` (PyTorch's own
+        initialisation) and ``reset_running_stats()`` under ``torch.manual_seed(seed)``, in a
+        forked RNG state (the global torch RNG is left as it was). The module is reset too."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if np.dtype(dtype) != np.float32:
+            raise TypeError(f"dtype must be float32 for a torch model, got {np.dtype(dtype)}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            for m in self.module.modules():
+                if hasattr(m, "reset_parameters"):
+                    m.reset_parameters()
+                if hasattr(m, "reset_running_stats"):
+                    m.reset_running_stats()
+        return self.row_of_module()
+
+    def row_of_module(self) -> np.ndarray:
+        """The module's current parameters and float buffers as one row (dim,) float32 (e.g. to
+        start every peer from pretrained weights)."""
+        row = np.empty(self.dim, dtype=np.float32)
+        tensors = self._module_tensors()
+        for (_, sl, _), t in zip(self._layout, tensors):
+            row[sl] = t.detach().reshape(-1).numpy()
+        return row
+
+    def load_row(self, row: np.ndarray) -> torch.nn.Module:
+        """Copies one row (dim,) into the module's parameters and buffers; returns the module
+        (e.g. to save the average model with ``torch.save(model.load_row(avg).state_dict())``)."""
+        row = np.asarray(row, dtype=np.float32)
+        if row.shape != (self.dim,):
+            raise ValueError(f"row must have shape ({self.dim},), got {row.shape}")
+        with torch.no_grad():
+            for (_, sl, shape), t in zip(self._layout, self._module_tensors()):
+                t.copy_(torch.from_numpy(row[sl].copy()).view(shape))
+        return self.module
+
+    def _module_tensors(self) -> list[torch.Tensor]:
+        params = dict(self.module.named_parameters())
+        buffers = dict(self.module.named_buffers())
+        return [params[n] if i < self._n_params else buffers[n]
+                for i, (n, _, _) in enumerate(self._layout)]
+
+    # ---- checks ---------------------------------------------------------------------------
+
+    def _check_params(self, params: object) -> np.ndarray:
+        if not isinstance(params, np.ndarray):
+            raise TypeError(f"params must be a numpy array, got {type(params).__name__}")
+        if params.dtype != np.float32:
+            raise TypeError(f"params must have dtype float32 (torch models), got {params.dtype}")
+        if params.ndim != 2 or params.shape[1] != self.dim or params.shape[0] < 1:
+            raise ValueError(f"params must have shape (n_peers, {self.dim}), got {params.shape}")
+        if not params.flags.c_contiguous or not params.flags.writeable:
+            params = np.array(params, order="C")  # torch.from_numpy needs a writable array
+        return params
+
+    def _check_x(self, x: object, n_peers: int) -> tuple[torch.Tensor, bool]:
+        x = np.asarray(x)
+        if x.dtype.kind not in "biuf":
+            raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
+        k = len(self.input_shape)
+        if x.ndim == k + 2 and x.shape[2:] == self.input_shape:
+            if x.shape[0] != n_peers:
+                raise ValueError(f"x has {x.shape[0]} peer batches but params has {n_peers} peers")
+            shared = False
+        elif x.ndim == k + 1 and x.shape[1:] == self.input_shape:
+            shared = True
+        else:
+            raise ValueError(f"x must have shape (n_peers, batch, *{self.input_shape}) or "
+                             f"(batch, *{self.input_shape}), got {x.shape}")
+        if x.shape[-k - 1] == 0:
+            raise ValueError("x must hold at least one sample per peer, got batch size 0")
+        x = np.require(x, dtype=np.float32, requirements=["C", "W"])
+        return torch.from_numpy(x), shared
+
+    def _check_y(self, y: object, shape: tuple[int, ...]) -> torch.Tensor:
+        y = np.asarray(y)
+        if y.dtype.kind not in "iu":
+            raise TypeError(f"y must have an integer dtype, got {y.dtype}")
+        if y.shape != shape:
+            raise ValueError(f"y must have shape {shape}, got {y.shape}")
+        if y.size and (y.min() < 0 or y.max() >= self.n_classes):
+            raise ValueError(f"y must hold labels in [0, {self.n_classes}), got values in "
+                             f"[{y.min()}, {y.max()}]")
+        return torch.from_numpy(np.require(y, dtype=np.int64, requirements=["C", "W"]))
+
+    def _check_frozen(self, frozen: object, n_peers: int) -> np.ndarray | None:
+        n = len(self.param_layers)
+        counts = np.asarray(frozen)
+        if counts.dtype.kind not in "iu" or counts.ndim > 1:
+            raise TypeError(f"frozen must be an int or a 1-D int array, got {frozen!r}")
+        if counts.ndim == 1 and counts.shape != (n_peers,):
+            raise ValueError(f"frozen must have shape ({n_peers},), got {counts.shape}")
+        if counts.size and (counts.min() < 0 or counts.max() > n):
+            raise ValueError(f"frozen must hold layer counts in [0, {n}], got values in "
+                             f"[{counts.min()}, {counts.max()}]")
+        return None if not counts.any() else np.broadcast_to(counts, (n_peers,))
+
+    # ---- passes ---------------------------------------------------------------------------
+
+    def _views(self, arr: np.ndarray, trained_from: int | None) -> tuple[dict, dict, list]:
+        """Per-tensor torch views of the columns of ``arr`` (P, dim): (params, buffers, the
+        leaves to differentiate). Each view is its own ``from_numpy`` tensor, so an in-place
+        update of a buffer never bumps the version counter of a parameter saved for backward.
+        Parameters starting at or after column ``trained_from`` require grad."""
+        n = arr.shape[0]
+        params: dict[str, torch.Tensor] = {}
+        buffers: dict[str, torch.Tensor] = {}
+        leaves: list[torch.Tensor] = []
+        for i, (name, sl, shape) in enumerate(self._layout):
+            t = torch.from_numpy(arr[:, sl]).view(n, *shape)
+            if i < self._n_params:
+                if trained_from is not None and sl.start >= trained_from:
+                    t.requires_grad_(True)
+                    leaves.append(t)
+                params[name] = t
+            else:
+                # vmap's BatchNorm rule updates running statistics on a flattened (P * C) tensor,
+                # which for a strided column view is a copy: the update would be lost. Buffers
+                # (a few floats per channel) go through a contiguous copy, written back by
+                # _store_buffers.
+                buffers[name] = t.clone()
+        return params, buffers, leaves
+
+    def _store_buffers(self, arr: np.ndarray, buffers: dict) -> None:
+        for name, sl, _ in self._layout[self._n_params:]:
+            arr[:, sl] = buffers[name].reshape(arr.shape[0], -1).numpy()
+
+    def _logits(self, params: dict, buffers: dict, x: torch.Tensor, shared: bool) -> torch.Tensor:
+        module = self.module
+
+        def one_peer(p: dict, b: dict, xb: torch.Tensor) -> torch.Tensor:
+            return functional_call(module, (p, b), (xb,))
+
+        # randomness="different": a Dropout draws its own mask for every peer (from torch's
+        # global generator, which decentlearn does not key by seed/step/peer).
+        return vmap(one_peer, in_dims=(0, 0, None if shared else 0),
+                    randomness="different")(params, buffers, x)
+
+    def forward(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Logits (P, B, n_classes) float32 in evaluation mode, for per-peer batches (P, B, ...)
+        or a shared batch (B, ...)."""
+        params = self._check_params(params)
+        xt, shared = self._check_x(x, params.shape[0])
+        self.module.eval()
+        with torch.no_grad():
+            p, b, _ = self._views(params, None)
+            return self._logits(p, b, xt, shared).numpy()
+
+    def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray,
+                      grad: np.ndarray | None = None, step: int | None = None,
+                      frozen: int | np.ndarray = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Mean softmax cross-entropy of each peer's batch (P,) float64 and its gradient (P, dim),
+        written into ``grad`` when given (C-contiguous float32, fully overwritten; the buffers'
+        entries are zero). The forward pass runs in training mode, so BatchNorm normalises with
+        the batch statistics and updates each peer's running statistics in its row of
+        ``params``. ``step`` is accepted for interface compatibility (torch models have no
+        stochastic rounding). ``frozen`` (an int or one per peer): the first k layers with
+        parameters get no gradient and autograd does not differentiate them (CoCoFL); unlike the
+        native models they run in float32, not int8. All k frozen: a forward pass only."""
+        params = self._check_params(params)
+        n_peers = params.shape[0]
+        xt, shared = self._check_x(x, n_peers)
+        batch = xt.shape[0] if shared else xt.shape[1]
+        yt = self._check_y(y, (batch,) if shared and np.ndim(y) == 1 else (n_peers, batch))
+        if yt.ndim == 1:
+            yt = yt.expand(n_peers, batch)
+        if grad is None:
+            grad = np.empty(params.shape, dtype=np.float32)
+        else:
+            if not isinstance(grad, np.ndarray):
+                raise TypeError(f"grad must be a numpy array, got {type(grad).__name__}")
+            if grad.dtype != np.float32:
+                raise TypeError(f"grad must have dtype float32, got {grad.dtype}")
+            if grad.shape != params.shape:
+                raise ValueError(f"grad must have shape {params.shape}, got {grad.shape}")
+            if not grad.flags.c_contiguous or not grad.flags.writeable:
+                raise ValueError("grad must be a writable C-contiguous array")
+            if np.may_share_memory(grad, params):
+                raise ValueError("grad must not share memory with params")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer))
+                                 or step < 0):
+            raise ValueError(f"step must be None or a non-negative int, got {step!r}")
+        self.steps += 1
+        counts = self._check_frozen(frozen, n_peers)
+        if counts is None or (counts == counts[0]).all():
+            k = 0 if counts is None else int(counts[0])
+            return self._loss_and_grad(params, xt, shared, yt, grad, k), grad
+        loss = np.empty(n_peers)
+        for k in np.unique(counts):  # one batched pass per group of peers freezing k layers
+            rows = np.flatnonzero(counts == k)
+            sub = params[rows]
+            g_rows = np.empty_like(sub)
+            xs = xt if shared else xt[torch.from_numpy(rows)]
+            loss[rows] = self._loss_and_grad(sub, xs, shared, yt[torch.from_numpy(rows)], g_rows,
+                                             int(k))
+            params[rows, self.params_dim:] = sub[:, self.params_dim:]  # updated statistics
+            grad[rows] = g_rows
+        return loss, grad
+
+    def _loss_and_grad(self, params: np.ndarray, xt: torch.Tensor, shared: bool,
+                       yt: torch.Tensor, grad: np.ndarray, n_frozen: int) -> np.ndarray:
+        cut = self.frozen_cut(n_frozen)
+        n_peers = params.shape[0]
+        if n_frozen == len(self.param_layers):  # nothing trains: a forward pass
+            self.module.eval()
+            with torch.no_grad():
+                p, b, _ = self._views(params, None)
+                logits = self._logits(p, b, xt, shared)
+            grad.fill(0)
+            return self._loss(logits, yt).double().numpy()
+        self.module.train()
+        p, b, leaves = self._views(params, cut)
+        logits = self._logits(p, b, xt, shared)
+        self._store_buffers(params, b)  # the running statistics this pass updated
+        losses = self._loss(logits, yt)
+        grads = torch.autograd.grad(losses.sum(), leaves)  # peers independent: d(sum)/dx_i
+        g_views = [torch.from_numpy(grad[:, sl]).view(n_peers, *shape)
+                   for _, sl, shape in self._layout[: self._n_params] if sl.start >= cut]
+        with torch.no_grad():
+            for gv, g in zip(g_views, grads):
+                gv.copy_(g)
+        grad[:, :cut] = 0
+        grad[:, self.params_dim:] = 0
+        return losses.detach().double().numpy()
+
+    @staticmethod
+    def _loss(logits: torch.Tensor, yt: torch.Tensor) -> torch.Tensor:
+        n_peers, batch, n_classes = logits.shape
+        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, n_classes), yt.reshape(-1),
+                                               reduction="none")
+        return ce.view(n_peers, batch).mean(dim=1)
+
+    def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray,
+                 batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+        """Accuracy (P,) and mean loss (P,) (float64) of every peer's model on a shared dataset
+        ``x`` (N, *input_shape), ``y`` (N,), in evaluation mode (running statistics), in chunks
+        of at most ``batch_size`` samples and ``4096 / P`` (memory stays bounded)."""
+        params = self._check_params(params)
+        batch_size = _positive_int(batch_size, "batch_size")
+        n_peers = params.shape[0]
+        x = np.asarray(x)
+        if x.ndim != len(self.input_shape) + 1 or x.shape[1:] != self.input_shape:
+            raise ValueError(f"x must have shape (n_samples, *{self.input_shape}), got {x.shape}")
+        n = x.shape[0]
+        if n == 0:
+            raise ValueError("x must hold at least one sample, got 0")
+        yt = self._check_y(y, (n,))
+        chunk = max(1, min(batch_size, _EVAL_BUDGET_SAMPLES // n_peers))
+        correct = np.zeros(n_peers, dtype=np.int64)
+        loss_sum = np.zeros(n_peers, dtype=np.float64)
+        self.module.eval()
+        with torch.no_grad():
+            p, b, _ = self._views(params, None)
+            for start in range(0, n, chunk):
+                xc, _ = self._check_x(x[start:start + chunk], n_peers)
+                yc = yt[start:start + chunk]
+                logits = self._logits(p, b, xc, True)
+                correct += (logits.argmax(dim=-1) == yc).sum(dim=1).numpy()
+                loss_sum += self._loss(logits, yc.expand(n_peers, -1)).double().numpy() \
+                    * yc.shape[0]
+        return correct / n, loss_sum / n
+

@@ -1,0 +1,282 @@
+"""decentlearn.torch: the TorchModel adapter against independent references — decentlearn's
+native models (same architecture and rows: same losses, gradients and D-PSGD trajectory) and a
+per-peer loop over nn.Module copies (plain PyTorch autograd, BatchNorm statistics included)."""
+
+import copy
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="decentlearn.torch needs the torch extra")
+
+from decentlearn.nn import make_model  # noqa: E402
+from decentlearn.sim import RunConfig, Simulator  # noqa: E402
+from decentlearn.torch import TorchModel, make_torch_model  # noqa: E402
+
+# float32 tolerance of one pass: the two implementations sum in different orders.
+RTOL, ATOL = 1e-5, 1e-5
+
+
+def _batch(shape, n_peers, batch, seed=0, n_classes=10):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n_peers, batch, *shape)).astype(np.float32)
+    return x, rng.integers(0, n_classes, (n_peers, batch))
+
+
+@pytest.mark.parametrize("spec,shape", [("mlp:32,16", (1, 8, 8)), ("cnn", (1, 8, 8)),
+                                        ("cnn", (1, 28, 28))])
+def test_twin_of_native_model_same_losses_and_grads(spec, shape):
+    native = make_model(spec, shape, 10)
+    twin = make_model("torch:" + spec, shape, 10)
+    assert isinstance(twin, TorchModel) and twin.dim == native.dim
+    assert [(n, s) for n, _, s in twin.layout()] == [
+        (n.replace("dense", "fc").replace("conv2d", "conv"), s) for n, _, s in native.layout()
+    ] or [s for _, _, s in twin.layout()] == [s for _, _, s in native.layout()]
+    X = np.stack([native.init(s) for s in range(3)]).astype(np.float32)
+    x, y = _batch(shape, 3, 5)
+    ln, gn = native.loss_and_grad(X.copy(), x, y)
+    g = np.full_like(X, np.nan)
+    lt, gt = twin.loss_and_grad(X.copy(), x, y, grad=g)
+    assert gt is g  # written into the caller's buffer
+    np.testing.assert_allclose(lt, ln, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(gt, gn, rtol=1e-4, atol=ATOL * np.abs(gn).max())
+    np.testing.assert_allclose(twin.forward(X, x[0]), native.forward(X, x[0]), rtol=1e-4,
+                               atol=1e-5)
+    for a, b in zip(twin.evaluate(X, x[0], y[0], batch_size=2), native.evaluate(X, x[0], y[0])):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model,momentum", [("mlp", 0.9), ("cnn", 0.0)])
+def test_dpsgd_20_rounds_same_params_as_native(model, momentum):
+    """Same init, data and minibatches: after 20 rounds of D-PSGD the parameters agree to 1e-6
+    absolute (measured: 2e-7 for both; the updates themselves are ~0.1-0.6). The CNN runs
+    without momentum: with momentum 0.9 its float32 rounding differences are amplified to 2e-3
+    over 20 rounds (a ReLU/max-pool decision flipping), which is chaos, not a bug."""
+    cfg = RunConfig(peers=6, rounds=20, eval_every=20, model=model, partition="dirichlet:0.5",
+                    batch_size=8, lr=0.05, momentum=momentum, topology="ring", threads=1)
+    native = Simulator(cfg)
+    twin = Simulator(cfg.replace(model="torch:" + model))
+    twin.algorithm.params[...] = native.algorithm.params  # the native init for both
+    x0 = native.algorithm.params.copy()
+    a = native.run().params
+    b = twin.run().params
+    assert np.abs(a - x0).max() > 0.1  # it trained
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+
+
+def _loop_reference(model: TorchModel, X, x, y):
+    """Plain PyTorch: one module per peer, loaded with its row, autograd, per-peer loss."""
+    losses, grads, rows = [], [], []
+    for i in range(X.shape[0]):
+        m = copy.deepcopy(model.module)
+        model.load_row.__func__(_Shim(model, m), X[i])
+        m.train()
+        m.zero_grad()
+        loss = torch.nn.functional.cross_entropy(m(torch.from_numpy(x[i])), torch.from_numpy(y[i]))
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(np.concatenate([p.grad.reshape(-1).numpy() for p in m.parameters()]))
+        rows.append(_Shim(model, m).row())
+    return np.array(losses), np.stack(grads), np.stack(rows)
+
+
+class _Shim:
+    """A TorchModel view of another copy of the module (same layout)."""
+
+    def __init__(self, model, module):
+        self._layout, self._n_params, self.dim, self.module = (
+            model._layout, model._n_params, model.dim, module)
+
+    def _module_tensors(self):
+        return TorchModel._module_tensors(self)
+
+    def row(self):
+        return TorchModel.row_of_module(self)
+
+
+@pytest.mark.parametrize("spec,shape", [("resnet20", (3, 8, 8)), ("vgg11", (3, 8, 8)),
+                                        ("gn-lenet", (3, 8, 8)), ("resnet20:gn", (1, 8, 8))])
+def test_batched_equals_per_peer_loop(spec, shape):
+    """The vmapped pass gives every peer what its own nn.Module gives: loss, gradient, and the
+    BatchNorm running statistics updated in its row."""
+    model = make_torch_model(spec, shape, 10)
+    X = np.stack([model.init(s) for s in range(3)])
+    X[:, model.params_dim:] += np.random.default_rng(0).random((3, model.dim - model.params_dim),
+                                                               dtype=np.float32)
+    x, y = _batch(shape, 3, 8)
+    ref_loss, ref_grad, ref_rows = _loop_reference(model, X, x, y)
+    loss, grad = model.loss_and_grad(X, x, y)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    p = model.params_dim
+    # BatchNorm over a few values per channel (8 samples at 1x1 in VGG's last stage) amplifies
+    # float32 rounding: agreement to 2e-4 of the largest gradient entry.
+    np.testing.assert_allclose(grad[:, :p], ref_grad, rtol=1e-3, atol=2e-4 * np.abs(ref_grad).max())
+    assert not grad[:, p:].any()
+    np.testing.assert_allclose(X[:, p:], ref_rows[:, p:], rtol=1e-5, atol=1e-6)  # statistics
+
+
+def test_char_lstm_batched_equals_loop_and_torch_lstm():
+    model = make_torch_model("char-lstm:16", (12,), 20)
+    X = np.stack([model.init(s) for s in range(2)])
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 20, (2, 3, 12)).astype(np.float32)
+    y = rng.integers(0, 20, (2, 3))
+    ref_loss, ref_grad, _ = _loop_reference(model, X, x, y)
+    loss, grad = model.loss_and_grad(X, x, y)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-4, atol=1e-6)
+    # the written-out cell is PyTorch's LSTM: copy the weights into nn.LSTM and compare
+    m = model.load_row(X[0])
+    lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
+    with torch.no_grad():
+        for k, cell in enumerate(m.cells):
+            getattr(lstm, f"weight_ih_l{k}").copy_(cell["ih"].weight)
+            getattr(lstm, f"bias_ih_l{k}").copy_(cell["ih"].bias)
+            getattr(lstm, f"weight_hh_l{k}").copy_(cell["hh"].weight)
+            getattr(lstm, f"bias_hh_l{k}").zero_()
+        xt = torch.from_numpy(x[0])
+        h, _ = lstm(m.embed(xt.long()))
+        np.testing.assert_allclose(m(xt).numpy(), m.fc(h[:, -1]).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_shared_batch_equals_broadcast_batch_and_inputs_untouched():
+    model = make_torch_model("gn-lenet", (3, 8, 8), 10)
+    X = np.stack([model.init(s) for s in range(3)])
+    x, y = _batch((3, 8, 8), 1, 4)
+    x0, y0 = x[0].copy(), y[0].copy()
+    X0 = X.copy()
+    l1, g1 = model.loss_and_grad(X, x[0], y[0])
+    l2, g2 = model.loss_and_grad(X, np.broadcast_to(x[0], (3, *x[0].shape)),
+                                 np.broadcast_to(y[0], (3, 4)))
+    np.testing.assert_allclose(l1, l2, rtol=1e-6)
+    np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-5 * np.abs(g1).max())
+    np.testing.assert_array_equal(X, X0)  # no buffers in gn-lenet: params untouched
+    np.testing.assert_array_equal(x[0], x0)
+    np.testing.assert_array_equal(y[0], y0)
+
+
+def test_frozen_layers_get_zero_grad_and_trained_ones_unchanged():
+    model = make_torch_model("cnn", (1, 8, 8), 10)
+    X = np.stack([model.init(s) for s in range(4)])
+    x, y = _batch((1, 8, 8), 4, 5)
+    _, full = model.loss_and_grad(X, x, y)
+    frozen = np.array([0, 1, 2, len(model.param_layers)])
+    loss, g = model.loss_and_grad(X, x, y, frozen=frozen)
+    for i, k in enumerate(frozen):
+        cut = model.frozen_cut(int(k))
+        assert not g[i, :cut].any()
+        np.testing.assert_allclose(g[i, cut:], full[i, cut:], rtol=1e-5, atol=1e-7)
+    assert model.frozen_cut(1) == 6 * 1 * 25 + 6  # conv1's weight and bias
+
+
+def test_cli_composes_with_algorithms_compressors_cocofl(tmp_path):
+    """A user's factory (torch:package.module:factory) through the CLI with CHOCO and top-k, and
+    CoCoFL freezing through the simulator."""
+    pkg = tmp_path / "mymodels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+        def small(arg, input_shape, n_classes):
+            return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16),
+                                       torch.nn.ReLU(), torch.nn.Linear(16, n_classes))
+    """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from decentlearn.cli import main
+        rc = main(["run", "--model", "torch:mymodels:small", "--algorithm", "choco", "--compress",
+                   "topk:0.1", "--gamma", "0.5", "--peers", "4", "--rounds", "4",
+                   "--eval-every", "2", "--threads", "1", "--quiet", "--out",
+                   str(tmp_path / "run")])
+        assert rc == 0
+        assert (tmp_path / "run" / "summary.json").is_file()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mymodels", None)
+    r = Simulator(RunConfig(peers=4, rounds=3, eval_every=3, model="torch:cnn",
+                            cocofl="0.5:2", threads=1)).run()
+    assert 0 <= r.summary["test_accuracy_mean"] <= 1
+    assert r.summary["constrained_peers"]
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("torch:nosuchnet", "torch model"), ("torch:resnet20:x", "resnet20"),
+    ("torch:os.path:nosuch", "no callable"), ("torch:no_such_pkg_xyz.mod:f", "cannot import"),
+    ("torch:badfactory:make", "must return a torch.nn.Module"),
+])
+def test_bad_specs_name_the_problem(spec, match, monkeypatch):
+    bad = type(sys)("badfactory")
+    bad.make = lambda arg, input_shape, n_classes: 3
+    monkeypatch.setitem(sys.modules, "badfactory", bad)
+    with pytest.raises((ValueError, TypeError), match=match):
+        make_model(spec, (3, 8, 8), 10)
+
+
+def test_int8_precision_is_a_clear_error():
+    with pytest.raises(ValueError, match="float32"):
+        make_model("torch:cnn", (1, 8, 8), 10, precision="int8")
+
+
+def test_bad_inputs():
+    model = make_torch_model("mlp:8", (1, 8, 8), 10)
+    X = model.init(0)[None]
+    x, y = _batch((1, 8, 8), 1, 2)
+    with pytest.raises(TypeError, match="float32"):
+        model.loss_and_grad(X.astype(np.float64), x, y)
+    with pytest.raises(ValueError, match="shape"):
+        model.loss_and_grad(X[:, :-1], x, y)
+    with pytest.raises(ValueError, match="labels"):
+        model.loss_and_grad(X, x, y + 10)
+    with pytest.raises(ValueError, match="share memory"):
+        model.loss_and_grad(X, x, y, grad=X)
+    with pytest.raises(ValueError, match="logits"):
+        TorchModel(torch.nn.Linear(64, 3), (64,), 10)
+    bn = torch.nn.Sequential(torch.nn.BatchNorm1d(4, momentum=None), torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match="momentum=None"):
+        TorchModel(bn, (4,), 2)
+
+
+def test_threads_govern_torch_and_one_openmp_runtime():
+    """--threads sets torch's intra-op pool; decentlearn and torch share one libgomp (one
+    OpenMP thread pool in the process: the two never run teams side by side)."""
+    before = torch.get_num_threads()
+    try:
+        Simulator(RunConfig(peers=2, rounds=1, model="torch:mlp:8", threads=1))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        pytest.skip("no /proc/self/maps")
+    gomp = {line.split()[-1] for line in maps.splitlines() if "libgomp" in line}
+    assert len(gomp) <= 1, gomp
+
+
+def test_init_is_deterministic_and_leaves_global_rng():
+    model = make_torch_model("resnet20", (3, 8, 8), 10)
+    state = torch.random.get_rng_state()
+    a, b, c = model.init(3), model.init(3), model.init(4)
+    assert torch.equal(state, torch.random.get_rng_state())
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    running_var = [sl for n, sl, _ in model.layout() if n.endswith("running_var")]
+    assert running_var and all((a[sl] == 1).all() for sl in running_var)
+
+
+def test_char_lstm_on_leaf_shakespeare_natural_partition(tmp_path):
+    import json
+    text = {"A": "To be, or not to be: that is the question. " * 2,
+            "B": "O, what a noble mind is here o'erthrown! " * 2}
+    for part in ("train", "test"):
+        (tmp_path / part).mkdir()
+        data = {u: {"x": [t[i:i + 10] for i in range(len(t) - 10)],
+                    "y": [t[i + 10] for i in range(len(t) - 10)]} for u, t in text.items()}
+        (tmp_path / part / "d.json").write_text(json.dumps({"users": list(text),
+                                                            "user_data": data}))
+    cfg = RunConfig(dataset="shakespeare", data_dir=str(tmp_path), peers=2, rounds=2,
+                    eval_every=2, model="torch:char-lstm:8", partition="natural", threads=1)
+    r = Simulator(cfg).run()
+    assert r.params.shape[0] == 2 and np.isfinite(r.summary["test_loss_avg_model"])
