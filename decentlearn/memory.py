@@ -268,16 +268,21 @@ def estimate(config, probe: bool = True) -> MemoryEstimate:
     per_peer = {name: int(math.ceil(v * dim)) for name, v in parts.items()}
     n_input = math.prod(input_shape)
     per_peer["data shares"] = int(16 * n_train / peers)
-    widths = sum(math.prod(s) for s in model._shapes)
+    native = hasattr(model, "_shapes")  # decentlearn.nn; a torch model's activations are torch's
+    if not native:
+        note += "; activations of a torch model are not estimated"
+    widths = sum(math.prod(s) for s in model._shapes) if native else 0
     unfold = max([math.prod(i) * ly.kernel_size ** 2 for ly, i in
-                  zip(model._layers, model._in_shapes) if hasattr(ly, "kernel_size")] or [0])
+                  zip(model._layers, model._in_shapes) if hasattr(ly, "kernel_size")] or [0]) \
+        if native else 0
     per_peer["minibatch + activations"] = (batch * (4 * n_input + 8) + 2 * 4 * batch * widths
                                            + 5 * 4 * batch * unfold)
     from decentlearn.sim import eval_sizes
     n_eval = min(n_test, config.eval_samples or n_test)
     samples = max(eval_sizes(config, n_eval, n_classes)[0], 1)
-    chunk = max(1, min(1024, samples, (1 << 24) // (peers * model._widest_eval)))
-    eval_elems = peers * model._widest_eval * chunk
+    widest = getattr(model, "_widest_eval", n_input)
+    chunk = max(1, min(1024, samples, (1 << 24) // (peers * widest)))
+    eval_elems = peers * widest * chunk
     # consensus_distance: a float64 block of 2**14 columns, and the next one while it is freed
     per_peer["evaluation"] = (int(8 * min(dim, 2 << 14)) + int(3 * 4 * eval_elems / peers)
                               + 2 * 4 * chunk * unfold)
