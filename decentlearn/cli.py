@@ -152,6 +152,12 @@ def _add_run_parser(sub) -> None:
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
+    a("--backend", choices=["inprocess", "mpi"], default="inprocess",
+      help="inprocess (default): every peer in this process; mpi: real processes, started with "
+           "mpiexec -n RANKS decentlearn run --backend mpi ... (docs/mpi.md)")
+    a("--mpi-timeout", type=float, default=None, metavar="SECONDS",
+      help="with --backend mpi: seconds a rank waits for another before ending the job with an "
+           "error (default 60)")
 
 
 def _resolve_run_config(args) -> tuple:
@@ -278,6 +284,11 @@ def cmd_run(args) -> int:
     from decentlearn.sim import Callback
 
     config = _resolve_run_config(args)
+    if args.backend == "mpi":  # real processes: decentlearn/mpi/cli.py
+        from decentlearn.mpi.cli import cmd_run_mpi
+        return cmd_run_mpi(args, config)
+    if args.mpi_timeout is not None:
+        raise UsageError("run: --mpi-timeout needs --backend mpi")
     out = _check_out(args)
     _check_model(config)
     sim = _build(config)

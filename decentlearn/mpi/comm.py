@@ -126,9 +126,9 @@ class MPIComm:
         self._seq = 0
         self._halo: np.ndarray | None = None
         self._spare: np.ndarray | None = None
-        #: Seconds in packing, posting and decoding messages ("communicate") and in waiting for
-        #: them ("wait"); the runner adds compute and compress.
-        self.seconds = {"communicate": 0.0, "wait": 0.0}
+        #: Seconds in packing, posting and parsing messages ("communicate"), in waiting for them
+        #: ("wait"), and in compressing/decoding (added by the runner's timed compressor).
+        self.seconds = {"communicate": 0.0, "wait": 0.0, "compress": 0.0}
         #: Decoded neighbour rows of the last ``exchange`` (halo peers in increasing order).
         self.received: np.ndarray | None = None
 
@@ -166,7 +166,8 @@ class MPIComm:
         return self._seq % _TAG_MOD
 
     def _wait(self, requests: list, sources: list[int], what: str) -> None:
-        """Waits for every request, polling so that a dead rank ends in MPITimeoutError."""
+        """Waits for every request (``sources``: the other rank of each), polling so that a dead
+        rank ends in MPITimeoutError naming the ranks still owing an answer."""
         t0 = time.perf_counter()
         deadline = t0 + self.timeout
         pause = 0.0
@@ -175,10 +176,9 @@ class MPIComm:
             while not MPI.Request.Testall(requests):
                 now = time.perf_counter()
                 if now > deadline:
-                    pending = sorted({s for r, s in zip(requests, sources)
-                                      if s >= 0 and not r.Test()})
+                    pending = sorted({s for r, s in zip(requests, sources) if not r.Test()})
                     raise MPITimeoutError(
-                        f"rank {self.rank}: no answer from rank(s) {pending or '?'} within "
+                        f"rank {self.rank}: no answer from rank(s) {pending} within "
                         f"{self.timeout:g} s during {what} (a rank died or stopped answering)")
                 # Back off from spinning to short sleeps: ranks often share cores.
                 pause = min(1e-3, pause * 2 + 2e-5)
@@ -199,7 +199,7 @@ class MPIComm:
             srcs.append(src)
         for dst, buf in sends.items():
             reqs.append(self.world.Isend(buf, dest=dst, tag=tag))
-            srcs.append(-1)
+            srcs.append(dst)
         self.seconds["communicate"] += time.perf_counter() - t0
         self._wait(reqs, srcs, what)
 
@@ -272,16 +272,17 @@ class MPIComm:
         t0 = time.perf_counter()
         sends = {d: b"".join(payload.to_bytes(int(r)) for r in rows)
                  for d, rows in plan.send.items()}
-        self.seconds["communicate"] += time.perf_counter() - t0
         got = self._swap_bytes(sends, list(plan.recv), f"exchange of round {t}")
         t0 = time.perf_counter()
         dim = payload.dim
-        parts = [compressor.decompress(compressor.from_bytes(got[s], (peers.size, dim)),
-                                       n_threads=self.n_threads).reshape(peers.size, dim)
-                 for s, peers in plan.recv.items()]
+        wire = payload.compressor  # the codec itself (an error-feedback wrapper has no parser)
+        received = {s: wire.from_bytes(got[s], (peers.size, dim))
+                    for s, peers in plan.recv.items()}
+        self.seconds["communicate"] += time.perf_counter() - t0
+        parts = [compressor.decompress(received[s], n_threads=self.n_threads)
+                 .reshape(peers.size, dim) for s, peers in plan.recv.items()]
         self.received = (np.concatenate(parts) if parts
                          else np.zeros((0, dim), dtype=np.float32))
-        self.seconds["communicate"] += time.perf_counter() - t0
         return compressor.decompress(payload, n_threads=self.n_threads)
 
     def count(self, t: int, payload_nbytes) -> None:

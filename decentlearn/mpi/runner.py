@@ -113,7 +113,7 @@ class MPISimulator(Simulator):
         self.model.n_threads = threads
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         self._init_row = init
-        params = np.ascontiguousarray(np.broadcast_to(init, (comm.n_peers, self.model.dim)))
+        params = np.broadcast_to(init, (comm.n_peers, self.model.dim)).copy()  # writable
         optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
                                   weight_decay=c.weight_decay), params.shape, n_threads=threads)
         self.frozen = None
@@ -126,14 +126,12 @@ class MPISimulator(Simulator):
             frozen_local = self.frozen[lo:hi]
         extra = {"gamma": c.gamma_value} if c.algorithm == "choco" else {}
         extra.update(baselines.config_options(c.algorithm, c))
-        #: Seconds per phase on this rank (compute = round time - the others).
-        self.seconds = {"compute": 0.0, "compress": 0.0}
         compressor = compress.make(c.compress)
         self.problems = setup_problems(c, compressor, self.model.dim)
         self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
                                          optimizer=optimizer, params=params,
                                          local_steps=c.local_steps, variant=c.variant,
-                                         compressor=_TimedCompressor(compressor, self.seconds),
+                                         compressor=_TimedCompressor(compressor, comm.seconds),
                                          seed=_stream_seed(c.seed, _STREAM_COMPRESS),
                                          frozen=frozen_local, **extra)
         self.sampler = PeerSampler(self.partition, c.batch_size,
@@ -229,16 +227,19 @@ class MPISimulator(Simulator):
         x0 = self._init_row.astype(np.float64)
         self._scale0 = max(1.0, float(x0 @ x0))
         self._loss0 = None
-        round_seconds = 0.0
-        seconds0 = dict(comm.seconds)
+        phases = ("compress", "communicate", "wait")
+        spent = dict.fromkeys(("compute", *phases, "rounds_total"), 0.0)
         for t in range(c.rounds):
+            before = dict(comm.seconds)
             r0 = time.perf_counter()
             try:
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                     local = self.algorithm.round(self.sample, t)
             except NonFiniteError:
                 local = np.full(comm.n_peers, np.nan)
-            round_seconds += time.perf_counter() - r0
+            spent["rounds_total"] += time.perf_counter() - r0
+            for k in phases:
+                spent[k] += comm.seconds[k] - before[k]
             losses = comm.allgather_peers(np.asarray(local, dtype=np.float64))
             self._check_losses(t, losses)
             loss_sum += float(losses.mean())
@@ -286,22 +287,18 @@ class MPISimulator(Simulator):
                 if (~constrained).any() else None)
         # Per-rank timings of the rounds (evaluation excluded): compute, compress, communicate,
         # wait; compute is what remains of the round time.
-        mine = {k: comm.seconds[k] - seconds0[k] for k in ("communicate", "wait")}
-        mine["compress"] = self.seconds["compress"]
-        mine["compute"] = max(0.0, round_seconds - sum(mine.values()))
-        mine["rounds_total"] = round_seconds
-        timings = comm.allgather_peers(np.array(
-            [[mine[k] for k in ("compute", "compress", "communicate", "wait", "rounds_total")]]
-            * comm.n_peers, dtype=np.float64))
+        spent["compute"] = max(0.0, spent["rounds_total"] - sum(spent[k] for k in phases))
+        names = tuple(spent)
+        timings = comm.allgather_peers(np.array([[spent[k] for k in names]] * comm.n_peers,
+                                                dtype=np.float64))
         owner = comm.bounds[:-1]
         result.summary["mpi"] = {
             "ranks": comm.n_ranks,
             "peers_per_rank": np.diff(comm.bounds).tolist(),
             "threads_per_rank": comm.n_threads,
             "timeout_seconds": comm.timeout,
-            "timings_seconds": [dict(zip(("compute", "compress", "communicate", "wait",
-                                          "rounds_total"), map(float, timings[p])),
-                                     rank=r) for r, p in enumerate(owner)],
+            "timings_seconds": [dict(rank=r, **dict(zip(names, map(float, timings[p]))))
+                                for r, p in enumerate(owner)],
         }
         result.params = self.gather_params()
         return result

@@ -1,0 +1,100 @@
+"""Launched by tests/test_mpi.py under ``mpiexec -n 4``: runs the MPI side of the checks and
+writes what it got (rank 0) for the pytest side to compare with in-process references.
+
+    mpi_check.py all OUTDIR        primitives, every supported algorithm, one CLI run
+    mpi_check.py train PIDDIR ...  writes each rank's pid, then runs ``decentlearn run`` (the
+                                   fault tests kill or stop one rank from outside)
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+#: Runs compared with the in-process simulator (tests/test_mpi.py builds the same list).
+BASE = dict(peers=7, rounds=4, eval_every=2, model="mlp:16", batch_size=8, seed=3)
+RUNS = {
+    "dpsgd": {},
+    "dpsgd_cta": dict(variant="cta", local_steps=2),
+    "dpsgd_qsgd": dict(compress="qsgd:16"),
+    "choco_topk": dict(algorithm="choco", compress="topk:0.1", gamma=0.5),
+    "choco_ef_randk": dict(algorithm="choco", compress="ef:randk:0.2", gamma=0.3,
+                           topology="one-peer-exponential"),
+    "dsgt": dict(algorithm="dsgt", topology="exponential"),
+    "d2": dict(algorithm="d2", momentum=0.0),
+    "dacfl": dict(algorithm="dacfl", local_steps=2),
+    "allreduce": dict(algorithm="allreduce"),
+    "cocofl": dict(cocofl="0.5:1"),
+}
+
+
+def primitives(out: Path) -> None:
+    from decentlearn import topology as topo
+    from decentlearn.mpi import (allreduce, broadcast, init, neighbor_allgather,
+                                 neighbor_allreduce)
+
+    n, dim = 6, 37
+    X = np.random.default_rng(7).standard_normal((n, dim)).astype(np.float32)
+    got = {}
+    for name, graph in (("ring", topo.make("ring", n)),
+                        ("onepeer", topo.make("one-peer-exponential", n))):
+        ctx = init(graph, backend="mpi", timeout=30)
+        mine = X[ctx.peers]
+        for t in range(3):
+            got[f"{name}_mix_{t}"] = neighbor_allreduce(mine, t)
+            got[f"{name}_topk_{t}"] = neighbor_allreduce(mine, t, compress="topk:0.3", seed=5)
+            got[f"{name}_qsgd_{t}"] = neighbor_allreduce(mine, t, compress="qsgd:4", seed=5)
+        recv, send, rows = neighbor_allgather(mine, 1)
+        got[f"{name}_gather_edges"] = np.stack([recv, send]).T.astype(np.float32)
+        got[f"{name}_gather_rows"] = rows
+        got[f"{name}_allreduce"] = allreduce(mine)
+        got[f"{name}_broadcast"] = broadcast(mine, root=4)
+    comm = ctx.comm
+    full = {k: comm.gather_rows(v) if not k.endswith("_gather_edges") and
+            not k.endswith("_gather_rows") else v for k, v in got.items()}
+    # The received edges have per-rank counts: every rank sends its lists to all, as JSON.
+    lists = [comm.bcast_json({k: got[k].tolist() for k in got if "_gather_" in k}, root=r)
+             for r in range(comm.n_ranks)]
+    if comm.rank == 0:
+        for k in [k for k in full if "_gather_" in k]:
+            full[k] = np.concatenate([np.asarray(d[k], dtype=np.float32).reshape(-1, *(
+                (2,) if k.endswith("edges") else (dim,))) for d in lists])
+        np.savez(out / "primitives.npz", X=X, **full)
+
+
+def algorithms(out: Path) -> None:
+    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.sim import RunConfig
+
+    for name, extra in RUNS.items():
+        sim = MPISimulator(RunConfig(**{**BASE, **extra}), timeout=30)
+        result = sim.run()
+        if sim.comm.rank == 0:
+            np.save(out / f"{name}.npy", result.params)
+            (out / f"{name}.json").write_text(json.dumps(
+                {"summary": {k: v for k, v in result.summary.items() if k != "mpi"},
+                 "mpi": result.summary["mpi"], "history": result.history}))
+
+
+def main() -> int:
+    mode, where = sys.argv[1], Path(sys.argv[2])
+    if mode == "all":
+        import warnings
+        warnings.simplefilter("ignore")  # setup warnings of the deliberately small runs
+        primitives(where)
+        algorithms(where)
+        from decentlearn.cli import main as cli
+        return cli(["run", "--backend", "mpi", "--quiet", "--out", str(where / "cli"),
+                    *sys.argv[3:]])
+    if mode == "train":
+        from mpi4py import MPI
+        (where / f"rank{MPI.COMM_WORLD.Get_rank()}.pid").write_text(str(os.getpid()))
+        from decentlearn.cli import main as cli
+        return cli(["run", "--backend", "mpi", "--quiet", *sys.argv[3:]])
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
