@@ -26,7 +26,10 @@ RUNS = {
     "d2": dict(algorithm="d2", momentum=0.0),
     "dacfl": dict(algorithm="dacfl", local_steps=2),
     "allreduce": dict(algorithm="allreduce"),
+    "allreduce_qsgd": dict(algorithm="allreduce", compress="qsgd:16", local_steps=2),
     "cocofl": dict(cocofl="0.5:1"),
+    # The neighbour-collective transport (Ineighbor_alltoallv), a time-varying graph.
+    "dpsgd_neighbor": dict(topology="one-peer-exponential", transport="neighbor"),
 }
 
 
@@ -69,13 +72,44 @@ def algorithms(out: Path) -> None:
     from decentlearn.sim import RunConfig
 
     for name, extra in RUNS.items():
-        sim = MPISimulator(RunConfig(**{**BASE, **extra}), timeout=30)
+        extra = dict(extra)
+        transport = extra.pop("transport", "p2p")
+        sim = MPISimulator(RunConfig(**{**BASE, **extra}), timeout=30, transport=transport)
         result = sim.run()
         if sim.comm.rank == 0:
             np.save(out / f"{name}.npy", result.params)
             (out / f"{name}.json").write_text(json.dumps(
                 {"summary": {k: v for k, v in result.summary.items() if k != "mpi"},
                  "mpi": result.summary["mpi"], "history": result.history}))
+
+
+#: --mpi-timeout of the run in which rank 2 stops answering.
+STOP_TIMEOUT = 3
+
+
+def stop_rank_2(where: Path) -> None:
+    """Makes rank 2 stop itself (SIGSTOP: alive, silent) at its 6th minibatch, after writing
+    every rank's pid and the time of the stop."""
+    import signal
+    import time
+
+    from mpi4py import MPI
+
+    from decentlearn.mpi.runner import MPISimulator
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    (where / f"rank{rank}.pid").write_text(str(os.getpid()))
+    if rank != 2:
+        return
+    draw, calls = MPISimulator.sample, [0]
+
+    def sample(self):
+        calls[0] += 1
+        if calls[0] == 6:
+            (where / "stopped_at").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return draw(self)
+    MPISimulator.sample = sample
 
 
 def main() -> int:
@@ -86,8 +120,14 @@ def main() -> int:
         primitives(where)
         algorithms(where)
         from decentlearn.cli import main as cli
-        return cli(["run", "--backend", "mpi", "--quiet", "--out", str(where / "cli"),
+        code = cli(["run", "--backend", "mpi", "--quiet", "--out", str(where / "cli"),
                     *sys.argv[3:]])
+        if code:
+            return code
+        stop_rank_2(where)
+        return cli(["run", "--backend", "mpi", "--quiet", *sys.argv[3:], "--out",
+                    str(where / "stopped"), "--mpi-timeout", str(STOP_TIMEOUT), "--rounds",
+                    "100000"])
     if mode == "train":
         from mpi4py import MPI
         (where / f"rank{MPI.COMM_WORLD.Get_rank()}.pid").write_text(str(os.getpid()))

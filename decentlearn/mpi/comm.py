@@ -15,10 +15,11 @@ in-process ``SimComm.mix``. Compressed messages travel as ``Payload.to_bytes()``
 with the bounds-checked ``from_bytes`` on the receiver. Global reductions (``allreduce``, the
 runner's consensus distance and average model) add rows in peer order, never with MPI_SUM.
 
-Supported operations: ``mix``, ``exchange``, ``combine``, ``count``, ``allreduce`` (uncompressed),
-plus ``gather_rows`` / ``allgather_peers`` / ``bcast_json`` for the runner and checkpoints.
+Supported operations: ``mix``, ``exchange``, ``combine``, ``count``, ``allreduce``,
+``allreduce_compressed``, plus ``gather_rows`` / ``allgather_peers`` / ``bcast_json`` for the
+runner and checkpoints.
 The server and point-to-point operations of the baselines (``upload``, ``broadcast``, ``shift``,
-``reply``, ``neighbor_rows``, ``allreduce_compressed``) raise ``NotImplementedError``.
+``reply``, ``neighbor_rows``) raise ``NotImplementedError``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from decentlearn.topology import RoundTopology, Topology
 
 #: Default seconds a rank waits for any message before declaring its sender dead.
 DEFAULT_TIMEOUT = 60.0
+
+#: Transports of the row exchange (docs/mpi.md has their measured speeds).
+TRANSPORTS = ("p2p", "neighbor")
 
 _TAG_MOD = 30000  # tags cycle below MPI's guaranteed minimum MPI_TAG_UB (32767)
 
@@ -92,6 +96,10 @@ class _Plan:
         self.indices = renum.astype(np.int32)
         self.data = np.ascontiguousarray(data[a:b], dtype=np.float32)
         self.n_cols = (hi - lo) + foreign.size
+        #: Out-neighbour counts of the local peers (bytes = counts · payload size).
+        self.send_counts = None
+        #: The distributed-graph communicator of this round's exchange (transport "neighbor").
+        self.graph_comm = None
 
 
 class MPIComm:
@@ -102,12 +110,18 @@ class MPIComm:
     """
 
     def __init__(self, topology: Topology | RoundTopology, world=None,
-                 n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+                 n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+                 transport: str = "p2p") -> None:
         MPI = import_mpi()
         if not isinstance(topology, (Topology, RoundTopology)):
             raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        #: How ``mix`` and ``combine`` move rows: "p2p" (Isend/Irecv) or "neighbor"
+        #: (Ineighbor_alltoallv on a distributed-graph communicator per round of the period).
+        self.transport = transport
         self._MPI = MPI
         self.world = MPI.COMM_WORLD if world is None else world
         self.rank, self.n_ranks = self.world.Get_rank(), self.world.Get_size()
@@ -153,13 +167,30 @@ class MPIComm:
         key = t % period if period is not None else t
         plan = self._plans.get(key)
         if plan is None:
+            for old in self._plans.values() if period is None else ():
+                self._free(old)
             if period is None:
                 self._plans.clear()  # aperiodic: keep only the current round's plan
             plan = _Plan(*self.mixing.csr(t), self.bounds, self.rank)
+            plan.send_counts = np.array(self.mixing.send_counts(t)[self.peers])
+            if self.transport == "neighbor":
+                plan.graph_comm = self.world.Create_dist_graph_adjacent(
+                    sorted(plan.recv), sorted(plan.send), reorder=False)
             self._plans[key] = plan
         return plan
 
     # ---- transport -----------------------------------------------------------------------------
+
+    def _free(self, plan: _Plan) -> None:
+        if plan.graph_comm is not None:
+            plan.graph_comm.Free()
+            plan.graph_comm = None
+
+    def close(self) -> None:
+        """Frees the distributed-graph communicators (transport "neighbor")."""
+        for plan in self._plans.values():
+            self._free(plan)
+        self._plans.clear()
 
     def _tag(self) -> int:
         self._seq += 1
@@ -170,17 +201,23 @@ class MPIComm:
         rank ends in MPITimeoutError naming the ranks still owing an answer."""
         t0 = time.perf_counter()
         deadline = t0 + self.timeout
-        pause = 0.0
+        pause, polls = 0.0, 0
         MPI = self._MPI
         try:
             while not MPI.Request.Testall(requests):
+                polls += 1
+                if polls < 2000:  # the first ~ms: poll, yielding the core between polls
+                    time.sleep(0)
+                    continue
                 now = time.perf_counter()
                 if now > deadline:
-                    pending = sorted({s for r, s in zip(requests, sources) if not r.Test()})
+                    pending = sorted({s for r, s in zip(requests, sources)
+                                      if s >= 0 and not r.Test()})
+                    who = f" from rank(s) {pending}" if pending else ""
                     raise MPITimeoutError(
-                        f"rank {self.rank}: no answer from rank(s) {pending} within "
+                        f"rank {self.rank}: no answer{who} within "
                         f"{self.timeout:g} s during {what} (a rank died or stopped answering)")
-                # Back off from spinning to short sleeps: ranks often share cores.
+                # Then back off to sleeps of up to 1 ms: ranks often share cores.
                 pause = min(1e-3, pause * 2 + 2e-5)
                 time.sleep(pause)
         finally:
@@ -233,7 +270,22 @@ class MPIComm:
             recvs[s] = halo[start:start + peers.size]
             start += peers.size
         self.seconds["communicate"] += time.perf_counter() - t0
-        self._swap(sends, recvs, what)
+        if plan.graph_comm is None:
+            self._swap(sends, recvs, what)
+            return halo
+        t0 = time.perf_counter()
+        MPI = self._MPI
+        scounts = [sends[d].size for d in sorted(sends)]
+        rcounts = [recvs[r].size for r in sorted(recvs)]
+        sbuf = (np.concatenate([sends[d].reshape(-1) for d in sorted(sends)]) if sends
+                else np.zeros(0, np.float32))
+        req = plan.graph_comm.Ineighbor_alltoallv(
+            [sbuf, (scounts, np.concatenate(([0], np.cumsum(scounts)[:-1])).tolist()),
+             MPI.FLOAT],
+            [halo[n:], (rcounts, np.concatenate(([0], np.cumsum(rcounts)[:-1])).tolist()),
+             MPI.FLOAT])
+        self.seconds["communicate"] += time.perf_counter() - t0
+        self._wait([req], [-1], what + f" (neighbours {sorted(recvs)})")
         return halo
 
     def _local_gossip(self, plan: _Plan, halo: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -288,7 +340,7 @@ class MPIComm:
     def count(self, t: int, payload_nbytes) -> None:
         """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour."""
         nbytes = np.asarray(payload_nbytes, dtype=np.int64)
-        self.bytes_sent += self.mixing.send_counts(t)[self.peers] * nbytes
+        self.bytes_sent += self._plan(t).send_counts * nbytes
 
     def allreduce(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """The exact mean of all peers' rows in every local row, bit-identical to
@@ -323,6 +375,60 @@ class MPIComm:
             self.bytes_sent += FLOAT32_BYTES * (2 * dim - chunk[(p + 1) % N] - chunk[p])
         return out
 
+    def allreduce_compressed(self, compressor, X: np.ndarray, t: int, seed: int = 0) -> np.ndarray:
+        """``SimComm.allreduce_compressed`` on ranks: the same messages (row i·n + j of the first
+        compress call is peer i's chunk j, keyed by peer0 = i·n; the chunk means are keyed by
+        n·n + j), sent as wire bytes. Rank r receives every peer's messages for its chunks
+        j in [peer0, peer0 + n_peers), decodes them in peer order and averages them as the
+        simulator does; the compressed means are all-gathered. Returns the (1, dim) estimate."""
+        n_local, dim = X.shape
+        n = self.n_global
+        if n == 1:
+            return X.copy()
+        lo, hi = self.peer0, self.peer0 + n_local
+        c = -(-dim // n)
+        padded = np.zeros((n_local, n * c), dtype=np.float32)
+        padded[:, :dim] = X
+        chunks = padded.reshape(n_local * n, c)  # row (i - lo)·n + j: peer i's chunk j
+        first = compressor.compress(chunks, seed=seed, step=t, peer0=lo * n,
+                                    n_threads=self.n_threads)
+        sizes = np.asarray(first.row_nbytes, dtype=np.int64).reshape(n_local, n)
+        self.bytes_sent += sizes.sum(axis=1) - sizes[np.arange(n_local), np.arange(lo, hi)]
+        wire = first.compressor
+        what = f"compressed allreduce of round {t}"
+        # Scatter: rank r gets, from every rank, the rows of its peers' chunks j in its block.
+        t0 = time.perf_counter()
+        blocks = {r: [(i * n + j) for i in range(n_local)
+                      for j in range(int(self.bounds[r]), int(self.bounds[r + 1]))]
+                  for r in range(self.n_ranks)}
+        msgs = {r: b"".join(first.to_bytes(k) for k in rows) for r, rows in blocks.items()}
+        self.seconds["communicate"] += time.perf_counter() - t0
+        own = msgs.pop(self.rank)
+        others = [r for r in range(self.n_ranks) if r != self.rank]
+        got = self._swap_bytes(msgs, others, what)
+        got[self.rank] = own
+        parts = []
+        for r in range(self.n_ranks):  # senders in rank order: peers i in increasing order
+            k = int(self.bounds[r + 1] - self.bounds[r])
+            payload = wire.from_bytes(got[r], (k * n_local, c))
+            parts.append(compressor.decompress(payload, n_threads=self.n_threads)
+                         .reshape(k, n_local, c))
+        decoded = np.concatenate(parts)  # (n, n_local, c): peer i's chunk j at [i, j - lo]
+        means = decoded.mean(axis=0, dtype=np.float64).astype(np.float32)
+        second = compressor.compress(means, seed=seed, step=t, peer0=n * n + lo,
+                                     n_threads=self.n_threads)
+        self.bytes_sent += (n - 1) * np.asarray(second.row_nbytes, dtype=np.int64)
+        mine = second.to_bytes()
+        got = self._swap_bytes({r: mine for r in others}, others, what)
+        got[self.rank] = mine
+        rows = []
+        for r in range(self.n_ranks):
+            k = int(self.bounds[r + 1] - self.bounds[r])
+            rows.append(compressor.decompress(second.compressor.from_bytes(got[r], (k, c)),
+                                              n_threads=self.n_threads).reshape(k, c))
+        out = np.concatenate(rows).reshape(1, n * c)
+        return np.ascontiguousarray(out[:, :dim])
+
     def round_done(self, t: int) -> None:
         """No simulated clock on real processes."""
 
@@ -338,7 +444,7 @@ class MPIComm:
         raise NotImplementedError("this operation of the server baselines is not available on "
                                   "the MPI backend (docs/mpi.md)")
 
-    allreduce_compressed = upload = broadcast = count_server = _unsupported
+    upload = broadcast = count_server = _unsupported
     edges = self_weights = neighbor_rows = reply = shift = _unsupported
 
     # ---- gathers for the runner, evaluation and checkpoints ------------------------------------

@@ -33,7 +33,7 @@ from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _ST
                              DivergenceError, PeerSampler, Result, Simulator, _stream_seed,
                              eval_sizes, setup_problems, stratified_order)
 
-#: Algorithms whose every exchange is mix / exchange / combine / uncompressed allreduce.
+#: Algorithms whose every exchange is mix / exchange / combine / allreduce(_compressed).
 SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce")
 
 
@@ -44,9 +44,6 @@ def check_supported(config) -> None:
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it uses "
                          f"the server or point-to-point operations); use one of "
                          f"{', '.join(SUPPORTED)} or the in-process backend")
-    if c.algorithm == "allreduce" and c.compress != "none":
-        raise ValueError("compressed allreduce is not available on the MPI backend: use "
-                         "compress='none' or the in-process backend")
     for name, bad in (("network", c.network is not None), ("asynchronous", c.asynchronous),
                       ("clique_averaging", c.clique_averaging),
                       ("mixing", c.mixing != "gossip")):
@@ -84,7 +81,8 @@ class MPISimulator(Simulator):
     """One rank's share of a run (see the module docstring); ``run()`` returns the Result on
     every rank, with the history and summary computed on rank 0 and sent to all."""
 
-    def __init__(self, config, *, world=None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, config, *, world=None, timeout: float = DEFAULT_TIMEOUT,
+                 transport: str = "p2p") -> None:
         import_mpi()
         check_supported(config)
         self.config = c = config
@@ -106,7 +104,8 @@ class MPISimulator(Simulator):
             from mpi4py import MPI
             size = (world or MPI.COMM_WORLD).Get_size()
             threads = max(1, (os.cpu_count() or 1) // size)
-        self.comm = comm = MPIComm(self.topology, world, n_threads=threads, timeout=timeout)
+        self.comm = comm = MPIComm(self.topology, world, n_threads=threads, timeout=timeout,
+                                   transport=transport)
         lo, hi = comm.peer0, comm.peer0 + comm.n_peers
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
