@@ -29,8 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's package (run from a clone without installing)
-CONFIGS = [("dpsgd", "none"), ("dpsgd", "qsgd:16"), ("allreduce", "none"),
-           ("allreduce", "qsgd:16")]
+CONFIGS = [("dpsgd", "none"), ("dpsgd", "int8"), ("allreduce", "none"),
+           ("allreduce", "int8")]
 BASE = dict(dataset="digits", model="mlp", topology="ring", batch_size=32, eval_every=1000,
             partition="iid", seed=0, lr=0.05)
 

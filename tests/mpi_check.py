@@ -28,6 +28,7 @@ RUNS = {
     "allreduce": dict(algorithm="allreduce"),
     "allreduce_qsgd": dict(algorithm="allreduce", compress="qsgd:16", local_steps=2),
     "cocofl": dict(cocofl="0.5:1"),
+    "epidemic": dict(algorithm="epidemic", topology="epidemic:2"),
     # The neighbour-collective transport (Ineighbor_alltoallv), a time-varying graph.
     "dpsgd_neighbor": dict(topology="one-peer-exponential", transport="neighbor"),
 }

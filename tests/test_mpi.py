@@ -270,8 +270,13 @@ def test_cli_errors_without_mpiexec(capsys, tmp_path):
 
 
 def test_refused_configurations_name_the_option():
-    from decentlearn.mpi.runner import check_supported
-    with pytest.raises(ValueError, match="algorithm 'fedavg' is not available"):
+    from decentlearn import algorithms
+    from decentlearn.mpi.runner import REFUSED, SUPPORTED, check_supported
+    # Every registered algorithm is either run bit-identically above or refused with a reason.
+    assert sorted(algorithms.available()) == sorted([*SUPPORTED, *REFUSED])
+    assert {RunConfig(**{**mpi_check.BASE, **{k: v for k, v in e.items() if k != "transport"}})
+            .algorithm for e in mpi_check.RUNS.values()} == set(SUPPORTED)
+    with pytest.raises(ValueError, match="algorithm 'fedavg' is not available.*parameter server"):
         check_supported(RunConfig(algorithm="fedavg"))
     with pytest.raises(ValueError, match="network='wan'"):
         check_supported(RunConfig(network="wan"))

@@ -34,16 +34,29 @@ from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _ST
                              eval_sizes, setup_problems, stratified_order)
 
 #: Algorithms whose every exchange is mix / exchange / combine / allreduce(_compressed).
-SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce")
+SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic")
+
+
+#: Why the other algorithms are refused: their code indexes every peer's rows in one array.
+REFUSED = {
+    "fedavg": "a parameter server (upload/broadcast) and a client sample over all peers",
+    "stc-fl": "a parameter server (upload/broadcast) and a client sample over all peers",
+    "fedhisyn": "a parameter server and point-to-point shifts over all peers",
+    "ngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
+    "compngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
+    "skewscout": "a control loop that averages its probes over all peers (shift)",
+    "pushsum": "its push-sum weights mixed with the whole matrix P_t in one array",
+}
 
 
 def check_supported(config) -> None:
     """ValueError naming the option when ``config`` cannot run on the MPI backend."""
     c = config
     if c.algorithm not in SUPPORTED:
-        raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it uses "
-                         f"the server or point-to-point operations); use one of "
-                         f"{', '.join(SUPPORTED)} or the in-process backend")
+        why = REFUSED.get(c.algorithm, "operations the MPI communicator does not have")
+        raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
+                         f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
+                         "backend")
     for name, bad in (("network", c.network is not None), ("asynchronous", c.asynchronous),
                       ("clique_averaging", c.clique_averaging),
                       ("mixing", c.mixing != "gossip")):
