@@ -468,6 +468,28 @@ class MPIComm:
         self._swap({}, recvs, what)
         return full
 
+    def scatter_rows(self, full: np.ndarray | None, root: int = 0) -> np.ndarray:
+        """The inverse of ``gather_rows``: ``root`` holds the (n_global, ...) array (other ranks
+        pass None) and every rank gets its own rows, e.g. to resume from a checkpoint."""
+        what = "scatter_rows"
+        if self.rank == root:
+            full = np.ascontiguousarray(full)
+            if full.shape[:1] != (self.n_global,):
+                raise ValueError(f"full must have one row per peer ({self.n_global}), "
+                                 f"got shape {full.shape}")
+            meta = [full.dtype.str, list(full.shape[1:])]
+        else:
+            meta = None
+        dtype, tail = self.bcast_json(meta, root)
+        mine = np.empty((self._n_local, *tail), dtype=np.dtype(dtype))
+        if self.rank == root:
+            mine[...] = full[self.peers]
+            self._swap({r: full[self.bounds[r]:self.bounds[r + 1]] for r in range(self.n_ranks)
+                        if r != root}, {}, what)
+        else:
+            self._swap({}, {root: mine}, what)
+        return mine
+
     def allgather_peers(self, v: np.ndarray) -> np.ndarray:
         """A per-peer vector (n_peers,) of every rank joined in peer order, on every rank."""
         v = np.ascontiguousarray(v)
