@@ -259,8 +259,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_cli_errors_without_mpiexec(capsys, tmp_path):
+def test_cli_errors_without_mpiexec(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
     from decentlearn.cli import main
+    find = importlib.util.find_spec
+    with monkeypatch.context() as m:  # an environment without mpi4py
+        m.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mpi4py"
+                  else find(name, *a))
+        assert main(["run", "--backend", "mpi", "--out", str(tmp_path / "z")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "pip install 'decentlearn[mpi]'" in err
     code = main(["run", "--backend", "mpi", "--peers", "4", "--out", str(tmp_path / "x")])
     assert code == 2
     err = capsys.readouterr().err.strip()
