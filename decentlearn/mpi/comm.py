@@ -167,10 +167,8 @@ class MPIComm:
         key = t % period if period is not None else t
         plan = self._plans.get(key)
         if plan is None:
-            for old in self._plans.values() if period is None else ():
-                self._free(old)
-            if period is None:
-                self._plans.clear()  # aperiodic: keep only the current round's plan
+            if period is None:  # aperiodic: keep only the current round's plan
+                self.close()
             plan = _Plan(*self.mixing.csr(t), self.bounds, self.rank)
             plan.send_counts = np.array(self.mixing.send_counts(t)[self.peers])
             if self.transport == "neighbor":
