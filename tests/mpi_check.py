@@ -88,6 +88,30 @@ def algorithms(out: Path) -> None:
                  "mpi": result.summary["mpi"], "history": result.history}))
 
 
+#: The slow test's larger runs: more peers than ranks, a CNN, int8 layers, time-varying graphs.
+BIG = dict(peers=16, rounds=6, eval_every=3, batch_size=16, seed=11, partition="dirichlet:0.3")
+BIG_RUNS = {
+    "big_choco_cnn": dict(algorithm="choco", compress="topk:0.05", gamma=0.2, model="cnn",
+                          topology="one-peer-exponential"),
+    "big_dpsgd_int8": dict(model="mlp", precision="int8", topology="exponential",
+                           local_steps=2, nesterov=True),
+    "big_allreduce_stc": dict(algorithm="allreduce", compress="ef:stc:0.1", model="mlp"),
+}
+
+
+def big(out: Path) -> None:
+    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.sim import RunConfig
+
+    for name, extra in BIG_RUNS.items():
+        sim = MPISimulator(RunConfig(**{**BIG, **extra}), timeout=60)
+        result = sim.run()
+        if sim.comm.rank == 0:
+            np.save(out / f"{name}.npy", result.params)
+            (out / f"{name}.json").write_text(json.dumps(
+                {k: v for k, v in result.summary.items() if k != "mpi"}))
+
+
 #: --mpi-timeout of the run in which rank 2 stops answering.
 STOP_TIMEOUT = 3
 
@@ -133,6 +157,11 @@ def main() -> int:
         return cli(["run", "--backend", "mpi", "--quiet", *sys.argv[3:], "--out",
                     str(where / "stopped"), "--mpi-timeout", str(STOP_TIMEOUT), "--rounds",
                     "100000"])
+    if mode == "big":
+        import warnings
+        warnings.simplefilter("ignore")
+        big(where)
+        return 0
     if mode == "train":
         from mpi4py import MPI
         (where / f"rank{MPI.COMM_WORLD.Get_rank()}.pid").write_text(str(os.getpid()))

@@ -126,6 +126,21 @@ def test_algorithm_bit_identical(launched, name):
                                                                abs=1e-9)
 
 
+@pytest.mark.slow
+def test_larger_runs_bit_identical(tmp_path):
+    """16 peers on 4 ranks: a CNN with CHOCO/top-k on a time-varying graph, int8 layers with
+    Nesterov and local steps, compressed all-reduce with error feedback."""
+    proc = _launch([str(HERE / "mpi_check.py"), "big", str(tmp_path)])
+    _, stderr = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, stderr[-3000:]
+    for name, extra in mpi_check.BIG_RUNS.items():
+        ref = _sim(RunConfig(**{**mpi_check.BIG, **extra}))
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), ref.params), name
+        got = json.loads((tmp_path / f"{name}.json").read_text())
+        for key in COMPARED:
+            assert got[key] == ref.summary[key], (name, key)
+
+
 def test_cli_writes_the_simulators_files(launched, tmp_path):
     out, cli_args, _ = launched
     from decentlearn.cli import main

@@ -51,3 +51,24 @@ def test_block_bounds_and_gossip_n_cols_checks():
     indptr, indices, data = graph.csr(0)
     with pytest.raises(ValueError):  # a block's rows must match the declared columns
         ops.gossip((indptr[:2], indices[:3], data[:3]), X, n_cols=5)
+
+
+@pytest.mark.parametrize("spec", ["mlp:16", "cnn"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_block_of_peers_computes_what_the_whole_batch_does(spec, precision):
+    """What lets a rank train only its peers: losses and gradients of rows [2, 5) computed alone
+    (model.peer0 = 2) equal those rows of the whole batch, int8 stochastic rounding included."""
+    from decentlearn.nn import make_model
+    model = make_model(spec, (1, 8, 8) if spec == "cnn" else (64,), 10, precision=precision,
+                       seed=5)
+    rng = np.random.default_rng(0)
+    P = 6
+    params = (model.init(1)[None] + 0.01 * rng.standard_normal((P, model.dim))).astype(np.float32)
+    x = rng.standard_normal((P, 4, *model.input_shape)).astype(np.float32)
+    y = rng.integers(0, 10, (P, 4))
+    twin = make_model(spec, model.input_shape, 10, precision=precision, seed=5)
+    twin.peer0 = 2
+    for _ in range(2):  # two steps: the step counter keys the rounding too
+        losses, grad = model.loss_and_grad(params, x, y)
+        part_l, part_g = twin.loss_and_grad(np.ascontiguousarray(params[2:5]), x[2:5], y[2:5])
+        assert np.array_equal(part_l, losses[2:5]) and np.array_equal(part_g, grad[2:5])

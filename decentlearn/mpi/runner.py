@@ -123,6 +123,7 @@ class MPISimulator(Simulator):
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
         self.model.n_threads = threads
+        self.model.peer0 = comm.peer0  # int8 layers key their rounding noise by peer
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         self._init_row = init
         params = np.broadcast_to(init, (comm.n_peers, self.model.dim)).copy()  # writable
