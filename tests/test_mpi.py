@@ -304,6 +304,17 @@ def test_refused_configurations_name_the_option():
         check_supported(RunConfig(algorithm="fedavg"))
     with pytest.raises(ValueError, match="network='wan'"):
         check_supported(RunConfig(network="wan"))
+    # A RunConfig field the runner does not know must keep its default (never silently ignored).
+    import dataclasses
+
+    from decentlearn.sim import RunConfig as Base
+
+    @dataclasses.dataclass(frozen=True)
+    class Newer(Base):
+        lr_schedule: str = "constant"
+    check_supported(Newer())
+    with pytest.raises(ValueError, match="lr_schedule='cosine' is not available on the MPI"):
+        check_supported(Newer(lr_schedule="cosine"))
     from decentlearn.mpi import block_bounds
     assert block_bounds(7, 4).tolist() == [0, 2, 4, 6, 7]
     with pytest.raises(ValueError, match="peers must be >= the number of MPI ranks"):

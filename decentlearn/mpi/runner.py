@@ -17,6 +17,7 @@ Averaging are refused with a ValueError.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -49,9 +50,28 @@ REFUSED = {
 }
 
 
+#: RunConfig fields the MPI runner reproduces. Any other field (one added to RunConfig later)
+#: must keep its default on MPI: a value the runner would ignore is refused, never run silently.
+HANDLED = frozenset((
+    "dataset", "data_dir", "peers", "topology", "weights", "partition", "model", "precision",
+    "cocofl", "algorithm", "clique_averaging", "mixing", "variant", "compress", "gamma",
+    "rounds", "local_steps", "batch_size", "lr", "momentum", "nesterov", "weight_decay", "seed",
+    "threads", "eval_every", "eval_samples", "eval_peer_samples", "network", "asynchronous",
+    "participation", "server_compress", "categories", "speeds", "hops_max", "ngc_alpha",
+    "skew_target", "skew_probe_every", "skew_period_max"))
+
+
 def check_supported(config) -> None:
     """ValueError naming the option when ``config`` cannot run on the MPI backend."""
     c = config
+    for f in dataclasses.fields(c):
+        if f.name in HANDLED:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if getattr(c, f.name) != default:
+            raise ValueError(f"{f.name}={getattr(c, f.name)!r} is not available on the MPI "
+                             f"backend yet (it runs {f.name}={default!r} only; docs/mpi.md)")
     if c.algorithm not in SUPPORTED:
         why = REFUSED.get(c.algorithm, "operations the MPI communicator does not have")
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
