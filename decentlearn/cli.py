@@ -280,15 +280,15 @@ def _build(config):
 
 
 def cmd_run(args) -> int:
+    if args.backend == "mpi":  # real processes: decentlearn/mpi/cli.py
+        from decentlearn.mpi.cli import cmd_run_mpi
+        return cmd_run_mpi(args)
+    if args.mpi_timeout is not None:
+        raise UsageError("run: --mpi-timeout needs --backend mpi")
     from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir, signals_as_interrupts
     from decentlearn.sim import Callback
 
     config = _resolve_run_config(args)
-    if args.backend == "mpi":  # real processes: decentlearn/mpi/cli.py
-        from decentlearn.mpi.cli import cmd_run_mpi
-        return cmd_run_mpi(args, config)
-    if args.mpi_timeout is not None:
-        raise UsageError("run: --mpi-timeout needs --backend mpi")
     out = _check_out(args)
     _check_model(config)
     sim = _build(config)

@@ -34,10 +34,18 @@ def _stop_all(world, message: str | None) -> int:
     return 2
 
 
-def cmd_run_mpi(args, config) -> int:
+def cmd_run_mpi(args) -> int:
     from decentlearn import __version__
-    from decentlearn.cli import UsageError, _check_model, _check_out, _format_table, _plot
+    from decentlearn.cli import (UsageError, _check_model, _check_out, _format_table, _plot,
+                                 _resolve_run_config)
     from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPITimeoutError
+
+    # Options of the in-process command this one does not implement (yet): refused, not ignored.
+    for flag in ("resume", "checkpoint_every", "dry_run"):
+        if getattr(args, flag, None) not in (None, False):
+            raise UsageError(f"run: --{flag.replace('_', '-')} is not available with "
+                             "--backend mpi yet (docs/mpi.md)")
+    config = _resolve_run_config(args)
 
     timeout = DEFAULT_TIMEOUT if args.mpi_timeout is None else args.mpi_timeout
     if not timeout > 0:
