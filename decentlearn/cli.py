@@ -152,7 +152,7 @@ def _add_run_parser(sub) -> None:
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
-    a("--backend", choices=["inprocess", "mpi"], default="inprocess",
+    a("--backend", choices=["inprocess", "mpi"], default=None,
       help="inprocess (default): every peer in this process; mpi: real processes, started with "
            "mpiexec -n RANKS decentlearn run --backend mpi ... (docs/mpi.md)")
     a("--mpi-timeout", type=float, default=None, metavar="SECONDS",
