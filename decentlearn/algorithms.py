@@ -83,8 +83,10 @@ class Algorithm(ABC):
             self._frozen_cut = np.array([cuts[int(k)] for k in frozen], dtype=np.int64)
 
     def compress(self, X: np.ndarray, t: int):
-        """Every peer's message for round t (row r is peer r), keyed by the run's seed."""
-        return self.compressor.compress(X, seed=self.seed, step=t, peer0=0,
+        """Every peer's message for round t (row r is peer ``comm.peer0 + r``: 0 in one process,
+        the rank's first peer on MPI), keyed by the run's seed."""
+        return self.compressor.compress(X, seed=self.seed, step=t,
+                                        peer0=getattr(self.comm, "peer0", 0),
                                         n_threads=self.comm.n_threads)
 
     @property

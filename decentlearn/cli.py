@@ -179,6 +179,12 @@ def _add_run_parser(sub) -> None:
     a("--dry-run", action="store_true",
       help="print the memory the run needs (per peer and in total, by part) and whether it "
            "fits, then exit without running (docs/experiments.md)")
+    a("--backend", choices=["inprocess", "mpi"], default=None,
+      help="inprocess (default): every peer in this process; mpi: real processes, started with "
+           "mpiexec -n RANKS decentlearn run --backend mpi ... (docs/mpi.md)")
+    a("--mpi-timeout", type=float, default=None, metavar="SECONDS",
+      help="with --backend mpi: seconds a rank waits for another before ending the job with an "
+           "error (default 60)")
 
 
 def _resolve_run_config(args) -> tuple:
@@ -383,6 +389,11 @@ def _resume(args) -> tuple:
 
 
 def cmd_run(args) -> int:
+    if args.backend == "mpi":  # real processes: decentlearn/mpi/cli.py
+        from decentlearn.mpi.cli import cmd_run_mpi
+        return cmd_run_mpi(args)
+    if args.mpi_timeout is not None:
+        raise UsageError("run: --mpi-timeout needs --backend mpi")
     from decentlearn.checkpoint import FILENAME, CheckpointCallback, CheckpointError
     from decentlearn.results import (OutputError, RunWriter, new_run_dir, prepare_run_dir,
                                      signals_as_interrupts)

@@ -97,15 +97,15 @@ def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bo
 
 def dense_backward(dy: np.ndarray, ctx: Any, g_weight: np.ndarray, g_bias: np.ndarray,
                    need_dx: bool, seed: int, step: int,
-                   n_threads: int | None = None) -> np.ndarray | None:
+                   n_threads: int | None = None, peer0: int = 0) -> np.ndarray | None:
     """Writes dW = Q(x)^T Q_s(dY) into g_weight (P, in, out) and db = sum dY into g_bias (P, out);
     returns dX = Q_s(dY) Q(W)^T (P, B, in) when ``need_dx``. Q_s: stochastic rounding keyed by
-    (seed, step, peer)."""
+    (seed, step, peer), row r of the batch being peer ``peer0 + r``."""
     xq, sx, wq, sw = ctx
     n_peers, batch, n_out = dy.shape
     np.sum(dy, axis=1, out=g_bias)
     dyq, sdy = quantize_peers(np.ascontiguousarray(dy, dtype=np.float32).reshape(n_peers, -1),
-                              "stochastic", seed, step, n_threads=n_threads)
+                              "stochastic", seed, step, peer0, n_threads=n_threads)
     dyq = dyq.reshape(n_peers, batch, n_out)
     ops.gemm_s8_batched_f32(xq, dyq, sx, sdy, out=g_weight, trans_a=True, n_threads=n_threads)
     if not need_dx:

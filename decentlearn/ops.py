@@ -94,15 +94,20 @@ def as_csr(W, t: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
 
 
 def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | None = None,
-           t: int = 0) -> np.ndarray:
+           t: int = 0, n_cols: int | None = None) -> np.ndarray:
     """Mixes the peers' rows: returns ``W_t @ X``.
 
     W: a Topology (its mixing matrix for round ``t``), a scipy.sparse matrix, or CSR arrays
     ``(indptr int64, indices int32, data float32)`` of an (n, n) matrix.
     X: (n_peers, dim) float32, C-contiguous. out: optional (n_peers, dim) float32 array that must
-    not overlap X. Bit-identical for every thread count.
+    not overlap X. Bit-identical for every thread count. ``n_cols``: for CSR arrays of a
+    rectangular (n_rows, n_cols) block of rows (the MPI backend's rows over its halo buffer).
     """
-    indptr, indices, data, n_cols = as_csr(W, t)
+    indptr, indices, data, square = as_csr(W, t)
+    if n_cols is None:
+        n_cols = square
+    elif not isinstance(W, tuple):
+        raise ValueError("n_cols is only for W given as (indptr, indices, data) arrays")
     if not isinstance(X, np.ndarray):
         raise TypeError(f"X must be a numpy.ndarray, got {type(X).__name__}")
     if out is None:

@@ -61,13 +61,16 @@ class Scratch:
     array taken from here is valid until the same role is taken again, i.e. until the next pass.
     """
 
-    __slots__ = ("_bufs", "n_threads", "rng")
+    __slots__ = ("_bufs", "n_threads", "rng", "peer0")
 
     def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
         #: (seed, step) of the counter RNG for stochastic layers (int8 rounding of gradients), set
         #: by the model before each backward pass.
         self.rng: tuple[int, int] = (0, 0)
+        #: The peer of row 0 of the batch (the counter RNG is keyed by peer0 + row), so a block
+        #: of peers draws what those peers draw in the whole batch (the MPI backend's ranks).
+        self.peer0: int = 0
         #: Threads of the C kernels the layer calls (None: decentlearn's default), set by the model.
         self.n_threads: int | None = None
 
@@ -226,7 +229,7 @@ class Dense(Layer):
         g_weight, g_bias = g
         if self.precision == "int8":
             dx = lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
-                                     n_threads=_threads(scratch))
+                                     n_threads=_threads(scratch), peer0=scratch.peer0)
         elif weight.dtype == np.float32 and dy.dtype == np.float32:
             dx = np.empty(dy.shape[:2] + (self.in_features,), np.float32) if need_dx else None
             ops.dense_backward(ctx, weight, np.ascontiguousarray(dy), g_weight, g_bias, dx, mask,
@@ -500,7 +503,7 @@ class Conv2d(Layer):
         sdy = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
         dyq = scratch.empty("dyq", (n_peers, cout, b * run), np.int8)
         ops.quantize_s8(flat, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
-                        out=np.reshape(dyq, flat.shape, copy=False), n_threads=scratch.n_threads)
+                        peer0=scratch.peer0, out=np.reshape(dyq, flat.shape, copy=False), n_threads=scratch.n_threads)
         cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
         g_w = _view(g_weight, (n_peers, cout, kk))
         part = scratch.empty("g_w_part", g_w.shape, np.float32)

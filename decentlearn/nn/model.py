@@ -72,6 +72,9 @@ class Model:
         #: Seeds the stochastic rounding of int8 layers; ``steps`` counts loss_and_grad calls.
         self.seed: int = int(seed)
         self.steps: int = 0
+        #: The peer of row 0 of every batch (0; a rank's first peer on MPI): the rounding noise
+        #: of row r is keyed by peer peer0 + r, so it does not depend on the batch's peers.
+        self.peer0: int = 0
         self._spatial_input = layers[0].spatial
         shape = self.input_shape if self._spatial_input else (math.prod(self.input_shape),)
         names: list[str] = []
@@ -403,6 +406,7 @@ class Model:
         w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
         for sc, layer_seed in zip(scratch, self._layer_seeds):
             sc.rng = (layer_seed, step)
+            sc.peer0 = self.peer0
         h: np.ndarray | None = dlogits
         layers, fused = self._layers, self._fused
         i = len(layers) - 1

@@ -1,0 +1,125 @@
+"""``decentlearn run --backend mpi``: the run command on MPI ranks (started by mpiexec).
+
+Every rank builds its share (``MPISimulator``); rank 0 checks and prepares ``--out``, writes the
+same files as the in-process run (config.toml, metrics.csv, summary.json with an ``mpi`` section
+holding every rank's timings, curves.png) and prints the table. Setup mistakes are found alike on
+every rank: rank 0 prints the one-line error and every rank exits with status 2. A failure during
+the run (a rank that died or stopped answering: ``MPITimeoutError`` after ``--mpi-timeout``
+seconds) is printed in one line by the rank that saw it, which then aborts the whole job
+(MPI_Abort), so no rank is left waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+#: Environment variables set by the launchers (Open MPI, MPICH/Hydra, PMIx, Slurm).
+_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def _abort(world, message: str, code: int) -> int:
+    print(message, file=sys.stderr, flush=True)
+    world.Abort(code)
+    return code  # pragma: no cover - Abort does not return
+
+
+def _stop_all(world, message: str | None) -> int:
+    """A mistake every rank saw: rank 0 prints it, then every rank exits with status 2 (the
+    barrier keeps the launcher from killing rank 0 before it has printed)."""
+    if world.Get_rank() == 0 and message:
+        print(message, file=sys.stderr, flush=True)
+    world.Barrier()
+    return 2
+
+
+def cmd_run_mpi(args) -> int:
+    from decentlearn import __version__
+    from decentlearn.cli import (UsageError, _check_model, _check_out, _format_table, _plot,
+                                 _resolve_run_config)
+    from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPITimeoutError
+
+    # Options of the in-process command this one does not implement (yet): refused, not ignored.
+    for flag in ("resume", "checkpoint_every", "dry_run"):
+        if getattr(args, flag, None) not in (None, False):
+            raise UsageError(f"run: --{flag.replace('_', '-')} is not available with "
+                             "--backend mpi yet (docs/mpi.md)")
+    config = _resolve_run_config(args)
+
+    timeout = DEFAULT_TIMEOUT if args.mpi_timeout is None else args.mpi_timeout
+    if not timeout > 0:
+        raise UsageError(f"run: --mpi-timeout must be a number of seconds > 0, got {timeout!r}")
+    import importlib.util
+    if importlib.util.find_spec("mpi4py") is None:
+        raise UsageError("run: --backend mpi needs mpi4py and an MPI library: "
+                         "pip install 'decentlearn[mpi]' (docs/mpi.md)")
+    # Checked before MPI starts: a process not started by a launcher would run alone.
+    if not any(v in os.environ for v in _LAUNCHER_VARS):
+        raise UsageError("run: --backend mpi runs one process per rank: start it with mpiexec, "
+                         "e.g. mpiexec -n 4 decentlearn run --backend mpi ...")
+    try:
+        from decentlearn.mpi.comm import import_mpi
+        MPI = import_mpi()
+    except ImportError as e:
+        raise UsageError(f"run: --backend mpi: {e}") from None
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+
+    # Setup: every rank builds its share; rank 0 alone checks --out (it alone writes there).
+    # The verdicts are gathered so that a mistake seen by any rank stops every rank at once.
+    from decentlearn.mpi.runner import MPISimulator
+    error, sim = None, None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = _check_out(args) if rank == 0 else None
+            _check_model(config)
+            sim = MPISimulator(config, timeout=timeout)
+        except UsageError as e:
+            error = str(e)
+        except (FileNotFoundError, TypeError, ValueError) as e:
+            error = f"run: --backend mpi: {e}"
+    errors = world.allgather(error)
+    if any(errors):
+        return _stop_all(world, next(e for e in errors if e))
+    if rank != 0:
+        try:
+            sim.run()
+        except MPITimeoutError as e:
+            return _abort(world, f"decentlearn run: error: {e}", 3)
+        except ValueError:  # a divergence: every rank stops alike, rank 0 reports it
+            return _stop_all(world, None)
+        except Exception as e:  # anything else on one rank: end the job, never leave it waiting
+            return _abort(world, f"decentlearn run: error on rank {rank}: "
+                                 f"{type(e).__name__}: {e}", 1)
+        return 0
+
+    from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir
+    for w in caught:
+        print(f"decentlearn run: warning: {str(w.message).splitlines()[0]}", file=sys.stderr)
+    try:
+        out = new_run_dir("runs") if out is None else prepare_run_dir(out,
+                                                                      overwrite=args.overwrite)
+    except (FileExistsError, OSError) as e:
+        return _abort(world, f"decentlearn run: error: --out {e}", 2)
+    writer = RunWriter(out, config)
+    try:
+        with writer:
+            result = sim.run([writer])
+            writer.finish(result.summary)
+    except MPITimeoutError as e:
+        return _abort(world, f"decentlearn run: error: {e} (results so far in {out}/)", 3)
+    except ValueError as e:  # DivergenceError: every rank stops at the same round
+        return _stop_all(world, f"decentlearn run: error: {e} (results so far in {out}/)")
+    except Exception as e:
+        return _abort(world, f"decentlearn run: error on rank 0: {type(e).__name__}: {e}", 1)
+    title = (f"{config.dataset}, {config.peers} peers, {config.topology}, {config.partition}, "
+             f"{config.algorithm}" + (f", {config.compress}" if config.compress != "none" else "")
+             + f", MPI {size} ranks")
+    plotted = _plot(result.history, out / "curves.png", title)
+    print(f"decentlearn {__version__}: {title}, {config.rounds} rounds")
+    print(_format_table(result.summary))
+    print(f"  results in {out}/ (metrics.csv, summary.json, config.toml"
+          + (", curves.png)" if plotted else ")"))
+    return 0

