@@ -31,6 +31,10 @@ RUNS = {
     "epidemic": dict(algorithm="epidemic", topology="epidemic:2"),
     # The neighbour-collective transport (Ineighbor_alltoallv), a time-varying graph.
     "dpsgd_neighbor": dict(topology="one-peer-exponential", transport="neighbor"),
+    # Optimizers with per-peer state and layer-wise trust ratios, and learning-rate schedules.
+    "dpsgd_adam_cosine": dict(optimizer="adam", lr=0.003, lr_schedule="cosine", warmup=2),
+    "choco_lamb_step": dict(algorithm="choco", compress="topk:0.1", gamma=0.5, optimizer="lamb",
+                            lr=0.01, lr_schedule="step:2:0.5"),
 }
 
 

@@ -28,7 +28,7 @@ from decentlearn._core import NonFiniteError
 from decentlearn.data import load_dataset, make_partition
 from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, import_mpi
 from decentlearn.nn import make_model
-from decentlearn.optim import SGD, SGDConfig
+from decentlearn.optim import make as make_optimizer
 from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _STREAM_INIT,
                              _STREAM_LOWP, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY,
                              DivergenceError, PeerSampler, Result, Simulator, _stream_seed,
@@ -58,7 +58,8 @@ HANDLED = frozenset((
     "rounds", "local_steps", "batch_size", "lr", "momentum", "nesterov", "weight_decay", "seed",
     "threads", "eval_every", "eval_samples", "eval_peer_samples", "network", "asynchronous",
     "participation", "server_compress", "categories", "speeds", "hops_max", "ngc_alpha",
-    "skew_target", "skew_probe_every", "skew_period_max"))
+    "skew_target", "skew_probe_every", "skew_period_max", "optimizer", "beta2", "eps",
+    "trust_coefficient", "lr_schedule", "warmup", "lr_scaling"))
 
 
 def check_supported(config) -> None:
@@ -147,8 +148,14 @@ class MPISimulator(Simulator):
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         self._init_row = init
         params = np.broadcast_to(init, (comm.n_peers, self.model.dim)).copy()  # writable
-        optimizer = SGD(SGDConfig(lr=c.lr, momentum=c.momentum, nesterov=c.nesterov,
-                                  weight_decay=c.weight_decay), params.shape, n_threads=threads)
+        layout = getattr(self.model, "layout", None)
+        segments = ([(sl.start, sl.stop) for _, sl, _ in layout()] if callable(layout) else None)
+        # Every optimizer's update of a row depends on that row only (tests/test_optimizers.py),
+        # so a rank's block steps exactly as in the in-process matrix.
+        optimizer = make_optimizer(c.optimizer_config(), params.shape, n_threads=threads,
+                                   segments=segments)
+        schedule = c.lr_schedule_of()
+        self.lr_schedule = None if schedule.constant else schedule
         self.frozen = None
         self.last_accuracy = None
         frozen_local = None
@@ -267,6 +274,8 @@ class MPISimulator(Simulator):
             r0 = time.perf_counter()
             try:
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    if self.lr_schedule is not None:
+                        self.algorithm.optimizer.lr = self.lr_schedule(t)
                     local = self.algorithm.round(self.sample, t)
             except NonFiniteError:
                 local = np.full(comm.n_peers, np.nan)
