@@ -43,7 +43,7 @@ def test_runs_or_refuses_time_varying_graph(name):
     (["--algorithm", "skewscout", "--skew-probe-every", "0"], "skew_probe_every"),
     (["--algorithm", "dsgt", "--compress", "int8"], "compress must be 'none'"),
     (["--algorithm", "dsgt", "--local-steps", "2"], "local_steps must be 1"),
-    (["--algorithm", "d2"], "momentum must be 0"),
+    (["--algorithm", "d2"], "optimizer must be sgd with momentum 0"),
     (["--algorithm", "stc-fl", "--server-compress", "bogus"], "server"),
 ])
 def test_bad_hyperparameters_one_line_exit_2(args, word, capsys, tmp_path):
