@@ -302,211 +302,315 @@ static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_
     return 0;
 }
 
-/* rng_u32(seed, step, peer0, out, n_threads) -> out: the generator's numbers for each row/index. */
-static PyObject *py_rng_u32(PyObject *self, PyObject *args) {
+/* ---- Table-driven glue ---------------------------------------------------------------------
+ * Most kernels have the same shape: some (rows, dim) arrays, a few scalars, outputs passed by the
+ * caller. Such a kernel is described by one glue_op_t row in glue_ops[] (below) and run by ONE
+ * driver, glue_run, which does, in this order:
+ *   1. parse: a PyArg_ParseTuple format built from args[] ("O!" for an array, "i", "n", "f", "O&"
+ *      with conv_seed / conv_step / conv_peer0 / conv_threads), so argument-count and type errors
+ *      read as in a hand-written function ("topk() argument 1 must be numpy.ndarray, not list");
+ *   2. every array: dtype (TypeError), ndim, C-contiguous, aligned, writeable when an output;
+ *   3. R = axis 0 of args[rows_from] and D = axis 1 of args[cols_from] (array slots, counted
+ *      among the arrays only); each int scalar with a range: "fn: name must be in [lo, hi], got v";
+ *   4. op->check (optional): the op's own scalar checks; it may set ext[0], ext[1] (derived
+ *      extents such as packed row bytes);
+ *   5. with a peer0 argument: peer0 + R - 1 <= 2**63 - 1;
+ *   6. each array's shape, axis by axis: X_R, X_D, X_E0, X_E1 (== ext[i]), X_GE_E0 (>= ext[0]);
+ *   7. every output shares no memory with any other array (outputs, then inputs, in order);
+ *   8. op->post (optional): checks that read array contents (after the shapes are known);
+ *   9. op->call without the GIL (the dispatch table is read with the GIL held);
+ *  10. status: op->err.status gets op->err's message, others go to raise_status;
+ *  11. return: None, the array slot ret[0], or a tuple of slots ret[0], ret[1].
+ * Adding a kernel of this shape is one row in glue_ops[] plus a one-line call thunk. Kernels whose
+ * arguments do not fit (CSR matrices, strided or optional operands, results allocated here) keep
+ * a hand-written function listed in methods[]. */
+
+enum { G_END = 0, G_ARR, G_INT, G_SSIZE, G_FLOAT, G_SEED, G_STEP, G_PEER0, G_THREADS };
+enum { X_ANY = 0, X_R, X_D, X_E0, X_E1, X_GE_E0 };   /* a required extent of one array axis */
+enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 };   /* the %d of a status message */
+#define GLUE_MAX_ARGS 12
+#define GLUE_MAX_ARRAYS 6
+
+typedef struct {
+    int kind;               /* G_* */
+    const char *name;       /* arrays and ranged ints: the name in messages */
+    int dtype, ndim, out;   /* arrays: NPY_* type, 1 or 2 dimensions, written by the kernel */
+    int dims[2];            /* arrays: X_* per axis */
+    int ranged;             /* G_INT: check lo <= v <= hi */
+    long long lo, hi;
+} glue_arg_t;
+
+typedef struct glue_op glue_op_t;
+
+/* One call's converted arguments, in declaration order per kind. */
+typedef struct {
+    const glue_op_t *op;
+    PyObject *args;
+    PyArrayObject *arr[GLUE_MAX_ARRAYS];
+    int ints[3];
+    Py_ssize_t ssz[3];
+    float flt[2];
     unsigned long long seed, step;
     long long peer0;
-    PyArrayObject *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O&O&O&O!O&:rng_u32", conv_seed, &seed, conv_step, &step,
-                          conv_peer0, &peer0, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(out, "rng_u32", "out", NPY_UINT32, 2, 1) || check_threads("rng_u32", n_threads))
-        return NULL;
-    if (check_peer_rows("rng_u32", peer0, PyArray_DIM(out, 0))) return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_rng_fill_u32(PyArray_DIM(out, 0), PyArray_DIM(out, 1), seed, step, peer0,
-                             PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("rng_u32", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+    int n_threads;
+    npy_intp rows, dim, ext[2];
+} glue_call_t;
+
+struct glue_op {
+    const char *name, *doc;
+    glue_arg_t args[GLUE_MAX_ARGS]; /* Python argument order, ended by G_END */
+    int rows_from, cols_from;       /* array slots giving R (axis 0) and D (axis 1) */
+    int (*check)(glue_call_t *c);   /* optional, -1 with an exception set */
+    int (*post)(glue_call_t *c);    /* optional, -1 with an exception set */
+    int (*call)(const glue_call_t *c, const dl_dispatch_t *d);
+    struct {
+        int status;       /* 0: none */
+        PyObject **exc;   /* &PyExc_ValueError or &NonFiniteError */
+        const char *fmt;  /* "%s: ... %d": the function name, then the value picked by `arg` */
+        int arg;          /* E_* */
+    } err;
+    int n_ret;               /* 0: None, 1: the array, 2: a tuple */
+    signed char ret[2];      /* array slots returned */
+};
+
+#define G_IN(nm, ty, nd, d0, d1) {G_ARR, nm, ty, nd, 0, {d0, d1}, 0, 0, 0}
+#define G_OUT(nm, ty, nd, d0, d1) {G_ARR, nm, ty, nd, 1, {d0, d1}, 0, 0, 0}
+#define G_INT_IN(nm, l, h) {G_INT, nm, 0, 0, 0, {0, 0}, 1, l, h}
+#define G_I(nm) {G_INT, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_N(nm) {G_SSIZE, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_F(nm) {G_FLOAT, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_SEED_ARG {G_SEED, "seed", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_STEP_ARG {G_STEP, "step", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_PEER0_ARG {G_PEER0, "peer0", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_THREADS_ARG {G_THREADS, "n_threads", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_DATA(c, i) PyArray_DATA((c)->arr[i])
+
+static int glue_check_shape(const glue_call_t *c, const glue_arg_t *s, PyArrayObject *a) {
+    npy_intp want[2];
+    int ge = 0, bad = 0;
+    for (int d = 0; d < s->ndim; d++) {
+        switch (s->dims[d]) {
+        case X_R: want[d] = c->rows; break;
+        case X_D: want[d] = c->dim; break;
+        case X_E0: want[d] = c->ext[0]; break;
+        case X_E1: want[d] = c->ext[1]; break;
+        case X_GE_E0: want[d] = c->ext[0], ge = 1; break;
+        default: want[d] = PyArray_DIM(a, d); break;
+        }
+        if (s->dims[d] == X_GE_E0 ? PyArray_DIM(a, d) < want[d] : PyArray_DIM(a, d) != want[d])
+            bad = 1;
+    }
+    if (!bad) return 0;
+    const char *fn = c->op->name;
+    if (s->ndim == 1)
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd,), got (%zd,)", fn, s->name,
+                     (Py_ssize_t)want[0], (Py_ssize_t)PyArray_DIM(a, 0));
+    else if (ge)
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, >= %lld), got (%zd, %zd)", fn,
+                     s->name, (Py_ssize_t)want[0], (long long)want[1],
+                     (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)PyArray_DIM(a, 1));
+    else
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, %zd), got (%zd, %zd)", fn,
+                     s->name, (Py_ssize_t)want[0], (Py_ssize_t)want[1],
+                     (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)PyArray_DIM(a, 1));
+    return -1;
 }
 
-/* bitpack(codes (r, d) uint8, bits, out (r, row_bytes) uint8, n_threads) -> out */
-static PyObject *py_bitpack(PyObject *self, PyObject *args) {
-    PyArrayObject *codes, *out;
-    int bits, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!O&:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type,
-                          &out, conv_threads, &n_threads))
+/* The one driver of every glue_ops[] row; self is a capsule holding the row. */
+static PyObject *glue_run(PyObject *self, PyObject *args) {
+    const glue_op_t *op = PyCapsule_GetPointer(self, "decentlearn._core.glue_op");
+    if (op == NULL) return NULL;
+    glue_call_t c;
+    memset(&c, 0, sizeof c);
+    c.op = op, c.args = args;
+    const glue_arg_t *arr_spec[GLUE_MAX_ARRAYS];
+    /* 1. parse with a format built from the table; unused trailing pointers are ignored. */
+    char fmt[3 * GLUE_MAX_ARGS + 64];
+    void *p[2 * GLUE_MAX_ARGS];
+    int nf = 0, np = 0, na = 0, ni = 0, nn = 0, nfl = 0, has_peer0 = 0;
+    memset(p, 0, sizeof p);
+    for (const glue_arg_t *s = op->args; s->kind != G_END; s++) {
+        switch (s->kind) {
+        case G_ARR:
+            fmt[nf++] = 'O', fmt[nf++] = '!';
+            p[np++] = &PyArray_Type, p[np++] = &c.arr[na];
+            arr_spec[na++] = s;
+            break;
+        case G_INT: fmt[nf++] = 'i', p[np++] = &c.ints[ni++]; break;
+        case G_SSIZE: fmt[nf++] = 'n', p[np++] = &c.ssz[nn++]; break;
+        case G_FLOAT: fmt[nf++] = 'f', p[np++] = &c.flt[nfl++]; break;
+        default: {
+            void *conv = s->kind == G_SEED    ? (void *)conv_seed
+                         : s->kind == G_STEP  ? (void *)conv_step
+                         : s->kind == G_PEER0 ? (void *)conv_peer0
+                                              : (void *)conv_threads;
+            void *dst = s->kind == G_SEED    ? (void *)&c.seed
+                        : s->kind == G_STEP  ? (void *)&c.step
+                        : s->kind == G_PEER0 ? (void *)&c.peer0
+                                             : (void *)&c.n_threads;
+            has_peer0 |= s->kind == G_PEER0;
+            fmt[nf++] = 'O', fmt[nf++] = '&', p[np++] = conv, p[np++] = dst;
+        }
+        }
+    }
+    snprintf(fmt + nf, sizeof fmt - nf, ":%s", op->name);
+    if (!PyArg_ParseTuple(args, fmt, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+                          p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19],
+                          p[20], p[21], p[22], p[23]))
         return NULL;
-    if (check_array(codes, "bitpack", "codes", NPY_UINT8, 2, 0) ||
-        check_array(out, "bitpack", "out", NPY_UINT8, 2, 1) || check_threads("bitpack", n_threads))
-        return NULL;
-    if (bits < 1 || bits > 8)
-        return PyErr_Format(PyExc_ValueError, "bitpack: bits must be in [1, 8], got %d", bits);
-    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (check_shape2(out, "bitpack", "out", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bitpack", 1, 2, out, "out", codes, "codes"))
-        return NULL;
+    const char *fn = op->name;
+    /* 2. arrays */
+    for (int i = 0; i < na; i++)
+        if (check_array(c.arr[i], fn, arr_spec[i]->name, arr_spec[i]->dtype, arr_spec[i]->ndim,
+                        arr_spec[i]->out))
+            return NULL;
+    if (check_threads(fn, c.n_threads)) return NULL;
+    /* 3. R, D and ranged ints */
+    c.rows = PyArray_DIM(c.arr[op->rows_from], 0);
+    c.dim = PyArray_DIM(c.arr[op->cols_from], 1);
+    ni = 0;
+    for (const glue_arg_t *s = op->args; s->kind != G_END; s++) {
+        if (s->kind != G_INT) continue;
+        const int v = c.ints[ni++];
+        if (s->ranged && (v < s->lo || v > s->hi))
+            return PyErr_Format(PyExc_ValueError, "%s: %s must be in [%lld, %lld], got %d", fn,
+                                s->name, s->lo, s->hi, v);
+    }
+    /* 4. - 8. */
+    if (op->check != NULL && op->check(&c)) return NULL;
+    if (has_peer0 && check_peer_rows(fn, c.peer0, c.rows)) return NULL;
+    for (int i = 0; i < na; i++)
+        if (glue_check_shape(&c, arr_spec[i], c.arr[i])) return NULL;
+    PyArrayObject *ordered[GLUE_MAX_ARRAYS];
+    const char *names[GLUE_MAX_ARRAYS];
+    int n_out = 0, k = 0;
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = 0; i < na; i++)
+            if (arr_spec[i]->out == pass) {
+                ordered[k] = c.arr[i], names[k++] = arr_spec[i]->name;
+                n_out += pass;
+            }
+    for (int i = 0; i < n_out; i++)
+        for (int j = 0; j < na; j++)
+            if (j != i && overlaps(ordered[i], ordered[j]))
+                return PyErr_Format(PyExc_ValueError, "%s: %s must not share memory with %s", fn,
+                                    names[i], names[j]);
+    if (op->post != NULL && op->post(&c)) return NULL;
+    /* 9. - 10. */
+    const dl_dispatch_t *d = dl_dispatch();
+    int status;
     Py_BEGIN_ALLOW_THREADS;
-    status = dl_bitpack_u8(rows, dim, bits, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
+    status = op->call(&c, d);
     Py_END_ALLOW_THREADS;
-    if (status == DL_E_RANGE)
-        return PyErr_Format(PyExc_ValueError, "bitpack: every code must be < 2**bits = %d",
-                            1 << bits);
-    if (status != DL_OK) return raise_status("bitpack", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+    if (status != DL_OK && status == op->err.status) {
+        const int i0 = c.ints[0];
+        const int v = op->err.arg == E_I0         ? i0
+                      : op->err.arg == E_POW2_I0  ? 1 << i0
+                      : op->err.arg == E_POW2M1_I0 ? (1 << i0) - 1
+                                                  : 0;
+        return PyErr_Format(*op->err.exc, op->err.fmt, fn, v);
+    }
+    if (status != DL_OK) return raise_status(fn, status);
+    /* 11. */
+    if (op->n_ret == 0) Py_RETURN_NONE;
+    if (op->n_ret == 1) return Py_NewRef((PyObject *)c.arr[op->ret[0]]);
+    return Py_BuildValue("(OO)", c.arr[op->ret[0]], c.arr[op->ret[1]]);
 }
 
-/* bitunpack(packed (r, row_bytes) uint8, bits, out (r, d) uint8, n_threads) -> out */
-static PyObject *py_bitunpack(PyObject *self, PyObject *args) {
-    PyArrayObject *packed, *out;
-    int bits, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!O&:bitunpack", &PyArray_Type, &packed, &bits, &PyArray_Type,
-                          &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(packed, "bitunpack", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "bitunpack", "out", NPY_UINT8, 2, 1) ||
-        check_threads("bitunpack", n_threads))
-        return NULL;
-    if (bits < 1 || bits > 8)
-        return PyErr_Format(PyExc_ValueError, "bitunpack: bits must be in [1, 8], got %d", bits);
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (check_shape2(packed, "bitunpack", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bitunpack", 1, 2, out, "out", packed, "packed"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_bitunpack_u8(rows, dim, bits, PyArray_DATA(packed), PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("bitunpack", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+/* ---- glue_ops[] rows: call thunks (run without the GIL) and per-op checks ---- */
+
+/* >>> glue rng */
+static int call_rng_u32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, G_DATA(c, 0), c->n_threads);
 }
+static int ext_rowbytes_i0(glue_call_t *c) { /* packed rows of D codes of ints[0] bits */
+    c->ext[0] = dl_bitpack_row_bytes(c->dim, c->ints[0]);
+    return 0;
+}
+static int call_bitpack(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_bitpack_u8(c->rows, c->dim, c->ints[0], G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
+static int call_bitunpack(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_bitunpack_u8(c->rows, c->dim, c->ints[0], G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
+/* <<< glue rng */
 
 /* >>> glue natural */
-/* natural_encode(x (r, d) float32, seed, step, peer0, out (r, d) uint8, n_threads) -> out */
-static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *out;
-    unsigned long long seed, step;
-    long long peer0;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O&:natural_encode", &PyArray_Type, &x, conv_seed, &seed,
-                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out, conv_threads,
-                          &n_threads))
-        return NULL;
-    if (check_array(x, "natural_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(out, "natural_encode", "out", NPY_UINT8, 2, 1) ||
-        check_threads("natural_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_shape2(out, "natural_encode", "out", rows, dim)) return NULL;
-    if (check_peer_rows("natural_encode", peer0, PyArray_DIM(x, 0))) return NULL;
-    if (check_disjoint("natural_encode", 1, 2, out, "out", x, "x")) return NULL;
-    dl_natural_encode_f32_fn fn = dl_dispatch()->natural_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("natural_encode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_natural_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_encode_f32(c->rows, c->dim, G_DATA(c, 0), c->seed, c->step, c->peer0,
+                                 G_DATA(c, 1), c->n_threads);
 }
-
-/* natural_decode(codes (r, d) uint8, out (r, d) float32, n_threads) -> out */
-static PyObject *py_natural_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *codes, *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O&:natural_decode", &PyArray_Type, &codes, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(codes, "natural_decode", "codes", NPY_UINT8, 2, 0) ||
-        check_array(out, "natural_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("natural_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (check_shape2(out, "natural_decode", "out", rows, dim)) return NULL;
-    if (check_disjoint("natural_decode", 1, 2, out, "out", codes, "codes")) return NULL;
-    dl_natural_decode_f32_fn fn = dl_dispatch()->natural_decode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("natural_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_natural_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
-
-/* dither_encode(x (r, d) float32, s, p, seed, step, peer0, norms (r,) float32, codes (r, d) uint8,
- * n_threads) -> (norms, codes) */
-static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *norms, *codes;
-    unsigned long long seed, step;
-    long long peer0;
-    int s, n_threads, status;
-    float p;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!ifO&O&O&O!O!O&:dither_encode", &PyArray_Type, &x, &s, &p,
-                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
-                          &norms, &PyArray_Type, &codes, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "dither_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(norms, "dither_encode", "norms", NPY_FLOAT32, 1, 1) ||
-        check_array(codes, "dither_encode", "codes", NPY_UINT8, 2, 1) ||
-        check_threads("dither_encode", n_threads))
-        return NULL;
-    if (s < 1 || s > 31)
-        return PyErr_Format(PyExc_ValueError, "dither_encode: s must be in [1, 31], got %d", s);
-    if (!(p == 1.0f || p == 2.0f || (p > 3.4e38f && p == p)))
-        return PyErr_Format(PyExc_ValueError, "dither_encode: p must be 1, 2 or inf, got %R",
-                            PyTuple_GET_ITEM(args, 2));
-    if (check_peer_rows("dither_encode", peer0, PyArray_DIM(x, 0))) return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (PyArray_DIM(norms, 0) != rows)
-        return PyErr_Format(PyExc_ValueError, "dither_encode: norms must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
-    if (check_shape2(codes, "dither_encode", "codes", rows, dim)) return NULL;
-    if (check_disjoint("dither_encode", 2, 3, norms, "norms", codes, "codes", x, "x"))
-        return NULL;
-    dl_natural_dither_encode_f32_fn fn = dl_dispatch()->natural_dither_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), s, p, seed, step, peer0, PyArray_DATA(norms),
-                PyArray_DATA(codes), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("dither_encode", status);
-    return Py_BuildValue("(OO)", norms, codes);
+static int check_dither_p(glue_call_t *c) {
+    const float p = c->flt[0];
+    if (!(p == 1.0f || p == 2.0f || (p > 3.4e38f && p == p))) {
+        PyErr_Format(PyExc_ValueError, "dither_encode: p must be 1, 2 or inf, got %R",
+                     PyTuple_GET_ITEM(c->args, 2));
+        return -1;
+    }
+    return 0;
 }
-
-/* dither_decode(norms (r,) float32, codes (r, d) uint8, s, out (r, d) float32, n_threads) -> out */
-static PyObject *py_dither_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *norms, *codes, *out;
-    int s, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!O&:dither_decode", &PyArray_Type, &norms, &PyArray_Type,
-                          &codes, &s, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(norms, "dither_decode", "norms", NPY_FLOAT32, 1, 0) ||
-        check_array(codes, "dither_decode", "codes", NPY_UINT8, 2, 0) ||
-        check_array(out, "dither_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("dither_decode", n_threads))
-        return NULL;
-    if (s < 1 || s > 31)
-        return PyErr_Format(PyExc_ValueError, "dither_decode: s must be in [1, 31], got %d", s);
-    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (PyArray_DIM(norms, 0) != rows)
-        return PyErr_Format(PyExc_ValueError, "dither_decode: norms must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
-    if (check_shape2(out, "dither_decode", "out", rows, dim)) return NULL;
-    if (check_disjoint("dither_decode", 1, 3, out, "out", norms, "norms", codes, "codes"))
-        return NULL;
-    dl_natural_dither_decode_f32_fn fn = dl_dispatch()->natural_dither_decode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(norms), PyArray_DATA(codes), s, PyArray_DATA(out),
-                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "dither_decode: malformed encoded data (norms must be finite and "
-                            ">= 0, code levels (code >> 1) <= s=%d)", s);
-    if (status != DL_OK) return raise_status("dither_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_dither_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_dither_encode_f32(c->rows, c->dim, G_DATA(c, 0), c->ints[0], c->flt[0],
+                                        c->seed, c->step, c->peer0, G_DATA(c, 1), G_DATA(c, 2),
+                                        c->n_threads);
+}
+static int call_dither_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_dither_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), c->ints[0],
+                                        G_DATA(c, 2), c->n_threads);
 }
 /* <<< glue natural */
+
+/* The table: one row per kernel (see the comment above glue_run for the fields). */
+static const glue_op_t glue_ops[] = {
+    /* >>> glue-table rng */
+    {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
+     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
+    {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_i0, NULL, call_bitpack,
+     {DL_E_RANGE, &PyExc_ValueError, "%s: every code must be < 2**bits = %d", E_POW2_I0}, 1, {1}},
+    {"bitunpack", "bitunpack(packed, bits, out, n_threads) -> out.",
+     {G_IN("packed", NPY_UINT8, 2, X_R, X_E0), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, ext_rowbytes_i0, NULL, call_bitunpack, {0}, 1, {1}},
+    /* <<< glue-table rng */
+    /* >>> glue-table natural */
+    {"natural_encode", "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_encode, {0}, 1, {1}},
+    {"natural_decode", "natural_decode(codes, out, n_threads) -> out (float32).",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_decode, {0}, 1, {1}},
+    {"dither_encode",
+     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("s", 1, 31), G_F("p"), G_SEED_ARG,
+      G_STEP_ARG, G_PEER0_ARG, G_OUT("norms", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("codes", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, check_dither_p, NULL, call_dither_encode, {0}, 2, {1, 2}},
+    {"dither_decode", "dither_decode(norms, codes, s, out, n_threads) -> out (float32).",
+     {G_IN("norms", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("codes", NPY_UINT8, 2, X_R, X_D),
+      G_INT_IN("s", 1, 31), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, NULL, NULL, call_dither_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed encoded data (norms must be finite and >= 0, code levels (code >> 1) <= "
+      "s=%d)",
+      E_I0},
+     1, {2}},
+    /* <<< glue-table natural */
+};
+#define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
+static PyMethodDef glue_defs[GLUE_N_OPS];
+
 
 /* >>> glue topk */
 /* Checks topk/randk arguments: x (n, dim) float32, 0 <= k <= dim < 2^31, out_idx int32 and
@@ -2035,19 +2139,6 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"gossip", py_gossip, METH_VARARGS,
      "gossip(indptr, indices, data, n_cols, x, out, n_threads) -> out = W @ x for CSR W."},
-    {"rng_u32", py_rng_u32, METH_VARARGS, "rng_u32(seed, step, peer0, out, n_threads) -> out."},
-    {"bitpack", py_bitpack, METH_VARARGS, "bitpack(codes, bits, out, n_threads) -> out."},
-    {"bitunpack", py_bitunpack, METH_VARARGS, "bitunpack(packed, bits, out, n_threads) -> out."},
-    /* >>> methods natural */
-    {"natural_encode", py_natural_encode, METH_VARARGS,
-     "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes)."},
-    {"natural_decode", py_natural_decode, METH_VARARGS,
-     "natural_decode(codes, out, n_threads) -> out (float32)."},
-    {"dither_encode", py_dither_encode, METH_VARARGS,
-     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes)."},
-    {"dither_decode", py_dither_decode, METH_VARARGS,
-     "dither_decode(norms, codes, s, out, n_threads) -> out (float32)."},
-    /* <<< methods natural */
     /* >>> methods topk */
     {"topk", py_topk, METH_VARARGS,
      "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row."},
@@ -2128,6 +2219,26 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "decentlearn._core
                                        "C kernels of decentlearn (see decentlearn.ops).", -1,
                                        methods, NULL, NULL, NULL, NULL};
 
+/* Adds one function per glue_ops[] row: glue_run with the row (in a capsule) as self. */
+static int glue_add_ops(PyObject *m) {
+    PyObject *modname = PyUnicode_FromString("decentlearn._core");
+    if (modname == NULL) return -1;
+    for (int i = 0; i < GLUE_N_OPS; i++) {
+        glue_defs[i] = (PyMethodDef){glue_ops[i].name, glue_run, METH_VARARGS, glue_ops[i].doc};
+        PyObject *cap = PyCapsule_New((void *)&glue_ops[i], "decentlearn._core.glue_op", NULL);
+        PyObject *f = cap == NULL ? NULL : PyCFunction_NewEx(&glue_defs[i], cap, modname);
+        Py_XDECREF(cap);
+        const int rc = f == NULL ? -1 : PyModule_AddObjectRef(m, glue_ops[i].name, f);
+        Py_XDECREF(f);
+        if (rc < 0) {
+            Py_DECREF(modname);
+            return -1;
+        }
+    }
+    Py_DECREF(modname);
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
     const char *forced = getenv("DECENTLEARN_ISA");
@@ -2156,6 +2267,10 @@ PyMODINIT_FUNC PyInit__core(void) {
         "A kernel was given NaN or infinity where finite values are required.", PyExc_ValueError,
         NULL);
     if (NonFiniteError == NULL || PyModule_AddObjectRef(m, "NonFiniteError", NonFiniteError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (glue_add_ops(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
