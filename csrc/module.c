@@ -566,122 +566,37 @@ static int call_dither_decode(const glue_call_t *c, const dl_dispatch_t *d) {
 }
 /* <<< glue natural */
 
-/* The table: one row per kernel (see the comment above glue_run for the fields). */
-static const glue_op_t glue_ops[] = {
-    /* >>> glue-table rng */
-    {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
-     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
-     0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
-    {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
-     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
-      G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
-     0, 0, ext_rowbytes_i0, NULL, call_bitpack,
-     {DL_E_RANGE, &PyExc_ValueError, "%s: every code must be < 2**bits = %d", E_POW2_I0}, 1, {1}},
-    {"bitunpack", "bitunpack(packed, bits, out, n_threads) -> out.",
-     {G_IN("packed", NPY_UINT8, 2, X_R, X_E0), G_INT_IN("bits", 1, 8),
-      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     1, 1, ext_rowbytes_i0, NULL, call_bitunpack, {0}, 1, {1}},
-    /* <<< glue-table rng */
-    /* >>> glue-table natural */
-    {"natural_encode", "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes).",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
-      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     0, 0, NULL, NULL, call_natural_encode, {0}, 1, {1}},
-    {"natural_decode", "natural_decode(codes, out, n_threads) -> out (float32).",
-     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D),
-      G_THREADS_ARG},
-     0, 0, NULL, NULL, call_natural_decode, {0}, 1, {1}},
-    {"dither_encode",
-     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes).",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("s", 1, 31), G_F("p"), G_SEED_ARG,
-      G_STEP_ARG, G_PEER0_ARG, G_OUT("norms", NPY_FLOAT32, 1, X_R, X_ANY),
-      G_OUT("codes", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     0, 0, check_dither_p, NULL, call_dither_encode, {0}, 2, {1, 2}},
-    {"dither_decode", "dither_decode(norms, codes, s, out, n_threads) -> out (float32).",
-     {G_IN("norms", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("codes", NPY_UINT8, 2, X_R, X_D),
-      G_INT_IN("s", 1, 31), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
-     1, 1, NULL, NULL, call_dither_decode,
-     {DL_E_FORMAT, &PyExc_ValueError,
-      "%s: malformed encoded data (norms must be finite and >= 0, code levels (code >> 1) <= "
-      "s=%d)",
-      E_I0},
-     1, {2}},
-    /* <<< glue-table natural */
-};
-#define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
-static PyMethodDef glue_defs[GLUE_N_OPS];
 
-
-/* >>> glue topk */
-/* Checks topk/randk arguments: x (n, dim) float32, 0 <= k <= dim < 2^31, out_idx int32 and
- * out_val float32 of shape (n, k), none overlapping. */
-static int tk_check_args(const char *fn, PyArrayObject *x, Py_ssize_t k, PyArrayObject *out_idx,
-                         PyArrayObject *out_val, int n_threads) {
-    if (check_array(x, fn, "x", NPY_FLOAT32, 2, 0) ||
-        check_array(out_idx, fn, "out_idx", NPY_INT32, 2, 1) ||
-        check_array(out_val, fn, "out_val", NPY_FLOAT32, 2, 1) || check_threads(fn, n_threads))
-        return -1;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (dim > INT32_MAX) {
+/* >>> glue topk (table rows: topk, randk) */
+/* x rows shorter than 2^31 (int32 indices) and 0 <= k <= dim; out_idx / out_val are (R, k). */
+static int check_topk_k(glue_call_t *c) {
+    const char *fn = c->op->name;
+    const Py_ssize_t k = c->ssz[0];
+    if (c->dim > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: x rows must be shorter than 2^31, got dim=%zd", fn,
-                     (Py_ssize_t)dim);
+                     (Py_ssize_t)c->dim);
         return -1;
     }
-    if (k < 0 || k > dim) {
+    if (k < 0 || k > c->dim) {
         PyErr_Format(PyExc_ValueError, "%s: k must be in [0, dim=%zd], got %zd", fn,
-                     (Py_ssize_t)dim, k);
+                     (Py_ssize_t)c->dim, k);
         return -1;
     }
-    if (check_shape2(out_idx, fn, "out_idx", rows, k) ||
-        check_shape2(out_val, fn, "out_val", rows, k))
-        return -1;
-    if (check_disjoint(fn, 2, 3, out_idx, "out_idx", out_val, "out_val", x, "x")) return -1;
+    c->ext[0] = k;
     return 0;
 }
-
-/* topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): per row, the k largest |x|. */
-static PyObject *py_topk(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *out_idx, *out_val;
-    Py_ssize_t k;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!nO!O!O&:topk", &PyArray_Type, &x, &k, &PyArray_Type, &out_idx,
-                          &PyArray_Type, &out_val, conv_threads, &n_threads))
-        return NULL;
-    if (tk_check_args("topk", x, k, out_idx, out_val, n_threads)) return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_topk_exact_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x),
-                               PyArray_DATA(out_idx), PyArray_DATA(out_val), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_NONFINITE)
-        return PyErr_Format(NonFiniteError, "topk: x must not contain NaN");
-    if (status != DL_OK) return raise_status("topk", status);
-    return Py_BuildValue("(OO)", out_idx, out_val);
+static int call_topk(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_topk_exact_f32(c->rows, c->dim, c->ssz[0], G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                             c->n_threads);
+}
+static int call_randk(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_topk_random_f32(c->rows, c->dim, c->ssz[0], G_DATA(c, 0), c->seed, c->step, c->peer0,
+                              G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
 
-/* randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val). */
-static PyObject *py_randk(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *out_idx, *out_val;
-    Py_ssize_t k;
-    unsigned long long seed, step;
-    long long peer0;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!nO&O&O&O!O!O&:randk", &PyArray_Type, &x, &k, conv_seed, &seed,
-                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out_idx,
-                          &PyArray_Type, &out_val, conv_threads, &n_threads))
-        return NULL;
-    if (tk_check_args("randk", x, k, out_idx, out_val, n_threads)) return NULL;
-    if (check_peer_rows("randk", peer0, PyArray_DIM(x, 0))) return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_topk_random_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x), seed,
-                                step, peer0, PyArray_DATA(out_idx), PyArray_DATA(out_val),
-                                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("randk", status);
-    return Py_BuildValue("(OO)", out_idx, out_val);
-}
-
+/* threshold stays hand-written: it counts, allocates the results, then fills them. */
 /* threshold(x, v, n_threads) -> (counts int64 (n,), idx int32 (sum,), val float32 (sum,)). */
 static PyObject *py_threshold(PyObject *self, PyObject *args) {
     PyArrayObject *x, *counts = NULL, *idx = NULL, *val = NULL;
@@ -749,127 +664,46 @@ done:
 }
 /* <<< glue topk */
 
-/* >>> glue stc */
-/* Checks the Golomb coder's sizes; sets ValueError and returns -1 when out of range. */
-static int check_golomb_args(const char *fn, npy_intp k, Py_ssize_t dim, int b) {
-    if (dim < k || dim > INT32_MAX) {
+/* >>> glue stc (table rows: golomb_encode, golomb_decode); D is k, ssz[0] the row length dim */
+static int check_golomb_dim(glue_call_t *c) {
+    const Py_ssize_t dim = c->ssz[0];
+    if (dim < c->dim || dim > INT32_MAX) {
         PyErr_Format(PyExc_ValueError,
-                     "%s: dim must be in [k, 2**31 - 1] = [%zd, 2147483647], got %zd", fn,
-                     (Py_ssize_t)k, dim);
+                     "%s: dim must be in [k, 2**31 - 1] = [%zd, 2147483647], got %zd", c->op->name,
+                     (Py_ssize_t)c->dim, dim);
         return -1;
     }
-    if (b < 0 || b > DL_STC_MAX_B) {
-        PyErr_Format(PyExc_ValueError, "%s: b must be in [0, %d], got %d", fn, DL_STC_MAX_B, b);
-        return -1;
-    }
+    c->ext[0] = (dl_stc_golomb_max_bits(c->dim, dim, c->ints[0]) + 7) / 8; /* data row bytes */
     return 0;
 }
-
-/* golomb_encode(positions (r, k) int32, negative (r, k) uint8, dim, b, data (r, w) uint8,
- *               nbits (r,) int64, n_threads) -> None */
-static PyObject *py_golomb_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *positions, *negative, *data, *nbits;
-    Py_ssize_t dim;
-    int b, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!niO!O!O&:golomb_encode", &PyArray_Type, &positions,
-                          &PyArray_Type, &negative, &dim, &b, &PyArray_Type, &data, &PyArray_Type,
-                          &nbits, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(positions, "golomb_encode", "positions", NPY_INT32, 2, 0) ||
-        check_array(negative, "golomb_encode", "negative", NPY_UINT8, 2, 0) ||
-        check_array(data, "golomb_encode", "data", NPY_UINT8, 2, 1) ||
-        check_array(nbits, "golomb_encode", "nbits", NPY_INT64, 1, 1) ||
-        check_threads("golomb_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(positions, 0), k = PyArray_DIM(positions, 1);
-    if (check_golomb_args("golomb_encode", k, dim, b) ||
-        check_shape2(negative, "golomb_encode", "negative", rows, k))
-        return NULL;
-    const int64_t need = (dl_stc_golomb_max_bits(k, dim, b) + 7) / 8;
-    if (PyArray_DIM(data, 0) != rows || PyArray_DIM(data, 1) < need)
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_encode: data must have shape (%zd, >= %lld), got (%zd, %zd)",
-                            (Py_ssize_t)rows, (long long)need, (Py_ssize_t)PyArray_DIM(data, 0),
-                            (Py_ssize_t)PyArray_DIM(data, 1));
-    if (PyArray_DIM(nbits, 0) != rows)
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_encode: nbits must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
-    if (check_disjoint("golomb_encode", 2, 4, data, "data", nbits, "nbits", positions,
-                       "positions", negative, "negative"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_stc_golomb_encode(rows, k, dim, b, PyArray_DATA(positions), PyArray_DATA(negative),
-                                  PyArray_DATA(data), PyArray_DIM(data, 1), PyArray_DATA(nbits),
-                                  n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_ARG)
-        return PyErr_Format(PyExc_ValueError, "golomb_encode: positions must be strictly "
-                                              "increasing within each row and lie in [0, dim)");
-    if (status != DL_OK) return raise_status("golomb_encode", status);
-    Py_RETURN_NONE;
+static int call_golomb_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_stc_golomb_encode(c->rows, c->dim, c->ssz[0], c->ints[0], G_DATA(c, 0), G_DATA(c, 1),
+                                G_DATA(c, 2), PyArray_DIM(c->arr[2], 1), G_DATA(c, 3),
+                                c->n_threads);
 }
-
-/* golomb_decode(data (r, w) uint8, nbits (r,) int64, dim, b, positions (r, k) int32,
- *               negative (r, k) uint8, n_threads) -> None; data is untrusted. */
-static PyObject *py_golomb_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *data, *nbits, *positions, *negative;
-    Py_ssize_t dim;
-    int b, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!niO!O!O&:golomb_decode", &PyArray_Type, &data, &PyArray_Type,
-                          &nbits, &dim, &b, &PyArray_Type, &positions, &PyArray_Type, &negative,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(data, "golomb_decode", "data", NPY_UINT8, 2, 0) ||
-        check_array(nbits, "golomb_decode", "nbits", NPY_INT64, 1, 0) ||
-        check_array(positions, "golomb_decode", "positions", NPY_INT32, 2, 1) ||
-        check_array(negative, "golomb_decode", "negative", NPY_UINT8, 2, 1) ||
-        check_threads("golomb_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(data, 0), k = PyArray_DIM(positions, 1);
-    if (check_golomb_args("golomb_decode", k, dim, b) ||
-        check_shape2(positions, "golomb_decode", "positions", rows, k) ||
-        check_shape2(negative, "golomb_decode", "negative", rows, k))
-        return NULL;
-    if (PyArray_DIM(nbits, 0) != rows)
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_decode: nbits must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
-    if (check_disjoint("golomb_decode", 2, 4, positions, "positions", negative, "negative", data,
-                       "data", nbits, "nbits"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_stc_golomb_decode(rows, k, dim, b, PyArray_DATA(data), PyArray_DIM(data, 1),
-                                  PyArray_DATA(nbits), PyArray_DATA(positions),
-                                  PyArray_DATA(negative), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("golomb_decode", status);
-    Py_RETURN_NONE;
+static int call_golomb_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_stc_golomb_decode(c->rows, c->dim, c->ssz[0], c->ints[0], G_DATA(c, 0),
+                                PyArray_DIM(c->arr[0], 1), G_DATA(c, 1), G_DATA(c, 2),
+                                G_DATA(c, 3), c->n_threads);
 }
 /* <<< glue stc */
 
-/* >>> glue quant */
-/* Checks a 1-D array has exactly n entries. */
-static int q_check_len(PyArrayObject *a, const char *fn, const char *name, npy_intp n) {
-    if (PyArray_DIM(a, 0) != n) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd,), got (%zd,)", fn, name,
-                     (Py_ssize_t)n, (Py_ssize_t)PyArray_DIM(a, 0));
-        return -1;
-    }
+/* >>> glue quant (table rows: qsgd_*, bucket_*, sign_*, int8_*) */
+static int ext_rowbytes_qsgd(glue_call_t *c) { /* packed rows of D levels */
+    c->ext[0] = dl_bitpack_row_bytes(c->dim, dl_qsgd_bits(c->ints[0]));
     return 0;
 }
-
-static int q_check_levels(const char *fn, int levels) {
-    if (levels < 1 || levels > 127) {
-        PyErr_Format(PyExc_ValueError, "%s: levels must be in [1, 127], got %d", fn, levels);
-        return -1;
-    }
+static int ext_rowbytes_1(glue_call_t *c) { /* packed rows of D signs */
+    c->ext[0] = dl_bitpack_row_bytes(c->dim, 1);
     return 0;
 }
-
-static int q_check_bucket(const char *fn, int bits, Py_ssize_t bucket, npy_intp dim) {
+/* bits 4 or 8, bucket in [1, 2**24], dim <= 2**32; ext = (buckets per row, packed row bytes). */
+static int check_bucket(glue_call_t *c) {
+    const char *fn = c->op->name;
+    const int bits = c->ints[0];
+    const Py_ssize_t bucket = c->ssz[0];
     if (bits != 4 && bits != 8) {
         PyErr_Format(PyExc_ValueError, "%s: bits must be 4 or 8, got %d", fn, bits);
         return -1;
@@ -878,282 +712,196 @@ static int q_check_bucket(const char *fn, int bits, Py_ssize_t bucket, npy_intp 
         PyErr_Format(PyExc_ValueError, "%s: bucket must be in [1, 2**24], got %zd", fn, bucket);
         return -1;
     }
-    if ((int64_t)dim > ((int64_t)1 << 32)) {
-        PyErr_Format(PyExc_ValueError, "%s: dim must be <= 2**32, got %zd", fn, (Py_ssize_t)dim);
+    if ((int64_t)c->dim > ((int64_t)1 << 32)) {
+        PyErr_Format(PyExc_ValueError, "%s: dim must be <= 2**32, got %zd", fn, (Py_ssize_t)c->dim);
         return -1;
+    }
+    c->ext[0] = (c->dim + bucket - 1) / bucket;
+    c->ext[1] = dl_bitpack_row_bytes(c->dim, bits);
+    return 0;
+}
+/* With dim == 0 no chunk would make the kernel look at the norms: check them here. */
+static int post_qsgd_norms(glue_call_t *c) {
+    if (c->dim != 0) return 0;
+    const int levels = c->ints[0];
+    const float *nv = G_DATA(c, 0);
+    for (npy_intp r = 0; r < c->rows; r++) {
+        const float sc = (float)((double)nv[r] / levels), top = (float)levels * sc;
+        if (!(nv[r] >= 0.0f && nv[r] <= FLT_MAX) || !(fabsf(top) <= FLT_MAX)) {
+            PyErr_Format(PyExc_ValueError,
+                         "qsgd_decode: malformed message: norm must be finite and >= 0 and every "
+                         "level <= levels = %d", levels);
+            return -1;
+        }
     }
     return 0;
 }
-
-/* qsgd_encode(x (r, d) f32, levels, seed, step, peer0, norm (r,) f32,
- *             packed (r, ceil(d * bits / 8)) u8, n_threads) -> None; bits = qsgd_bits(levels). */
-static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *norm, *packed;
-    int levels, n_threads, status;
-    unsigned long long seed, step;
-    long long peer0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO&O&O&O!O!O&:qsgd_encode", &PyArray_Type, &x, &levels,
-                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
-                          &norm, &PyArray_Type, &packed, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "qsgd_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(norm, "qsgd_encode", "norm", NPY_FLOAT32, 1, 1) ||
-        check_array(packed, "qsgd_encode", "packed", NPY_UINT8, 2, 1) ||
-        check_threads("qsgd_encode", n_threads) || q_check_levels("qsgd_encode", levels))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_peer_rows("qsgd_encode", peer0, rows)) return NULL;
-    if (q_check_len(norm, "qsgd_encode", "norm", rows) ||
-        check_shape2(packed, "qsgd_encode", "packed", rows,
-                     dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        check_disjoint("qsgd_encode", 2, 3, norm, "norm", packed, "packed", x, "x"))
-        return NULL;
-    dl_qsgd_encode_f32_fn fn = dl_dispatch()->qsgd_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, levels, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(norm),
-                PyArray_DATA(packed), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("qsgd_encode", status);
-    Py_RETURN_NONE;
+static int call_qsgd_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->qsgd_encode_f32(c->rows, c->dim, c->ints[0], G_DATA(c, 0), c->seed, c->step,
+                              c->peer0, G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
-
-/* qsgd_decode(norm (r,) f32, packed (r, ceil(d * bits / 8)) u8, levels, out (r, d) f32,
- *             n_threads) -> out; norm and packed are untrusted. */
-static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *norm, *packed, *out;
-    int levels, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!O&:qsgd_decode", &PyArray_Type, &norm, &PyArray_Type,
-                          &packed, &levels, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(norm, "qsgd_decode", "norm", NPY_FLOAT32, 1, 0) ||
-        check_array(packed, "qsgd_decode", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "qsgd_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("qsgd_decode", n_threads) || q_check_levels("qsgd_decode", levels))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_len(norm, "qsgd_decode", "norm", rows) ||
-        check_shape2(packed, "qsgd_decode", "packed", rows,
-                     dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        check_disjoint("qsgd_decode", 1, 3, out, "out", norm, "norm", packed, "packed"))
-        return NULL;
-    if (dim == 0) { /* no chunk would make the kernel look at the norms: check them here */
-        const float *nv = PyArray_DATA(norm);
-        for (npy_intp r = 0; r < rows; r++) {
-            const float sc = (float)((double)nv[r] / levels), top = (float)levels * sc;
-            if (!(nv[r] >= 0.0f && nv[r] <= FLT_MAX) || !(fabsf(top) <= FLT_MAX))
-                return PyErr_Format(PyExc_ValueError,
-                                    "qsgd_decode: malformed message: norm must be finite and >= 0 "
-                                    "and every level <= levels = %d", levels);
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_qsgd_decode_f32(rows, dim, levels, PyArray_DATA(norm), PyArray_DATA(packed),
-                                PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "qsgd_decode: malformed message: norm must be finite and >= 0 and "
-                            "every level <= levels = %d", levels);
-    if (status != DL_OK) return raise_status("qsgd_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_qsgd_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_qsgd_decode_f32(c->rows, c->dim, c->ints[0], G_DATA(c, 0), G_DATA(c, 1),
+                              G_DATA(c, 2), c->n_threads);
 }
-
-/* bucket_encode(x (r, d) f32, bits, bucket, seed, step, peer0, lo (r, nb) f32, scale (r, nb) f32,
- *               packed (r, ceil(d * bits / 8)) u8, n_threads) -> None; nb = ceil(d / bucket). */
-static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *lo, *scale, *packed;
-    int bits, n_threads, status;
-    Py_ssize_t bucket;
-    unsigned long long seed, step;
-    long long peer0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!inO&O&O&O!O!O!O&:bucket_encode", &PyArray_Type, &x, &bits,
-                          &bucket, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
-                          &PyArray_Type, &lo, &PyArray_Type, &scale, &PyArray_Type, &packed,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "bucket_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(lo, "bucket_encode", "lo", NPY_FLOAT32, 2, 1) ||
-        check_array(scale, "bucket_encode", "scale", NPY_FLOAT32, 2, 1) ||
-        check_array(packed, "bucket_encode", "packed", NPY_UINT8, 2, 1) ||
-        check_threads("bucket_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_peer_rows("bucket_encode", peer0, rows)) return NULL;
-    if (q_check_bucket("bucket_encode", bits, bucket, dim)) return NULL;
-    const npy_intp nb = (dim + bucket - 1) / bucket;
-    if (check_shape2(lo, "bucket_encode", "lo", rows, nb) ||
-        check_shape2(scale, "bucket_encode", "scale", rows, nb) ||
-        check_shape2(packed, "bucket_encode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bucket_encode", 3, 4, lo, "lo", scale, "scale", packed, "packed", x, "x"))
-        return NULL;
-    dl_bucket_encode_f32_fn fn = dl_dispatch()->bucket_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, bits, bucket, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(lo),
-                PyArray_DATA(scale), PyArray_DATA(packed), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("bucket_encode", status);
-    Py_RETURN_NONE;
+static int call_bucket_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->bucket_encode_f32(c->rows, c->dim, c->ints[0], c->ssz[0], G_DATA(c, 0), c->seed,
+                                c->step, c->peer0, G_DATA(c, 1), G_DATA(c, 2), G_DATA(c, 3),
+                                c->n_threads);
 }
-
-/* bucket_decode(lo (r, nb) f32, scale (r, nb) f32, packed (r, ceil(d * bits / 8)) u8, bits, bucket,
- *               out (r, d) f32, n_threads) -> out; lo, scale and packed are untrusted. */
-static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *lo, *scale, *packed, *out;
-    int bits, n_threads, status;
-    Py_ssize_t bucket;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!inO!O&:bucket_decode", &PyArray_Type, &lo, &PyArray_Type,
-                          &scale, &PyArray_Type, &packed, &bits, &bucket, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(lo, "bucket_decode", "lo", NPY_FLOAT32, 2, 0) ||
-        check_array(scale, "bucket_decode", "scale", NPY_FLOAT32, 2, 0) ||
-        check_array(packed, "bucket_decode", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "bucket_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("bucket_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_bucket("bucket_decode", bits, bucket, dim)) return NULL;
-    const npy_intp nb = (dim + bucket - 1) / bucket;
-    if (check_shape2(lo, "bucket_decode", "lo", rows, nb) ||
-        check_shape2(scale, "bucket_decode", "scale", rows, nb) ||
-        check_shape2(packed, "bucket_decode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bucket_decode", 1, 4, out, "out", lo, "lo", scale, "scale", packed,
-                       "packed"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_bucket_decode_f32(rows, dim, bits, bucket, PyArray_DATA(lo), PyArray_DATA(scale),
-                                  PyArray_DATA(packed), PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "bucket_decode: malformed message: lo must be finite, scale finite and "
-                            ">= 0, and lo + %d * scale finite", (1 << bits) - 1);
-    if (status != DL_OK) return raise_status("bucket_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_bucket_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_bucket_decode_f32(c->rows, c->dim, c->ints[0], c->ssz[0], G_DATA(c, 0),
+                                G_DATA(c, 1), G_DATA(c, 2), G_DATA(c, 3), c->n_threads);
 }
-
-/* sign_encode(x (r, d) f32, scale (r,) f32, packed (r, ceil(d / 8)) u8, n_threads) -> None */
-static PyObject *py_sign_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *scale, *packed;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O&:sign_encode", &PyArray_Type, &x, &PyArray_Type, &scale,
-                          &PyArray_Type, &packed, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "sign_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(scale, "sign_encode", "scale", NPY_FLOAT32, 1, 1) ||
-        check_array(packed, "sign_encode", "packed", NPY_UINT8, 2, 1) ||
-        check_threads("sign_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (q_check_len(scale, "sign_encode", "scale", rows) ||
-        check_shape2(packed, "sign_encode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        check_disjoint("sign_encode", 2, 3, scale, "scale", packed, "packed", x, "x"))
-        return NULL;
-    dl_sign_encode_f32_fn fn = dl_dispatch()->sign_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), PyArray_DATA(scale), PyArray_DATA(packed), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("sign_encode", status);
-    Py_RETURN_NONE;
+static int call_sign_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->sign_encode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              c->n_threads);
 }
-
-/* sign_decode(scale (r,) f32, packed (r, ceil(d / 8)) u8, out (r, d) f32, n_threads) -> out */
-static PyObject *py_sign_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *scale, *packed, *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O&:sign_decode", &PyArray_Type, &scale, &PyArray_Type,
-                          &packed, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(scale, "sign_decode", "scale", NPY_FLOAT32, 1, 0) ||
-        check_array(packed, "sign_decode", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "sign_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("sign_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_len(scale, "sign_decode", "scale", rows) ||
-        check_shape2(packed, "sign_decode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        check_disjoint("sign_decode", 1, 3, out, "out", scale, "scale", packed, "packed"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_sign_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(packed),
-                                PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "sign_decode: malformed message: scale must be finite and >= 0");
-    if (status != DL_OK) return raise_status("sign_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_sign_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_sign_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              c->n_threads);
 }
-
-/* int8_encode(x (r, d) f32, seed, step, peer0, scale (r,) f32, q (r, d) i8, n_threads) -> None */
-static PyObject *py_int8_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *scale, *q;
-    int n_threads, status;
-    unsigned long long seed, step;
-    long long peer0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O!O&:int8_encode", &PyArray_Type, &x, conv_seed, &seed,
-                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &scale,
-                          &PyArray_Type, &q, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "int8_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(scale, "int8_encode", "scale", NPY_FLOAT32, 1, 1) ||
-        check_array(q, "int8_encode", "q", NPY_INT8, 2, 1) || check_threads("int8_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_peer_rows("int8_encode", peer0, rows)) return NULL;
-    if (q_check_len(scale, "int8_encode", "scale", rows) ||
-        check_shape2(q, "int8_encode", "q", rows, dim) ||
-        check_disjoint("int8_encode", 2, 3, scale, "scale", q, "q", x, "x"))
-        return NULL;
-    dl_int8_encode_f32_fn fn = dl_dispatch()->int8_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(scale), PyArray_DATA(q),
-                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("int8_encode", status);
-    Py_RETURN_NONE;
+static int call_int8_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->int8_encode_f32(c->rows, c->dim, G_DATA(c, 0), c->seed, c->step, c->peer0,
+                              G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
-
-/* int8_decode(scale (r,) f32, q (r, d) i8, out (r, d) f32, n_threads) -> out; untrusted input. */
-static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *scale, *q, *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O&:int8_decode", &PyArray_Type, &scale, &PyArray_Type, &q,
-                          &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(scale, "int8_decode", "scale", NPY_FLOAT32, 1, 0) ||
-        check_array(q, "int8_decode", "q", NPY_INT8, 2, 0) ||
-        check_array(out, "int8_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("int8_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_len(scale, "int8_decode", "scale", rows) ||
-        check_shape2(q, "int8_decode", "q", rows, dim) ||
-        check_disjoint("int8_decode", 1, 3, out, "out", scale, "scale", q, "q"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_int8_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(q), PyArray_DATA(out),
-                                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError, "int8_decode: malformed message: scale must be finite "
-                                              "and >= 0 (127 * scale finite), q in [-127, 127]");
-    if (status != DL_OK) return raise_status("int8_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_int8_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_int8_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              c->n_threads);
 }
 /* <<< glue quant */
+
+/* The table: one row per kernel (see the comment above glue_run for the fields). */
+static const glue_op_t glue_ops[] = {
+    /* >>> glue-table rng */
+    {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
+     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
+    {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_i0, NULL, call_bitpack,
+     {DL_E_RANGE, &PyExc_ValueError, "%s: every code must be < 2**bits = %d", E_POW2_I0}, 1, {1}},
+    {"bitunpack", "bitunpack(packed, bits, out, n_threads) -> out.",
+     {G_IN("packed", NPY_UINT8, 2, X_R, X_E0), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, ext_rowbytes_i0, NULL, call_bitunpack, {0}, 1, {1}},
+    /* <<< glue-table rng */
+    /* >>> glue-table natural */
+    {"natural_encode", "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_encode, {0}, 1, {1}},
+    {"natural_decode", "natural_decode(codes, out, n_threads) -> out (float32).",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_decode, {0}, 1, {1}},
+    {"dither_encode",
+     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("s", 1, 31), G_F("p"), G_SEED_ARG,
+      G_STEP_ARG, G_PEER0_ARG, G_OUT("norms", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("codes", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, check_dither_p, NULL, call_dither_encode, {0}, 2, {1, 2}},
+    {"dither_decode", "dither_decode(norms, codes, s, out, n_threads) -> out (float32).",
+     {G_IN("norms", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("codes", NPY_UINT8, 2, X_R, X_D),
+      G_INT_IN("s", 1, 31), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, NULL, NULL, call_dither_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed encoded data (norms must be finite and >= 0, code levels (code >> 1) <= "
+      "s=%d)",
+      E_I0},
+     1, {2}},
+    /* <<< glue-table natural */
+    /* >>> glue-table topk */
+    {"topk", "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0),
+      G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, check_topk_k, NULL, call_topk,
+     {DL_E_NONFINITE, &NonFiniteError, "%s: x must not contain NaN", E_NONE}, 2, {1, 2}},
+    {"randk", "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0), G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0),
+      G_THREADS_ARG},
+     0, 0, check_topk_k, NULL, call_randk, {0}, 2, {1, 2}},
+    /* <<< glue-table topk */
+    /* >>> glue-table stc */
+    {"golomb_encode", "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None.",
+     {G_IN("positions", NPY_INT32, 2, X_R, X_D), G_IN("negative", NPY_UINT8, 2, X_R, X_D),
+      G_N("dim"), G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("data", NPY_UINT8, 2, X_R, X_GE_E0),
+      G_OUT("nbits", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
+     0, 0, check_golomb_dim, NULL, call_golomb_encode,
+     {DL_E_ARG, &PyExc_ValueError,
+      "%s: positions must be strictly increasing within each row and lie in [0, dim)", E_NONE},
+     0, {0}},
+    {"golomb_decode", "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None.",
+     {G_IN("data", NPY_UINT8, 2, X_R, X_ANY), G_IN("nbits", NPY_INT64, 1, X_R, X_ANY), G_N("dim"),
+      G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("positions", NPY_INT32, 2, X_R, X_D),
+      G_OUT("negative", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 2, check_golomb_dim, NULL, call_golomb_decode, {0}, 0, {0}},
+    /* <<< glue-table stc */
+    /* >>> glue-table quant */
+    {"qsgd_encode", "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("levels", 1, 127), G_SEED_ARG, G_STEP_ARG,
+      G_PEER0_ARG, G_OUT("norm", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_qsgd, NULL, call_qsgd_encode, {0}, 0, {0}},
+    {"qsgd_decode", "qsgd_decode(norm, packed, levels, out, n_threads) -> out.",
+     {G_IN("norm", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
+      G_INT_IN("levels", 1, 127), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, ext_rowbytes_qsgd, post_qsgd_norms, call_qsgd_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: norm must be finite and >= 0 and every level <= levels = %d", E_I0},
+     1, {2}},
+    {"bucket_encode",
+     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_I("bits"), G_N("bucket"), G_SEED_ARG, G_STEP_ARG,
+      G_PEER0_ARG, G_OUT("lo", NPY_FLOAT32, 2, X_R, X_E0),
+      G_OUT("scale", NPY_FLOAT32, 2, X_R, X_E0), G_OUT("packed", NPY_UINT8, 2, X_R, X_E1),
+      G_THREADS_ARG},
+     0, 0, check_bucket, NULL, call_bucket_encode, {0}, 0, {0}},
+    {"bucket_decode", "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out.",
+     {G_IN("lo", NPY_FLOAT32, 2, X_R, X_E0), G_IN("scale", NPY_FLOAT32, 2, X_R, X_E0),
+      G_IN("packed", NPY_UINT8, 2, X_R, X_E1), G_I("bits"), G_N("bucket"),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     3, 3, check_bucket, NULL, call_bucket_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: lo must be finite, scale finite and >= 0, and lo + %d * scale "
+      "finite",
+      E_POW2M1_I0},
+     1, {3}},
+    {"sign_encode", "sign_encode(x, scale, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_1, NULL, call_sign_encode, {0}, 0, {0}},
+    {"sign_decode", "sign_decode(scale, packed, out, n_threads) -> out.",
+     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, ext_rowbytes_1, NULL, call_sign_decode,
+     {DL_E_FORMAT, &PyExc_ValueError, "%s: malformed message: scale must be finite and >= 0",
+      E_NONE},
+     1, {2}},
+    {"int8_encode", "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_OUT("q", NPY_INT8, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_int8_encode, {0}, 0, {0}},
+    {"int8_decode", "int8_decode(scale, q, out, n_threads) -> out.",
+     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("q", NPY_INT8, 2, X_R, X_D),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, NULL, NULL, call_int8_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: scale must be finite and >= 0 (127 * scale finite), q in "
+      "[-127, 127]",
+      E_NONE},
+     1, {2}},
+    /* <<< glue-table quant */
+};
+#define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
+static PyMethodDef glue_defs[GLUE_N_OPS];
 
 /* >>> glue gemm */
 /* gemm_s8_layout() -> dict: the packed-B layout of the active path (name, mr, nr, kg, b_elem). */
@@ -2140,37 +1888,9 @@ static PyMethodDef methods[] = {
     {"gossip", py_gossip, METH_VARARGS,
      "gossip(indptr, indices, data, n_cols, x, out, n_threads) -> out = W @ x for CSR W."},
     /* >>> methods topk */
-    {"topk", py_topk, METH_VARARGS,
-     "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row."},
-    {"randk", py_randk, METH_VARARGS,
-     "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val)."},
     {"threshold", py_threshold, METH_VARARGS,
      "threshold(x, v, n_threads) -> (counts, idx, val): every |x| >= v, rows concatenated."},
     /* <<< methods topk */
-    /* >>> methods stc */
-    {"golomb_encode", py_golomb_encode, METH_VARARGS,
-     "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None."},
-    {"golomb_decode", py_golomb_decode, METH_VARARGS,
-     "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None."},
-    /* <<< methods stc */
-    /* >>> methods quant */
-    {"qsgd_encode", py_qsgd_encode, METH_VARARGS,
-     "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None."},
-    {"qsgd_decode", py_qsgd_decode, METH_VARARGS,
-     "qsgd_decode(norm, packed, levels, out, n_threads) -> out."},
-    {"bucket_encode", py_bucket_encode, METH_VARARGS,
-     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None."},
-    {"bucket_decode", py_bucket_decode, METH_VARARGS,
-     "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out."},
-    {"sign_encode", py_sign_encode, METH_VARARGS,
-     "sign_encode(x, scale, packed, n_threads) -> None."},
-    {"sign_decode", py_sign_decode, METH_VARARGS,
-     "sign_decode(scale, packed, out, n_threads) -> out."},
-    {"int8_encode", py_int8_encode, METH_VARARGS,
-     "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None."},
-    {"int8_decode", py_int8_decode, METH_VARARGS,
-     "int8_decode(scale, q, out, n_threads) -> out."},
-    /* <<< methods quant */
     /* >>> methods gemm */
     {"gemm_s8_layout", py_gemm_s8_layout, METH_NOARGS,
      "gemm_s8_layout() -> dict: packed-B layout of the active path."},
