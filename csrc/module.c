@@ -328,14 +328,18 @@ static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_
 enum { G_END = 0, G_ARR, G_INT, G_SSIZE, G_FLOAT, G_SEED, G_STEP, G_PEER0, G_THREADS };
 enum { X_ANY = 0, X_R, X_D, X_E0, X_E1, X_GE_E0 };   /* a required extent of one array axis */
 enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 };   /* the %d of a status message */
+/* An array dtype that follows the first array: int8 when it is int8, else float32 (the call thunk
+ * picks the kernel of c->dtype). */
+#define G_F32_OR_S8 (-1)
 #define GLUE_MAX_ARGS 12
 #define GLUE_MAX_ARRAYS 6
 
 typedef struct {
     int kind;               /* G_* */
     const char *name;       /* arrays and ranged ints: the name in messages */
-    int dtype, ndim, out;   /* arrays: NPY_* type, 1 or 2 dimensions, written by the kernel */
-    int dims[2];            /* arrays: X_* per axis */
+    int dtype, ndim, out;   /* arrays: NPY_* type (or G_F32_OR_S8), dimensions, written by the
+                               kernel */
+    int dims[2];            /* arrays: X_* for axes 0 and 1 (further axes: op->check) */
     int ranged;             /* G_INT: check lo <= v <= hi */
     long long lo, hi;
 } glue_arg_t;
@@ -348,7 +352,8 @@ typedef struct {
     PyObject *args;
     PyArrayObject *arr[GLUE_MAX_ARRAYS];
     int ints[3];
-    Py_ssize_t ssz[3];
+    Py_ssize_t ssz[6];
+    int dtype; /* G_F32_OR_S8 resolved */
     float flt[2];
     unsigned long long seed, step;
     long long peer0;
@@ -388,6 +393,7 @@ struct glue_op {
 static int glue_check_shape(const glue_call_t *c, const glue_arg_t *s, PyArrayObject *a) {
     npy_intp want[2];
     int ge = 0, bad = 0;
+    if (s->ndim > 2) return 0; /* checked by op->check */
     for (int d = 0; d < s->ndim; d++) {
         switch (s->dims[d]) {
         case X_R: want[d] = c->rows; break;
@@ -460,9 +466,11 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
         return NULL;
     const char *fn = op->name;
     /* 2. arrays */
+    c.dtype = na > 0 && PyArray_TYPE(c.arr[0]) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
     for (int i = 0; i < na; i++)
-        if (check_array(c.arr[i], fn, arr_spec[i]->name, arr_spec[i]->dtype, arr_spec[i]->ndim,
-                        arr_spec[i]->out))
+        if (check_array(c.arr[i], fn, arr_spec[i]->name,
+                        arr_spec[i]->dtype == G_F32_OR_S8 ? c.dtype : arr_spec[i]->dtype,
+                        arr_spec[i]->ndim, arr_spec[i]->out))
             return NULL;
     if (check_threads(fn, c.n_threads)) return NULL;
     /* 3. R, D and ranged ints */
@@ -775,134 +783,6 @@ static int call_int8_decode(const glue_call_t *c, const dl_dispatch_t *d) {
 }
 /* <<< glue quant */
 
-/* The table: one row per kernel (see the comment above glue_run for the fields). */
-static const glue_op_t glue_ops[] = {
-    /* >>> glue-table rng */
-    {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
-     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
-     0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
-    {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
-     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
-      G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
-     0, 0, ext_rowbytes_i0, NULL, call_bitpack,
-     {DL_E_RANGE, &PyExc_ValueError, "%s: every code must be < 2**bits = %d", E_POW2_I0}, 1, {1}},
-    {"bitunpack", "bitunpack(packed, bits, out, n_threads) -> out.",
-     {G_IN("packed", NPY_UINT8, 2, X_R, X_E0), G_INT_IN("bits", 1, 8),
-      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     1, 1, ext_rowbytes_i0, NULL, call_bitunpack, {0}, 1, {1}},
-    /* <<< glue-table rng */
-    /* >>> glue-table natural */
-    {"natural_encode", "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes).",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
-      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     0, 0, NULL, NULL, call_natural_encode, {0}, 1, {1}},
-    {"natural_decode", "natural_decode(codes, out, n_threads) -> out (float32).",
-     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D),
-      G_THREADS_ARG},
-     0, 0, NULL, NULL, call_natural_decode, {0}, 1, {1}},
-    {"dither_encode",
-     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes).",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("s", 1, 31), G_F("p"), G_SEED_ARG,
-      G_STEP_ARG, G_PEER0_ARG, G_OUT("norms", NPY_FLOAT32, 1, X_R, X_ANY),
-      G_OUT("codes", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     0, 0, check_dither_p, NULL, call_dither_encode, {0}, 2, {1, 2}},
-    {"dither_decode", "dither_decode(norms, codes, s, out, n_threads) -> out (float32).",
-     {G_IN("norms", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("codes", NPY_UINT8, 2, X_R, X_D),
-      G_INT_IN("s", 1, 31), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
-     1, 1, NULL, NULL, call_dither_decode,
-     {DL_E_FORMAT, &PyExc_ValueError,
-      "%s: malformed encoded data (norms must be finite and >= 0, code levels (code >> 1) <= "
-      "s=%d)",
-      E_I0},
-     1, {2}},
-    /* <<< glue-table natural */
-    /* >>> glue-table topk */
-    {"topk", "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0),
-      G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0), G_THREADS_ARG},
-     0, 0, check_topk_k, NULL, call_topk,
-     {DL_E_NONFINITE, &NonFiniteError, "%s: x must not contain NaN", E_NONE}, 2, {1, 2}},
-    {"randk", "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val).",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
-      G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0), G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0),
-      G_THREADS_ARG},
-     0, 0, check_topk_k, NULL, call_randk, {0}, 2, {1, 2}},
-    /* <<< glue-table topk */
-    /* >>> glue-table stc */
-    {"golomb_encode", "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None.",
-     {G_IN("positions", NPY_INT32, 2, X_R, X_D), G_IN("negative", NPY_UINT8, 2, X_R, X_D),
-      G_N("dim"), G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("data", NPY_UINT8, 2, X_R, X_GE_E0),
-      G_OUT("nbits", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
-     0, 0, check_golomb_dim, NULL, call_golomb_encode,
-     {DL_E_ARG, &PyExc_ValueError,
-      "%s: positions must be strictly increasing within each row and lie in [0, dim)", E_NONE},
-     0, {0}},
-    {"golomb_decode", "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None.",
-     {G_IN("data", NPY_UINT8, 2, X_R, X_ANY), G_IN("nbits", NPY_INT64, 1, X_R, X_ANY), G_N("dim"),
-      G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("positions", NPY_INT32, 2, X_R, X_D),
-      G_OUT("negative", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
-     0, 2, check_golomb_dim, NULL, call_golomb_decode, {0}, 0, {0}},
-    /* <<< glue-table stc */
-    /* >>> glue-table quant */
-    {"qsgd_encode", "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None.",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("levels", 1, 127), G_SEED_ARG, G_STEP_ARG,
-      G_PEER0_ARG, G_OUT("norm", NPY_FLOAT32, 1, X_R, X_ANY),
-      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
-     0, 0, ext_rowbytes_qsgd, NULL, call_qsgd_encode, {0}, 0, {0}},
-    {"qsgd_decode", "qsgd_decode(norm, packed, levels, out, n_threads) -> out.",
-     {G_IN("norm", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
-      G_INT_IN("levels", 1, 127), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
-     2, 2, ext_rowbytes_qsgd, post_qsgd_norms, call_qsgd_decode,
-     {DL_E_FORMAT, &PyExc_ValueError,
-      "%s: malformed message: norm must be finite and >= 0 and every level <= levels = %d", E_I0},
-     1, {2}},
-    {"bucket_encode",
-     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None.",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_I("bits"), G_N("bucket"), G_SEED_ARG, G_STEP_ARG,
-      G_PEER0_ARG, G_OUT("lo", NPY_FLOAT32, 2, X_R, X_E0),
-      G_OUT("scale", NPY_FLOAT32, 2, X_R, X_E0), G_OUT("packed", NPY_UINT8, 2, X_R, X_E1),
-      G_THREADS_ARG},
-     0, 0, check_bucket, NULL, call_bucket_encode, {0}, 0, {0}},
-    {"bucket_decode", "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out.",
-     {G_IN("lo", NPY_FLOAT32, 2, X_R, X_E0), G_IN("scale", NPY_FLOAT32, 2, X_R, X_E0),
-      G_IN("packed", NPY_UINT8, 2, X_R, X_E1), G_I("bits"), G_N("bucket"),
-      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
-     3, 3, check_bucket, NULL, call_bucket_decode,
-     {DL_E_FORMAT, &PyExc_ValueError,
-      "%s: malformed message: lo must be finite, scale finite and >= 0, and lo + %d * scale "
-      "finite",
-      E_POW2M1_I0},
-     1, {3}},
-    {"sign_encode", "sign_encode(x, scale, packed, n_threads) -> None.",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY),
-      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
-     0, 0, ext_rowbytes_1, NULL, call_sign_encode, {0}, 0, {0}},
-    {"sign_decode", "sign_decode(scale, packed, out, n_threads) -> out.",
-     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
-      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
-     2, 2, ext_rowbytes_1, NULL, call_sign_decode,
-     {DL_E_FORMAT, &PyExc_ValueError, "%s: malformed message: scale must be finite and >= 0",
-      E_NONE},
-     1, {2}},
-    {"int8_encode", "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None.",
-     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
-      G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_OUT("q", NPY_INT8, 2, X_R, X_D),
-      G_THREADS_ARG},
-     0, 0, NULL, NULL, call_int8_encode, {0}, 0, {0}},
-    {"int8_decode", "int8_decode(scale, q, out, n_threads) -> out.",
-     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("q", NPY_INT8, 2, X_R, X_D),
-      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
-     2, 2, NULL, NULL, call_int8_decode,
-     {DL_E_FORMAT, &PyExc_ValueError,
-      "%s: malformed message: scale must be finite and >= 0 (127 * scale finite), q in "
-      "[-127, 127]",
-      E_NONE},
-     1, {2}},
-    /* <<< glue-table quant */
-};
-#define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
-static PyMethodDef glue_defs[GLUE_N_OPS];
-
 /* >>> glue gemm */
 /* gemm_s8_layout() -> dict: the packed-B layout of the active path (name, mr, nr, kg, b_elem). */
 static PyObject *py_gemm_s8_layout(PyObject *self, PyObject *unused) {
@@ -1163,32 +1043,18 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
-/* dequantize_s8(q (r, d) i8, scale f32, axis, out (r, d) f32, n_threads) -> out */
-static PyObject *py_dequantize_s8(PyObject *self, PyObject *args) {
-    PyArrayObject *q, *scale, *out;
-    int axis, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!O&:dequantize_s8", &PyArray_Type, &q, &PyArray_Type, &scale,
-                          &axis, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(q, "dequantize_s8", "q", NPY_INT8, 2, 0) ||
-        check_array(out, "dequantize_s8", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("dequantize_s8", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(q, 0), dim = PyArray_DIM(q, 1);
-    if (gemm_check_scale("dequantize_s8", scale, axis, rows, dim) ||
-        check_shape2(out, "dequantize_s8", "out", rows, dim))
-        return NULL;
-    if (check_disjoint("dequantize_s8", 1, 3, out, "out", q, "q", scale, "scale") ||
-        check_finite_f32("dequantize_s8", "scale", scale))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_gemm_dequantize_s8(rows, dim, PyArray_DATA(q), PyArray_DATA(scale),
-                                   PyArray_DIM(scale, 0), axis, PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("dequantize_s8", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+/* dequantize_s8 is a glue_ops[] row: scale has 1, R or D values for axis -1, 0 or 1 (finite). */
+static int check_dequantize_scale(glue_call_t *c) {
+    return gemm_check_scale(c->op->name, c->arr[1], c->ints[0], c->rows, c->dim);
+}
+static int post_dequantize_finite(glue_call_t *c) {
+    return check_finite_f32(c->op->name, "scale", c->arr[1]);
+}
+static int call_dequantize_s8(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_gemm_dequantize_s8(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1),
+                                 PyArray_DIM(c->arr[1], 0), c->ints[0], G_DATA(c, 2),
+                                 c->n_threads);
 }
 
 /* absmax_scale(x (r, d) f32, axis, out f32 (1, r or d values), n_threads) -> out */
@@ -1737,16 +1603,14 @@ static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
 /* >>> glue conv: im2col / col2im of Conv2d on wide rows (csrc/conv.c) ----------------------------
  * The kernels are declared in dl.h. */
 
-/* Checks the (G, C, B, len) images and (G, rows, ld) columns of a conv call and the geometry;
- * images / columns must share the dtype type_num. */
-static int conv_check_args(const char *fn, PyArrayObject *img, const char *img_name,
-                           int img_writeable, PyArrayObject *cols, const char *cols_name,
-                           int cols_writeable, int type_num, Py_ssize_t b0, Py_ssize_t b1,
-                           Py_ssize_t k, Py_ssize_t wp, Py_ssize_t run, int n_threads) {
-    if (check_array(img, fn, img_name, type_num, 4, img_writeable) < 0 ||
-        check_array(cols, fn, cols_name, type_num, 3, cols_writeable) < 0 ||
-        check_threads(fn, n_threads) < 0)
-        return -1;
+/* conv_unfold and conv_fold are glue_ops[] rows. Their geometry: images (G, C, B, L), columns
+ * (G, R, ld) of the same dtype, 0 <= b0 <= b1 <= B, k >= 1, wp >= k, run >= 0, rows of L >=
+ * (k-1)*wp + k-1 + run elements, R >= C*k*k and ld >= (b1 - b0) * run; ssz = b0, b1, k, wp, run. */
+static int conv_check_geometry(glue_call_t *c, int img_slot, const char *img_name, int cols_slot,
+                               const char *cols_name) {
+    const char *fn = c->op->name;
+    PyArrayObject *img = c->arr[img_slot], *cols = c->arr[cols_slot];
+    const Py_ssize_t b0 = c->ssz[0], b1 = c->ssz[1], k = c->ssz[2], wp = c->ssz[3], run = c->ssz[4];
     const npy_intp G = PyArray_DIM(img, 0), C = PyArray_DIM(img, 1), B = PyArray_DIM(img, 2),
                    L = PyArray_DIM(img, 3);
     if (PyArray_DIM(cols, 0) != G) {
@@ -1782,55 +1646,29 @@ static int conv_check_args(const char *fn, PyArrayObject *img, const char *img_n
     }
     return 0;
 }
+static int check_conv_unfold(glue_call_t *c) { return conv_check_geometry(c, 0, "xp", 1, "cols"); }
+static int check_conv_fold(glue_call_t *c) { return conv_check_geometry(c, 1, "dxp", 0, "dcols"); }
 
-/* conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads) -> None: im2col of samples [b0, b1) of
- * xp (G, C, B, L) into the first C*k*k rows of cols (G, R, ld); float32 or int8. */
-static PyObject *py_conv_unfold(PyObject *self, PyObject *args) {
-    const char *fn = "conv_unfold";
-    PyArrayObject *xp, *cols;
-    Py_ssize_t b0, b1, k, wp, run;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!nnO!nnnO&:conv_unfold", &PyArray_Type, &xp, &b0, &b1,
-                          &PyArray_Type, &cols, &k, &wp, &run, conv_threads, &n_threads))
-        return NULL;
-    const int type_num = PyArray_TYPE(xp) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
-    if (conv_check_args(fn, xp, "xp", 0, cols, "cols", 1, type_num, b0, b1, k, wp, run,
-                        n_threads) < 0)
-        return NULL;
+/* im2col of samples [b0, b1) of xp (slot 0) into the first C*k*k rows of cols (slot 1). */
+static int call_conv_unfold(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *xp = c->arr[0], *cols = c->arr[1];
     const npy_intp G = PyArray_DIM(xp, 0), C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2),
                    L = PyArray_DIM(xp, 3), R = PyArray_DIM(cols, 1), ld = PyArray_DIM(cols, 2);
-    Py_BEGIN_ALLOW_THREADS if (type_num == NPY_INT8) status =
-        dl_conv_unfold_s8(G, C, B, L, b0, b1, k, wp, run, (const int8_t *)PyArray_DATA(xp),
-                          (int8_t *)PyArray_DATA(cols), R, ld, n_threads);
-    else status = dl_conv_unfold_f32(G, C, B, L, b0, b1, k, wp, run,
-                                     (const float *)PyArray_DATA(xp), (float *)PyArray_DATA(cols),
-                                     R, ld, n_threads);
-    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
-    Py_RETURN_NONE;
+    if (c->dtype == NPY_INT8)
+        return dl_conv_unfold_s8(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3],
+                                 c->ssz[4], G_DATA(c, 0), G_DATA(c, 1), R, ld, c->n_threads);
+    return dl_conv_unfold_f32(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3], c->ssz[4],
+                              G_DATA(c, 0), G_DATA(c, 1), R, ld, c->n_threads);
 }
-
-/* conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads) -> None: col2im, adds the first C*k*k
- * rows of dcols (G, R, ld) into samples [b0, b1) of dxp (G, C, B, L); float32. */
-static PyObject *py_conv_fold(PyObject *self, PyObject *args) {
-    const char *fn = "conv_fold";
-    PyArrayObject *dcols, *dxp;
-    Py_ssize_t b0, b1, k, wp, run;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!nnnnnO&:conv_fold", &PyArray_Type, &dcols, &PyArray_Type,
-                          &dxp, &b0, &b1, &k, &wp, &run, conv_threads, &n_threads))
-        return NULL;
-    if (conv_check_args(fn, dxp, "dxp", 1, dcols, "dcols", 0, NPY_FLOAT32, b0, b1, k, wp, run,
-                        n_threads) < 0)
-        return NULL;
+/* col2im: adds the first C*k*k rows of dcols (slot 0) into samples [b0, b1) of dxp (slot 1). */
+static int call_conv_fold(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *dcols = c->arr[0], *dxp = c->arr[1];
     const npy_intp G = PyArray_DIM(dxp, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
                    L = PyArray_DIM(dxp, 3), R = PyArray_DIM(dcols, 1), ld = PyArray_DIM(dcols, 2);
-    Py_BEGIN_ALLOW_THREADS status =
-        dl_conv_fold_f32(G, C, B, L, b0, b1, k, wp, run, (const float *)PyArray_DATA(dcols), R, ld,
-                         (float *)PyArray_DATA(dxp), n_threads);
-    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
-    Py_RETURN_NONE;
+    return dl_conv_fold_f32(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3], c->ssz[4],
+                            G_DATA(c, 0), R, ld, G_DATA(c, 1), c->n_threads);
 }
 /* <<< glue conv */
 
@@ -1884,6 +1722,151 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
     return NULL;
 }
 
+/* The table: one row per kernel (see the comment above glue_run for the fields). */
+static const glue_op_t glue_ops[] = {
+    /* >>> glue-table rng */
+    {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
+     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
+    {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_i0, NULL, call_bitpack,
+     {DL_E_RANGE, &PyExc_ValueError, "%s: every code must be < 2**bits = %d", E_POW2_I0}, 1, {1}},
+    {"bitunpack", "bitunpack(packed, bits, out, n_threads) -> out.",
+     {G_IN("packed", NPY_UINT8, 2, X_R, X_E0), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, ext_rowbytes_i0, NULL, call_bitunpack, {0}, 1, {1}},
+    /* <<< glue-table rng */
+    /* >>> glue-table natural */
+    {"natural_encode", "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_encode, {0}, 1, {1}},
+    {"natural_decode", "natural_decode(codes, out, n_threads) -> out (float32).",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_decode, {0}, 1, {1}},
+    {"dither_encode",
+     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("s", 1, 31), G_F("p"), G_SEED_ARG,
+      G_STEP_ARG, G_PEER0_ARG, G_OUT("norms", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("codes", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, check_dither_p, NULL, call_dither_encode, {0}, 2, {1, 2}},
+    {"dither_decode", "dither_decode(norms, codes, s, out, n_threads) -> out (float32).",
+     {G_IN("norms", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("codes", NPY_UINT8, 2, X_R, X_D),
+      G_INT_IN("s", 1, 31), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, NULL, NULL, call_dither_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed encoded data (norms must be finite and >= 0, code levels (code >> 1) <= "
+      "s=%d)",
+      E_I0},
+     1, {2}},
+    /* <<< glue-table natural */
+    /* >>> glue-table topk */
+    {"topk", "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0),
+      G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, check_topk_k, NULL, call_topk,
+     {DL_E_NONFINITE, &NonFiniteError, "%s: x must not contain NaN", E_NONE}, 2, {1, 2}},
+    {"randk", "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0), G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0),
+      G_THREADS_ARG},
+     0, 0, check_topk_k, NULL, call_randk, {0}, 2, {1, 2}},
+    /* <<< glue-table topk */
+    /* >>> glue-table stc */
+    {"golomb_encode", "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None.",
+     {G_IN("positions", NPY_INT32, 2, X_R, X_D), G_IN("negative", NPY_UINT8, 2, X_R, X_D),
+      G_N("dim"), G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("data", NPY_UINT8, 2, X_R, X_GE_E0),
+      G_OUT("nbits", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
+     0, 0, check_golomb_dim, NULL, call_golomb_encode,
+     {DL_E_ARG, &PyExc_ValueError,
+      "%s: positions must be strictly increasing within each row and lie in [0, dim)", E_NONE},
+     0, {0}},
+    {"golomb_decode", "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None.",
+     {G_IN("data", NPY_UINT8, 2, X_R, X_ANY), G_IN("nbits", NPY_INT64, 1, X_R, X_ANY), G_N("dim"),
+      G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("positions", NPY_INT32, 2, X_R, X_D),
+      G_OUT("negative", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 2, check_golomb_dim, NULL, call_golomb_decode, {0}, 0, {0}},
+    /* <<< glue-table stc */
+    /* >>> glue-table quant */
+    {"qsgd_encode", "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("levels", 1, 127), G_SEED_ARG, G_STEP_ARG,
+      G_PEER0_ARG, G_OUT("norm", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_qsgd, NULL, call_qsgd_encode, {0}, 0, {0}},
+    {"qsgd_decode", "qsgd_decode(norm, packed, levels, out, n_threads) -> out.",
+     {G_IN("norm", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
+      G_INT_IN("levels", 1, 127), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, ext_rowbytes_qsgd, post_qsgd_norms, call_qsgd_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: norm must be finite and >= 0 and every level <= levels = %d", E_I0},
+     1, {2}},
+    {"bucket_encode",
+     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_I("bits"), G_N("bucket"), G_SEED_ARG, G_STEP_ARG,
+      G_PEER0_ARG, G_OUT("lo", NPY_FLOAT32, 2, X_R, X_E0),
+      G_OUT("scale", NPY_FLOAT32, 2, X_R, X_E0), G_OUT("packed", NPY_UINT8, 2, X_R, X_E1),
+      G_THREADS_ARG},
+     0, 0, check_bucket, NULL, call_bucket_encode, {0}, 0, {0}},
+    {"bucket_decode", "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out.",
+     {G_IN("lo", NPY_FLOAT32, 2, X_R, X_E0), G_IN("scale", NPY_FLOAT32, 2, X_R, X_E0),
+      G_IN("packed", NPY_UINT8, 2, X_R, X_E1), G_I("bits"), G_N("bucket"),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     3, 3, check_bucket, NULL, call_bucket_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: lo must be finite, scale finite and >= 0, and lo + %d * scale "
+      "finite",
+      E_POW2M1_I0},
+     1, {3}},
+    {"sign_encode", "sign_encode(x, scale, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_1, NULL, call_sign_encode, {0}, 0, {0}},
+    {"sign_decode", "sign_decode(scale, packed, out, n_threads) -> out.",
+     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, ext_rowbytes_1, NULL, call_sign_decode,
+     {DL_E_FORMAT, &PyExc_ValueError, "%s: malformed message: scale must be finite and >= 0",
+      E_NONE},
+     1, {2}},
+    {"int8_encode", "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_OUT("q", NPY_INT8, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_int8_encode, {0}, 0, {0}},
+    {"int8_decode", "int8_decode(scale, q, out, n_threads) -> out.",
+     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("q", NPY_INT8, 2, X_R, X_D),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, NULL, NULL, call_int8_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: scale must be finite and >= 0 (127 * scale finite), q in "
+      "[-127, 127]",
+      E_NONE},
+     1, {2}},
+    /* <<< glue-table quant */
+    /* >>> glue-table gemm */
+    {"dequantize_s8", "dequantize_s8(q, scale, axis, out, n_threads) -> out.",
+     {G_IN("q", NPY_INT8, 2, X_R, X_D), G_IN("scale", NPY_FLOAT32, 1, X_ANY, X_ANY), G_I("axis"),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, check_dequantize_scale, post_dequantize_finite, call_dequantize_s8, {0}, 1, {2}},
+    /* <<< glue-table gemm */
+    /* >>> glue-table conv */
+    {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
+     {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
+      G_OUT("cols", G_F32_OR_S8, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_unfold, NULL, call_conv_unfold, {0}, 0, {0}},
+    {"conv_fold", "conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads): col2im on wide rows.",
+     {G_IN("dcols", NPY_FLOAT32, 3, X_ANY, X_ANY), G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY),
+      G_N("b0"), G_N("b1"), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_fold, NULL, call_conv_fold, {0}, 0, {0}},
+    /* <<< glue-table conv */
+};
+#define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
+static PyMethodDef glue_defs[GLUE_N_OPS];
+
+/* The hand-written functions (arguments that do not fit glue_ops[]). */
 static PyMethodDef methods[] = {
     {"gossip", py_gossip, METH_VARARGS,
      "gossip(indptr, indices, data, n_cols, x, out, n_threads) -> out = W @ x for CSR W."},
@@ -1902,8 +1885,6 @@ static PyMethodDef methods[] = {
      "gemm_s8_f32(a, data, colsum, layout, k, n, a_scale, b_scale, bias, out, n_threads) -> out."},
     {"quantize_s8", py_quantize_s8, METH_VARARGS,
      "quantize_s8(x, scale, axis, rounding, seed, step, peer0, out, n_threads) -> out."},
-    {"dequantize_s8", py_dequantize_s8, METH_VARARGS,
-     "dequantize_s8(q, scale, axis, out, n_threads) -> out."},
     {"absmax_scale", py_absmax_scale, METH_VARARGS,
      "absmax_scale(x, axis, out, n_threads) -> out."},
     {"gemm_s8_batched", py_gemm_s8_batched, METH_VARARGS,
@@ -1923,12 +1904,6 @@ static PyMethodDef methods[] = {
      "nn_dense_backward(x, w, dy, mask, gw, gb, dx, n_threads) -> None."},
     {"sgd_step", py_sgd_step, METH_VARARGS,
      "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads)."},
-    /* >>> methods conv */
-    {"conv_unfold", py_conv_unfold, METH_VARARGS,
-     "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows."},
-    {"conv_fold", py_conv_fold, METH_VARARGS,
-     "conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads): col2im on wide rows."},
-    /* <<< methods conv */
     /* <<< methods nn */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
