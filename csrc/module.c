@@ -331,6 +331,7 @@ enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 };   /* the %d of a status messa
 /* An array dtype that follows the first array: int8 when it is int8, else float32 (the call thunk
  * picks the kernel of c->dtype). */
 #define G_F32_OR_S8 (-1)
+#define G_NDIM_ANY (-1) /* an array of any number of dimensions (op->check relates the shapes) */
 #define GLUE_MAX_ARGS 12
 #define GLUE_MAX_ARRAYS 6
 
@@ -393,7 +394,7 @@ struct glue_op {
 static int glue_check_shape(const glue_call_t *c, const glue_arg_t *s, PyArrayObject *a) {
     npy_intp want[2];
     int ge = 0, bad = 0;
-    if (s->ndim > 2) return 0; /* checked by op->check */
+    if (s->ndim > 2 || s->ndim == G_NDIM_ANY) return 0; /* checked by op->check */
     for (int d = 0; d < s->ndim; d++) {
         switch (s->dims[d]) {
         case X_R: want[d] = c->rows; break;
@@ -470,12 +471,13 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
     for (int i = 0; i < na; i++)
         if (check_array(c.arr[i], fn, arr_spec[i]->name,
                         arr_spec[i]->dtype == G_F32_OR_S8 ? c.dtype : arr_spec[i]->dtype,
-                        arr_spec[i]->ndim, arr_spec[i]->out))
+                        arr_spec[i]->ndim == G_NDIM_ANY ? PyArray_NDIM(c.arr[i]) : arr_spec[i]->ndim,
+                        arr_spec[i]->out))
             return NULL;
     if (check_threads(fn, c.n_threads)) return NULL;
     /* 3. R, D and ranged ints */
-    c.rows = PyArray_DIM(c.arr[op->rows_from], 0);
-    c.dim = PyArray_DIM(c.arr[op->cols_from], 1);
+    c.rows = PyArray_NDIM(c.arr[op->rows_from]) > 0 ? PyArray_DIM(c.arr[op->rows_from], 0) : 1;
+    c.dim = PyArray_NDIM(c.arr[op->cols_from]) > 1 ? PyArray_DIM(c.arr[op->cols_from], 1) : 1;
     ni = 0;
     for (const glue_arg_t *s = op->args; s->kind != G_END; s++) {
         if (s->kind != G_INT) continue;
@@ -1240,35 +1242,24 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
 
 /* >>> glue limits (copy.c, peak*.c): the measured limits of decentlearn.bench */
 
-/* copy_f32(src, dst, n_threads) -> dst: dst[...] = src[...] with non-temporal stores. Both
+/* copy_f32 is a glue_ops[] row: dst[...] = src[...] with non-temporal stores; src and dst are
  * C-contiguous aligned float32 arrays of the same size (any shapes), not overlapping. */
-static PyObject *py_copy_f32(PyObject *self, PyObject *args) {
-    PyArrayObject *src, *dst;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O&:copy_f32", &PyArray_Type, &src, &PyArray_Type, &dst,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(src, "copy_f32", "src", NPY_FLOAT32, PyArray_NDIM(src), 0) < 0 ||
-        check_array(dst, "copy_f32", "dst", NPY_FLOAT32, PyArray_NDIM(dst), 1) < 0 ||
-        check_threads("copy_f32", n_threads) < 0)
-        return NULL;
+static int check_copy_size(glue_call_t *c) {
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
     if (PyArray_SIZE(src) != PyArray_SIZE(dst)) {
         PyErr_Format(PyExc_ValueError, "copy_f32: dst must have src's size %zd, got %zd",
                      (Py_ssize_t)PyArray_SIZE(src), (Py_ssize_t)PyArray_SIZE(dst));
-        return NULL;
+        return -1;
     }
     if (overlaps(src, dst)) {
         PyErr_SetString(PyExc_ValueError, "copy_f32: dst must not overlap src");
-        return NULL;
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_copy_f32((int64_t)PyArray_SIZE(src), (const float *)PyArray_DATA(src),
-                         (float *)PyArray_DATA(dst), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("copy_f32", status);
-    Py_INCREF(dst);
-    return (PyObject *)dst;
+    return 0;
+}
+static int call_copy_f32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_copy_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
 
 /* peak_s8(reps, n_threads) -> (ops, check): the active path's int8 peak loop, reps iterations on
@@ -1862,6 +1853,12 @@ static const glue_op_t glue_ops[] = {
       G_N("b0"), G_N("b1"), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
      0, 0, check_conv_fold, NULL, call_conv_fold, {0}, 0, {0}},
     /* <<< glue-table conv */
+    /* >>> glue-table limits */
+    {"copy_f32", "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32).",
+     {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
+      G_OUT("dst", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_copy_size, NULL, call_copy_f32, {0}, 1, {1}},
+    /* <<< glue-table limits */
 };
 #define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
 static PyMethodDef glue_defs[GLUE_N_OPS];
@@ -1891,8 +1888,6 @@ static PyMethodDef methods[] = {
      "gemm_s8_batched(a, b, trans_a, trans_b, a_scale, b_scale, bias, out, n_threads) -> out."},
     /* <<< methods gemm */
     /* >>> methods limits */
-    {"copy_f32", py_copy_f32, METH_VARARGS,
-     "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32)."},
     {"peak_s8", py_peak_s8, METH_VARARGS,
      "peak_s8(reps, n_threads) -> (ops, check): the active path's int8 multiply-add peak loop."},
     /* <<< methods limits */
