@@ -5,6 +5,11 @@
  * values), never copies an out= array, releases the GIL exactly around the kernel call, and turns a
  * kernel's DL_E_* status into an exception. Defaults (threads, out=None) are resolved in
  * decentlearn/ops.py, not here.
+ *
+ * Most functions are rows of the table glue_ops[] run by one driver, glue_run (the comment above
+ * it gives the row format and the order of the checks; docs/testing.md has an annotated row): a
+ * new kernel of the usual shape is one table row plus a one-line call thunk. The functions in
+ * methods[] are hand-written because their arguments do not fit a row.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -309,7 +314,8 @@ static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_
  *   1. parse: a PyArg_ParseTuple format built from args[] ("O!" for an array, "i", "n", "f", "O&"
  *      with conv_seed / conv_step / conv_peer0 / conv_threads), so argument-count and type errors
  *      read as in a hand-written function ("topk() argument 1 must be numpy.ndarray, not list");
- *   2. every array: dtype (TypeError), ndim, C-contiguous, aligned, writeable when an output;
+ *   2. every array: dtype (TypeError), ndim, C-contiguous, aligned, writeable when an output
+ *      (G_F32_OR_S8: the first array's dtype if int8, else float32; G_NDIM_ANY: any ndim);
  *   3. R = axis 0 of args[rows_from] and D = axis 1 of args[cols_from] (array slots, counted
  *      among the arrays only); each int scalar with a range: "fn: name must be in [lo, hi], got v";
  *   4. op->check (optional): the op's own scalar checks; it may set ext[0], ext[1] (derived
