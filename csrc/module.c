@@ -311,7 +311,8 @@ static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_
  * Most kernels have the same shape: some (rows, dim) arrays, a few scalars, outputs passed by the
  * caller. Such a kernel is described by one glue_op_t row in glue_ops[] (below) and run by ONE
  * driver, glue_run, which does, in this order:
- *   1. parse: a PyArg_ParseTuple format built from args[] ("O!" for an array, "i", "n", "f", "O&"
+ *   1. parse: a PyArg_ParseTuple format built from args[] ("O!" for an array, "O" for an array
+ *      or None (G_OPT_*: None leaves the slot NULL and skips its checks), "i", "p", "n", "f", "O&"
  *      with conv_seed / conv_step / conv_peer0 / conv_threads), so argument-count and type errors
  *      read as in a hand-written function ("topk() argument 1 must be numpy.ndarray, not list");
  *   2. every array: dtype (TypeError), ndim, C-contiguous, aligned, writeable when an output
@@ -331,7 +332,8 @@ static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_
  * arguments do not fit (CSR matrices, strided or optional operands, results allocated here) keep
  * a hand-written function listed in methods[]. */
 
-enum { G_END = 0, G_ARR, G_INT, G_SSIZE, G_FLOAT, G_SEED, G_STEP, G_PEER0, G_THREADS };
+enum { G_END = 0, G_ARR, G_OPT_ARR, G_INT, G_BOOL, G_SSIZE, G_FLOAT, G_SEED, G_STEP, G_PEER0,
+       G_THREADS };
 enum { X_ANY = 0, X_R, X_D, X_E0, X_E1, X_GE_E0 };   /* a required extent of one array axis */
 enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 };   /* the %d of a status message */
 /* An array dtype that follows the first array: int8 when it is int8, else float32 (the call thunk
@@ -361,7 +363,7 @@ typedef struct {
     int ints[3];
     Py_ssize_t ssz[6];
     int dtype; /* G_F32_OR_S8 resolved */
-    float flt[2];
+    float flt[4];
     unsigned long long seed, step;
     long long peer0;
     int n_threads;
@@ -387,6 +389,10 @@ struct glue_op {
 
 #define G_IN(nm, ty, nd, d0, d1) {G_ARR, nm, ty, nd, 0, {d0, d1}, 0, 0, 0}
 #define G_OUT(nm, ty, nd, d0, d1) {G_ARR, nm, ty, nd, 1, {d0, d1}, 0, 0, 0}
+/* An array or None (then its slot is NULL: no checks, the thunk passes NULL). */
+#define G_OPT_IN(nm, ty, nd, d0, d1) {G_OPT_ARR, nm, ty, nd, 0, {d0, d1}, 0, 0, 0}
+#define G_OPT_OUT(nm, ty, nd, d0, d1) {G_OPT_ARR, nm, ty, nd, 1, {d0, d1}, 0, 0, 0}
+#define G_BOOL_ARG(nm) {G_BOOL, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
 #define G_INT_IN(nm, l, h) {G_INT, nm, 0, 0, 0, {0, 0}, 1, l, h}
 #define G_I(nm) {G_INT, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
 #define G_N(nm) {G_SSIZE, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
@@ -396,6 +402,7 @@ struct glue_op {
 #define G_PEER0_ARG {G_PEER0, "peer0", 0, 0, 0, {0, 0}, 0, 0, 0}
 #define G_THREADS_ARG {G_THREADS, "n_threads", 0, 0, 0, {0, 0}, 0, 0, 0}
 #define G_DATA(c, i) PyArray_DATA((c)->arr[i])
+#define G_DATA_OR_NULL(c, i) ((c)->arr[i] == NULL ? NULL : PyArray_DATA((c)->arr[i]))
 
 static int glue_check_shape(const glue_call_t *c, const glue_arg_t *s, PyArrayObject *a) {
     npy_intp want[2];
@@ -449,7 +456,12 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
             p[np++] = &PyArray_Type, p[np++] = &c.arr[na];
             arr_spec[na++] = s;
             break;
+        case G_OPT_ARR: /* "O" into the slot, checked after parsing */
+            fmt[nf++] = 'O', p[np++] = &c.arr[na];
+            arr_spec[na++] = s;
+            break;
         case G_INT: fmt[nf++] = 'i', p[np++] = &c.ints[ni++]; break;
+        case G_BOOL: fmt[nf++] = 'p', p[np++] = &c.ints[ni++]; break;
         case G_SSIZE: fmt[nf++] = 'n', p[np++] = &c.ssz[nn++]; break;
         case G_FLOAT: fmt[nf++] = 'f', p[np++] = &c.flt[nfl++]; break;
         default: {
@@ -472,10 +484,19 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
                           p[20], p[21], p[22], p[23]))
         return NULL;
     const char *fn = op->name;
+    for (int i = 0; i < na; i++) {
+        if (arr_spec[i]->kind != G_OPT_ARR) continue;
+        PyObject *o = (PyObject *)c.arr[i];
+        if (o == Py_None)
+            c.arr[i] = NULL;
+        else if (!PyArray_Check(o))
+            return PyErr_Format(PyExc_TypeError, "%s: %s must be a numpy array or None", fn,
+                                arr_spec[i]->name);
+    }
     /* 2. arrays */
     c.dtype = na > 0 && PyArray_TYPE(c.arr[0]) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
     for (int i = 0; i < na; i++)
-        if (check_array(c.arr[i], fn, arr_spec[i]->name,
+        if (c.arr[i] != NULL && check_array(c.arr[i], fn, arr_spec[i]->name,
                         arr_spec[i]->dtype == G_F32_OR_S8 ? c.dtype : arr_spec[i]->dtype,
                         arr_spec[i]->ndim == G_NDIM_ANY ? PyArray_NDIM(c.arr[i]) : arr_spec[i]->ndim,
                         arr_spec[i]->out))
@@ -486,7 +507,7 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
     c.dim = PyArray_NDIM(c.arr[op->cols_from]) > 1 ? PyArray_DIM(c.arr[op->cols_from], 1) : 1;
     ni = 0;
     for (const glue_arg_t *s = op->args; s->kind != G_END; s++) {
-        if (s->kind != G_INT) continue;
+        if (s->kind != G_INT && s->kind != G_BOOL) continue;
         const int v = c.ints[ni++];
         if (s->ranged && (v < s->lo || v > s->hi))
             return PyErr_Format(PyExc_ValueError, "%s: %s must be in [%lld, %lld], got %d", fn,
@@ -496,18 +517,18 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
     if (op->check != NULL && op->check(&c)) return NULL;
     if (has_peer0 && check_peer_rows(fn, c.peer0, c.rows)) return NULL;
     for (int i = 0; i < na; i++)
-        if (glue_check_shape(&c, arr_spec[i], c.arr[i])) return NULL;
+        if (c.arr[i] != NULL && glue_check_shape(&c, arr_spec[i], c.arr[i])) return NULL;
     PyArrayObject *ordered[GLUE_MAX_ARRAYS];
     const char *names[GLUE_MAX_ARRAYS];
     int n_out = 0, k = 0;
     for (int pass = 1; pass >= 0; pass--)
         for (int i = 0; i < na; i++)
-            if (arr_spec[i]->out == pass) {
+            if (arr_spec[i]->out == pass && c.arr[i] != NULL) {
                 ordered[k] = c.arr[i], names[k++] = arr_spec[i]->name;
                 n_out += pass;
             }
     for (int i = 0; i < n_out; i++)
-        for (int j = 0; j < na; j++)
+        for (int j = 0; j < k; j++)
             if (j != i && overlaps(ordered[i], ordered[j]))
                 return PyErr_Format(PyExc_ValueError, "%s: %s must not share memory with %s", fn,
                                     names[i], names[j]);
@@ -1527,73 +1548,27 @@ static PyObject *py_nn_dense_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* sgd_step(params, grad, buf|None, lr, momentum, weight_decay, nesterov, frozen|None, n_threads)
- * -> None: one SGD step in place on params (and buf); all (P, dim) C-contiguous float32, frozen
- * (P,) int64 prefix lengths. */
-static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
-    const char *fn = "sgd_step";
-    PyArrayObject *params, *grad;
-    PyObject *buf, *frozen;
-    float lr, mu, wd;
-    int nesterov, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!OfffpOO&:sgd_step", &PyArray_Type, &params, &PyArray_Type,
-                          &grad, &buf, &lr, &mu, &wd, &nesterov, &frozen, conv_threads,
-                          &n_threads))
-        return NULL;
-    if (check_array(params, fn, "params", NPY_FLOAT32, 2, 1) < 0 ||
-        check_array(grad, fn, "grad", NPY_FLOAT32, 2, 0) < 0 || check_threads(fn, n_threads) < 0)
-        return NULL;
-    const npy_intp P = PyArray_DIM(params, 0), D = PyArray_DIM(params, 1);
-    if (check_shape2(grad, fn, "grad", P, D) < 0) return NULL;
-    if (overlaps(params, grad)) {
-        PyErr_Format(PyExc_ValueError, "%s: grad must not overlap params", fn);
-        return NULL;
+/* sgd_step is a glue_ops[] row: one SGD step in place on params (and buf); all (P, dim)
+ * C-contiguous float32, frozen (P,) int64 prefix lengths in [0, dim]; buf needed when momentum != 0. */
+static int post_sgd_step(glue_call_t *c) {
+    if (c->arr[2] == NULL && c->flt[1] != 0.0f) {
+        PyErr_SetString(PyExc_ValueError, "sgd_step: buf is required when momentum != 0");
+        return -1;
     }
-    float *bufp = NULL;
-    if (buf != Py_None) {
-        if (!PyArray_Check(buf)) {
-            PyErr_Format(PyExc_TypeError, "%s: buf must be a numpy array or None", fn);
-            return NULL;
+    const int64_t *fz = G_DATA_OR_NULL(c, 3);
+    for (npy_intp r = 0; fz != NULL && r < c->rows; r++)
+        if (fz[r] < 0 || fz[r] > c->dim) {
+            PyErr_Format(PyExc_ValueError, "sgd_step: frozen must hold prefix lengths in [0, %zd], "
+                         "got %lld", (Py_ssize_t)c->dim, (long long)fz[r]);
+            return -1;
         }
-        PyArrayObject *b = (PyArrayObject *)buf;
-        if (check_array(b, fn, "buf", NPY_FLOAT32, 2, 1) < 0 || check_shape2(b, fn, "buf", P, D) < 0)
-            return NULL;
-        if (overlaps(b, params) || overlaps(b, grad)) {
-            PyErr_Format(PyExc_ValueError, "%s: buf must not overlap params or grad", fn);
-            return NULL;
-        }
-        bufp = (float *)PyArray_DATA(b);
-    } else if (mu != 0.0f) {
-        PyErr_Format(PyExc_ValueError, "%s: buf is required when momentum != 0", fn);
-        return NULL;
-    }
-    const int64_t *fz = NULL;
-    if (frozen != Py_None) {
-        if (!PyArray_Check(frozen)) {
-            PyErr_Format(PyExc_TypeError, "%s: frozen must be a numpy array or None", fn);
-            return NULL;
-        }
-        PyArrayObject *f = (PyArrayObject *)frozen;
-        if (check_array(f, fn, "frozen", NPY_INT64, 1, 0) < 0) return NULL;
-        if (PyArray_DIM(f, 0) != P) {
-            PyErr_Format(PyExc_ValueError, "%s: frozen must have shape (%zd,), got (%zd,)", fn,
-                         (Py_ssize_t)P, (Py_ssize_t)PyArray_DIM(f, 0));
-            return NULL;
-        }
-        fz = (const int64_t *)PyArray_DATA(f);
-        for (npy_intp r = 0; r < P; r++)
-            if (fz[r] < 0 || fz[r] > D) {
-                PyErr_Format(PyExc_ValueError, "%s: frozen must hold prefix lengths in [0, %zd], "
-                             "got %lld", fn, (Py_ssize_t)D, (long long)fz[r]);
-                return NULL;
-            }
-    }
-    Py_BEGIN_ALLOW_THREADS status =
-        dl_optim_sgd_f32(P, D, (float *)PyArray_DATA(params), (const float *)PyArray_DATA(grad),
-                         bufp, lr, mu, wd, nesterov, fz, n_threads);
-    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
-    Py_RETURN_NONE;
+    return 0;
+}
+static int call_sgd_step(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_optim_sgd_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA_OR_NULL(c, 2),
+                            c->flt[0], c->flt[1], c->flt[2], c->ints[0], G_DATA_OR_NULL(c, 3),
+                            c->n_threads);
 }
 /* <<< glue nn */
 
@@ -1865,6 +1840,14 @@ static const glue_op_t glue_ops[] = {
       G_OUT("dst", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_copy_size, NULL, call_copy_f32, {0}, 1, {1}},
     /* <<< glue-table limits */
+    /* >>> glue-table nn */
+    {"sgd_step",
+     "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads).",
+     {G_OUT("params", NPY_FLOAT32, 2, X_R, X_D), G_IN("grad", NPY_FLOAT32, 2, X_R, X_D),
+      G_OPT_OUT("buf", NPY_FLOAT32, 2, X_R, X_D), G_F("lr"), G_F("momentum"), G_F("weight_decay"),
+      G_BOOL_ARG("nesterov"), G_OPT_IN("frozen", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
+     0, 0, NULL, post_sgd_step, call_sgd_step, {0}, 0, {0}},
+    /* <<< glue-table nn */
 };
 #define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
 static PyMethodDef glue_defs[GLUE_N_OPS];
@@ -1903,8 +1886,6 @@ static PyMethodDef methods[] = {
      "nn_dense_forward(x, w, bias, relu, y, n_threads) -> y."},
     {"nn_dense_backward", py_nn_dense_backward, METH_VARARGS,
      "nn_dense_backward(x, w, dy, mask, gw, gb, dx, n_threads) -> None."},
-    {"sgd_step", py_sgd_step, METH_VARARGS,
-     "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads)."},
     /* <<< methods nn */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
