@@ -355,7 +355,7 @@ typedef struct {
 
 typedef struct glue_op glue_op_t;
 
-/* One call's converted arguments, in declaration order per kind. */
+/* One call's converted arguments, in declaration order per kind (the sizes fit the largest row). */
 typedef struct {
     const glue_op_t *op;
     PyObject *args;
@@ -373,7 +373,7 @@ typedef struct {
 struct glue_op {
     const char *name, *doc;
     glue_arg_t args[GLUE_MAX_ARGS]; /* Python argument order, ended by G_END */
-    int rows_from, cols_from;       /* array slots giving R (axis 0) and D (axis 1) */
+    int rows_from, cols_from;       /* array slots (never optional) giving R (axis 0), D (axis 1) */
     int (*check)(glue_call_t *c);   /* optional, -1 with an exception set */
     int (*post)(glue_call_t *c);    /* optional, -1 with an exception set */
     int (*call)(const glue_call_t *c, const dl_dispatch_t *d);
@@ -494,7 +494,8 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
                                 arr_spec[i]->name);
     }
     /* 2. arrays */
-    c.dtype = na > 0 && PyArray_TYPE(c.arr[0]) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
+    c.dtype = na > 0 && c.arr[0] != NULL && PyArray_TYPE(c.arr[0]) == NPY_INT8 ? NPY_INT8
+                                                                          : NPY_FLOAT32;
     for (int i = 0; i < na; i++)
         if (c.arr[i] != NULL && check_array(c.arr[i], fn, arr_spec[i]->name,
                         arr_spec[i]->dtype == G_F32_OR_S8 ? c.dtype : arr_spec[i]->dtype,
