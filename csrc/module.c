@@ -499,7 +499,8 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
     for (int i = 0; i < na; i++)
         if (c.arr[i] != NULL && check_array(c.arr[i], fn, arr_spec[i]->name,
                         arr_spec[i]->dtype == G_F32_OR_S8 ? c.dtype : arr_spec[i]->dtype,
-                        arr_spec[i]->ndim == G_NDIM_ANY ? PyArray_NDIM(c.arr[i]) : arr_spec[i]->ndim,
+                        arr_spec[i]->ndim == G_NDIM_ANY ? PyArray_NDIM(c.arr[i])
+                                                        : arr_spec[i]->ndim,
                         arr_spec[i]->out))
             return NULL;
     if (check_threads(fn, c.n_threads)) return NULL;
@@ -1550,7 +1551,20 @@ static PyObject *py_nn_dense_backward(PyObject *self, PyObject *args) {
 }
 
 /* sgd_step is a glue_ops[] row: one SGD step in place on params (and buf); all (P, dim)
- * C-contiguous float32, frozen (P,) int64 prefix lengths in [0, dim]; buf needed when momentum != 0. */
+ * C-contiguous float32, frozen (P,) int64 prefix lengths in [0, dim]; buf needed when
+ * momentum != 0. */
+static int check_sgd_overlap(glue_call_t *c) { /* before the generic check: its own messages */
+    PyArrayObject *params = c->arr[0], *grad = c->arr[1], *buf = c->arr[2];
+    if (overlaps(params, grad)) {
+        PyErr_SetString(PyExc_ValueError, "sgd_step: grad must not overlap params");
+        return -1;
+    }
+    if (buf != NULL && (overlaps(buf, params) || overlaps(buf, grad))) {
+        PyErr_SetString(PyExc_ValueError, "sgd_step: buf must not overlap params or grad");
+        return -1;
+    }
+    return 0;
+}
 static int post_sgd_step(glue_call_t *c) {
     if (c->arr[2] == NULL && c->flt[1] != 0.0f) {
         PyErr_SetString(PyExc_ValueError, "sgd_step: buf is required when momentum != 0");
@@ -1737,7 +1751,8 @@ static const glue_op_t glue_ops[] = {
      1, {2}},
     /* <<< glue-table natural */
     /* >>> glue-table topk */
-    {"topk", "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
+    {"topk",
+     "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
      {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0),
       G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0), G_THREADS_ARG},
      0, 0, check_topk_k, NULL, call_topk,
@@ -1847,7 +1862,7 @@ static const glue_op_t glue_ops[] = {
      {G_OUT("params", NPY_FLOAT32, 2, X_R, X_D), G_IN("grad", NPY_FLOAT32, 2, X_R, X_D),
       G_OPT_OUT("buf", NPY_FLOAT32, 2, X_R, X_D), G_F("lr"), G_F("momentum"), G_F("weight_decay"),
       G_BOOL_ARG("nesterov"), G_OPT_IN("frozen", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
-     0, 0, NULL, post_sgd_step, call_sgd_step, {0}, 0, {0}},
+     0, 0, check_sgd_overlap, post_sgd_step, call_sgd_step, {0}, 0, {0}},
     /* <<< glue-table nn */
 };
 #define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
