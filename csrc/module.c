@@ -5,6 +5,11 @@
  * values), never copies an out= array, releases the GIL exactly around the kernel call, and turns a
  * kernel's DL_E_* status into an exception. Defaults (threads, out=None) are resolved in
  * decentlearn/ops.py, not here.
+ *
+ * Most functions are rows of the table glue_ops[] run by one driver, glue_run (the comment above
+ * it gives the row format and the order of the checks; docs/testing.md has an annotated row): a
+ * new kernel of the usual shape is one table row plus a one-line call thunk. The functions in
+ * methods[] are hand-written because their arguments do not fit a row.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -302,282 +307,335 @@ static int check_shape2(PyArrayObject *a, const char *fn, const char *name, npy_
     return 0;
 }
 
-/* rng_u32(seed, step, peer0, out, n_threads) -> out: the generator's numbers for each row/index. */
-static PyObject *py_rng_u32(PyObject *self, PyObject *args) {
+/* ---- Table-driven glue ---------------------------------------------------------------------
+ * Most kernels have the same shape: some (rows, dim) arrays, a few scalars, outputs passed by the
+ * caller. Such a kernel is described by one glue_op_t row in glue_ops[] (below) and run by ONE
+ * driver, glue_run, which does, in this order:
+ *   1. parse: a PyArg_ParseTuple format built from args[] ("O!" for an array, "O" for an array
+ *      or None (G_OPT_*: None leaves the slot NULL and skips its checks), "i", "p", "n", "f", "O&"
+ *      with conv_seed / conv_step / conv_peer0 / conv_threads), so argument-count and type errors
+ *      read as in a hand-written function ("topk() argument 1 must be numpy.ndarray, not list");
+ *   2. every array: dtype (TypeError), ndim, C-contiguous, aligned, writeable when an output
+ *      (G_F32_OR_S8: the first array's dtype if int8, else float32; G_NDIM_ANY: any ndim);
+ *   3. R = axis 0 of args[rows_from] and D = axis 1 of args[cols_from] (array slots, counted
+ *      among the arrays only); each int scalar with a range: "fn: name must be in [lo, hi], got v";
+ *   4. op->check (optional): the op's own scalar checks; it may set ext[0], ext[1] (derived
+ *      extents such as packed row bytes);
+ *   5. with a peer0 argument: peer0 + R - 1 <= 2**63 - 1;
+ *   6. each array's shape, axis by axis: X_R, X_D, X_E0, X_E1 (== ext[i]), X_GE_E0 (>= ext[0]);
+ *   7. every output shares no memory with any other array (outputs, then inputs, in order);
+ *   8. op->post (optional): checks that read array contents (after the shapes are known);
+ *   9. op->call without the GIL (the dispatch table is read with the GIL held);
+ *  10. status: op->err.status gets op->err's message, others go to raise_status;
+ *  11. return: None, the array slot ret[0], or a tuple of slots ret[0], ret[1].
+ * Adding a kernel of this shape is one row in glue_ops[] plus a one-line call thunk. Kernels whose
+ * arguments do not fit (CSR matrices, strided or optional operands, results allocated here) keep
+ * a hand-written function listed in methods[]. */
+
+enum { G_END = 0, G_ARR, G_OPT_ARR, G_INT, G_BOOL, G_SSIZE, G_FLOAT, G_SEED, G_STEP, G_PEER0,
+       G_THREADS };
+enum { X_ANY = 0, X_R, X_D, X_E0, X_E1, X_GE_E0 };   /* a required extent of one array axis */
+enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 };   /* the %d of a status message */
+/* An array dtype that follows the first array: int8 when it is int8, else float32 (the call thunk
+ * picks the kernel of c->dtype). */
+#define G_F32_OR_S8 (-1)
+#define G_NDIM_ANY (-1) /* an array of any number of dimensions (op->check relates the shapes) */
+#define GLUE_MAX_ARGS 12
+#define GLUE_MAX_ARRAYS 6
+
+typedef struct {
+    int kind;               /* G_* */
+    const char *name;       /* arrays and ranged ints: the name in messages */
+    int dtype, ndim, out;   /* arrays: NPY_* type (or G_F32_OR_S8), dimensions, written by the
+                               kernel */
+    int dims[2];            /* arrays: X_* for axes 0 and 1 (further axes: op->check) */
+    int ranged;             /* G_INT: check lo <= v <= hi */
+    long long lo, hi;
+} glue_arg_t;
+
+typedef struct glue_op glue_op_t;
+
+/* One call's converted arguments, in declaration order per kind (the sizes fit the largest row). */
+typedef struct {
+    const glue_op_t *op;
+    PyObject *args;
+    PyArrayObject *arr[GLUE_MAX_ARRAYS];
+    int ints[3];
+    Py_ssize_t ssz[6];
+    int dtype; /* G_F32_OR_S8 resolved */
+    float flt[4];
     unsigned long long seed, step;
     long long peer0;
-    PyArrayObject *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O&O&O&O!O&:rng_u32", conv_seed, &seed, conv_step, &step,
-                          conv_peer0, &peer0, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(out, "rng_u32", "out", NPY_UINT32, 2, 1) || check_threads("rng_u32", n_threads))
-        return NULL;
-    if (check_peer_rows("rng_u32", peer0, PyArray_DIM(out, 0))) return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_rng_fill_u32(PyArray_DIM(out, 0), PyArray_DIM(out, 1), seed, step, peer0,
-                             PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("rng_u32", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+    int n_threads;
+    npy_intp rows, dim, ext[2];
+} glue_call_t;
+
+struct glue_op {
+    const char *name, *doc;
+    glue_arg_t args[GLUE_MAX_ARGS]; /* Python argument order, ended by G_END */
+    int rows_from, cols_from;       /* array slots (never optional) giving R (axis 0), D (axis 1) */
+    int (*check)(glue_call_t *c);   /* optional, -1 with an exception set */
+    int (*post)(glue_call_t *c);    /* optional, -1 with an exception set */
+    int (*call)(const glue_call_t *c, const dl_dispatch_t *d);
+    struct {
+        int status;       /* 0: none */
+        PyObject **exc;   /* &PyExc_ValueError or &NonFiniteError */
+        const char *fmt;  /* "%s: ... %d": the function name, then the value picked by `arg` */
+        int arg;          /* E_* */
+    } err;
+    int n_ret;               /* 0: None, 1: the array, 2: a tuple */
+    signed char ret[2];      /* array slots returned */
+};
+
+#define G_IN(nm, ty, nd, d0, d1) {G_ARR, nm, ty, nd, 0, {d0, d1}, 0, 0, 0}
+#define G_OUT(nm, ty, nd, d0, d1) {G_ARR, nm, ty, nd, 1, {d0, d1}, 0, 0, 0}
+/* An array or None (then its slot is NULL: no checks, the thunk passes NULL). */
+#define G_OPT_IN(nm, ty, nd, d0, d1) {G_OPT_ARR, nm, ty, nd, 0, {d0, d1}, 0, 0, 0}
+#define G_OPT_OUT(nm, ty, nd, d0, d1) {G_OPT_ARR, nm, ty, nd, 1, {d0, d1}, 0, 0, 0}
+#define G_BOOL_ARG(nm) {G_BOOL, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_INT_IN(nm, l, h) {G_INT, nm, 0, 0, 0, {0, 0}, 1, l, h}
+#define G_I(nm) {G_INT, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_N(nm) {G_SSIZE, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_F(nm) {G_FLOAT, nm, 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_SEED_ARG {G_SEED, "seed", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_STEP_ARG {G_STEP, "step", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_PEER0_ARG {G_PEER0, "peer0", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_THREADS_ARG {G_THREADS, "n_threads", 0, 0, 0, {0, 0}, 0, 0, 0}
+#define G_DATA(c, i) PyArray_DATA((c)->arr[i])
+#define G_DATA_OR_NULL(c, i) ((c)->arr[i] == NULL ? NULL : PyArray_DATA((c)->arr[i]))
+
+static int glue_check_shape(const glue_call_t *c, const glue_arg_t *s, PyArrayObject *a) {
+    npy_intp want[2];
+    int ge = 0, bad = 0;
+    if (s->ndim > 2 || s->ndim == G_NDIM_ANY) return 0; /* checked by op->check */
+    for (int d = 0; d < s->ndim; d++) {
+        switch (s->dims[d]) {
+        case X_R: want[d] = c->rows; break;
+        case X_D: want[d] = c->dim; break;
+        case X_E0: want[d] = c->ext[0]; break;
+        case X_E1: want[d] = c->ext[1]; break;
+        case X_GE_E0: want[d] = c->ext[0], ge = 1; break;
+        default: want[d] = PyArray_DIM(a, d); break;
+        }
+        if (s->dims[d] == X_GE_E0 ? PyArray_DIM(a, d) < want[d] : PyArray_DIM(a, d) != want[d])
+            bad = 1;
+    }
+    if (!bad) return 0;
+    const char *fn = c->op->name;
+    if (s->ndim == 1)
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd,), got (%zd,)", fn, s->name,
+                     (Py_ssize_t)want[0], (Py_ssize_t)PyArray_DIM(a, 0));
+    else if (ge)
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, >= %lld), got (%zd, %zd)", fn,
+                     s->name, (Py_ssize_t)want[0], (long long)want[1],
+                     (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)PyArray_DIM(a, 1));
+    else
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, %zd), got (%zd, %zd)", fn,
+                     s->name, (Py_ssize_t)want[0], (Py_ssize_t)want[1],
+                     (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)PyArray_DIM(a, 1));
+    return -1;
 }
 
-/* bitpack(codes (r, d) uint8, bits, out (r, row_bytes) uint8, n_threads) -> out */
-static PyObject *py_bitpack(PyObject *self, PyObject *args) {
-    PyArrayObject *codes, *out;
-    int bits, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!O&:bitpack", &PyArray_Type, &codes, &bits, &PyArray_Type,
-                          &out, conv_threads, &n_threads))
+/* The one driver of every glue_ops[] row; self is a capsule holding the row. */
+static PyObject *glue_run(PyObject *self, PyObject *args) {
+    const glue_op_t *op = PyCapsule_GetPointer(self, "decentlearn._core.glue_op");
+    if (op == NULL) return NULL;
+    glue_call_t c;
+    memset(&c, 0, sizeof c);
+    c.op = op, c.args = args;
+    const glue_arg_t *arr_spec[GLUE_MAX_ARRAYS];
+    /* 1. parse with a format built from the table; unused trailing pointers are ignored. */
+    char fmt[3 * GLUE_MAX_ARGS + 64];
+    void *p[2 * GLUE_MAX_ARGS];
+    int nf = 0, np = 0, na = 0, ni = 0, nn = 0, nfl = 0, has_peer0 = 0;
+    memset(p, 0, sizeof p);
+    for (const glue_arg_t *s = op->args; s->kind != G_END; s++) {
+        switch (s->kind) {
+        case G_ARR:
+            fmt[nf++] = 'O', fmt[nf++] = '!';
+            p[np++] = &PyArray_Type, p[np++] = &c.arr[na];
+            arr_spec[na++] = s;
+            break;
+        case G_OPT_ARR: /* "O" into the slot, checked after parsing */
+            fmt[nf++] = 'O', p[np++] = &c.arr[na];
+            arr_spec[na++] = s;
+            break;
+        case G_INT: fmt[nf++] = 'i', p[np++] = &c.ints[ni++]; break;
+        case G_BOOL: fmt[nf++] = 'p', p[np++] = &c.ints[ni++]; break;
+        case G_SSIZE: fmt[nf++] = 'n', p[np++] = &c.ssz[nn++]; break;
+        case G_FLOAT: fmt[nf++] = 'f', p[np++] = &c.flt[nfl++]; break;
+        default: {
+            void *conv = s->kind == G_SEED    ? (void *)conv_seed
+                         : s->kind == G_STEP  ? (void *)conv_step
+                         : s->kind == G_PEER0 ? (void *)conv_peer0
+                                              : (void *)conv_threads;
+            void *dst = s->kind == G_SEED    ? (void *)&c.seed
+                        : s->kind == G_STEP  ? (void *)&c.step
+                        : s->kind == G_PEER0 ? (void *)&c.peer0
+                                             : (void *)&c.n_threads;
+            has_peer0 |= s->kind == G_PEER0;
+            fmt[nf++] = 'O', fmt[nf++] = '&', p[np++] = conv, p[np++] = dst;
+        }
+        }
+    }
+    snprintf(fmt + nf, sizeof fmt - nf, ":%s", op->name);
+    if (!PyArg_ParseTuple(args, fmt, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+                          p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18], p[19],
+                          p[20], p[21], p[22], p[23]))
         return NULL;
-    if (check_array(codes, "bitpack", "codes", NPY_UINT8, 2, 0) ||
-        check_array(out, "bitpack", "out", NPY_UINT8, 2, 1) || check_threads("bitpack", n_threads))
-        return NULL;
-    if (bits < 1 || bits > 8)
-        return PyErr_Format(PyExc_ValueError, "bitpack: bits must be in [1, 8], got %d", bits);
-    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (check_shape2(out, "bitpack", "out", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bitpack", 1, 2, out, "out", codes, "codes"))
-        return NULL;
+    const char *fn = op->name;
+    for (int i = 0; i < na; i++) {
+        if (arr_spec[i]->kind != G_OPT_ARR) continue;
+        PyObject *o = (PyObject *)c.arr[i];
+        if (o == Py_None)
+            c.arr[i] = NULL;
+        else if (!PyArray_Check(o))
+            return PyErr_Format(PyExc_TypeError, "%s: %s must be a numpy array or None", fn,
+                                arr_spec[i]->name);
+    }
+    /* 2. arrays */
+    c.dtype = na > 0 && c.arr[0] != NULL && PyArray_TYPE(c.arr[0]) == NPY_INT8 ? NPY_INT8
+                                                                          : NPY_FLOAT32;
+    for (int i = 0; i < na; i++)
+        if (c.arr[i] != NULL && check_array(c.arr[i], fn, arr_spec[i]->name,
+                        arr_spec[i]->dtype == G_F32_OR_S8 ? c.dtype : arr_spec[i]->dtype,
+                        arr_spec[i]->ndim == G_NDIM_ANY ? PyArray_NDIM(c.arr[i])
+                                                        : arr_spec[i]->ndim,
+                        arr_spec[i]->out))
+            return NULL;
+    if (check_threads(fn, c.n_threads)) return NULL;
+    /* 3. R, D and ranged ints */
+    c.rows = PyArray_NDIM(c.arr[op->rows_from]) > 0 ? PyArray_DIM(c.arr[op->rows_from], 0) : 1;
+    c.dim = PyArray_NDIM(c.arr[op->cols_from]) > 1 ? PyArray_DIM(c.arr[op->cols_from], 1) : 1;
+    ni = 0;
+    for (const glue_arg_t *s = op->args; s->kind != G_END; s++) {
+        if (s->kind != G_INT && s->kind != G_BOOL) continue;
+        const int v = c.ints[ni++];
+        if (s->ranged && (v < s->lo || v > s->hi))
+            return PyErr_Format(PyExc_ValueError, "%s: %s must be in [%lld, %lld], got %d", fn,
+                                s->name, s->lo, s->hi, v);
+    }
+    /* 4. - 8. */
+    if (op->check != NULL && op->check(&c)) return NULL;
+    if (has_peer0 && check_peer_rows(fn, c.peer0, c.rows)) return NULL;
+    for (int i = 0; i < na; i++)
+        if (c.arr[i] != NULL && glue_check_shape(&c, arr_spec[i], c.arr[i])) return NULL;
+    PyArrayObject *ordered[GLUE_MAX_ARRAYS];
+    const char *names[GLUE_MAX_ARRAYS];
+    int n_out = 0, k = 0;
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = 0; i < na; i++)
+            if (arr_spec[i]->out == pass && c.arr[i] != NULL) {
+                ordered[k] = c.arr[i], names[k++] = arr_spec[i]->name;
+                n_out += pass;
+            }
+    for (int i = 0; i < n_out; i++)
+        for (int j = 0; j < k; j++)
+            if (j != i && overlaps(ordered[i], ordered[j]))
+                return PyErr_Format(PyExc_ValueError, "%s: %s must not share memory with %s", fn,
+                                    names[i], names[j]);
+    if (op->post != NULL && op->post(&c)) return NULL;
+    /* 9. - 10. */
+    const dl_dispatch_t *d = dl_dispatch();
+    int status;
     Py_BEGIN_ALLOW_THREADS;
-    status = dl_bitpack_u8(rows, dim, bits, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
+    status = op->call(&c, d);
     Py_END_ALLOW_THREADS;
-    if (status == DL_E_RANGE)
-        return PyErr_Format(PyExc_ValueError, "bitpack: every code must be < 2**bits = %d",
-                            1 << bits);
-    if (status != DL_OK) return raise_status("bitpack", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+    if (status != DL_OK && status == op->err.status) {
+        const int i0 = c.ints[0];
+        const int v = op->err.arg == E_I0         ? i0
+                      : op->err.arg == E_POW2_I0  ? 1 << i0
+                      : op->err.arg == E_POW2M1_I0 ? (1 << i0) - 1
+                                                  : 0;
+        return PyErr_Format(*op->err.exc, op->err.fmt, fn, v);
+    }
+    if (status != DL_OK) return raise_status(fn, status);
+    /* 11. */
+    if (op->n_ret == 0) Py_RETURN_NONE;
+    if (op->n_ret == 1) return Py_NewRef((PyObject *)c.arr[op->ret[0]]);
+    return Py_BuildValue("(OO)", c.arr[op->ret[0]], c.arr[op->ret[1]]);
 }
 
-/* bitunpack(packed (r, row_bytes) uint8, bits, out (r, d) uint8, n_threads) -> out */
-static PyObject *py_bitunpack(PyObject *self, PyObject *args) {
-    PyArrayObject *packed, *out;
-    int bits, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO!O&:bitunpack", &PyArray_Type, &packed, &bits, &PyArray_Type,
-                          &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(packed, "bitunpack", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "bitunpack", "out", NPY_UINT8, 2, 1) ||
-        check_threads("bitunpack", n_threads))
-        return NULL;
-    if (bits < 1 || bits > 8)
-        return PyErr_Format(PyExc_ValueError, "bitunpack: bits must be in [1, 8], got %d", bits);
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (check_shape2(packed, "bitunpack", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bitunpack", 1, 2, out, "out", packed, "packed"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_bitunpack_u8(rows, dim, bits, PyArray_DATA(packed), PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("bitunpack", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+/* ---- glue_ops[] rows: call thunks (run without the GIL) and per-op checks ---- */
+
+/* >>> glue rng */
+static int call_rng_u32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, G_DATA(c, 0), c->n_threads);
 }
+static int ext_rowbytes_i0(glue_call_t *c) { /* packed rows of D codes of ints[0] bits */
+    c->ext[0] = dl_bitpack_row_bytes(c->dim, c->ints[0]);
+    return 0;
+}
+static int call_bitpack(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_bitpack_u8(c->rows, c->dim, c->ints[0], G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
+static int call_bitunpack(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_bitunpack_u8(c->rows, c->dim, c->ints[0], G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
+/* <<< glue rng */
 
 /* >>> glue natural */
-/* natural_encode(x (r, d) float32, seed, step, peer0, out (r, d) uint8, n_threads) -> out */
-static PyObject *py_natural_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *out;
-    unsigned long long seed, step;
-    long long peer0;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O&:natural_encode", &PyArray_Type, &x, conv_seed, &seed,
-                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out, conv_threads,
-                          &n_threads))
-        return NULL;
-    if (check_array(x, "natural_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(out, "natural_encode", "out", NPY_UINT8, 2, 1) ||
-        check_threads("natural_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_shape2(out, "natural_encode", "out", rows, dim)) return NULL;
-    if (check_peer_rows("natural_encode", peer0, PyArray_DIM(x, 0))) return NULL;
-    if (check_disjoint("natural_encode", 1, 2, out, "out", x, "x")) return NULL;
-    dl_natural_encode_f32_fn fn = dl_dispatch()->natural_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("natural_encode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_natural_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_encode_f32(c->rows, c->dim, G_DATA(c, 0), c->seed, c->step, c->peer0,
+                                 G_DATA(c, 1), c->n_threads);
 }
-
-/* natural_decode(codes (r, d) uint8, out (r, d) float32, n_threads) -> out */
-static PyObject *py_natural_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *codes, *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O&:natural_decode", &PyArray_Type, &codes, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(codes, "natural_decode", "codes", NPY_UINT8, 2, 0) ||
-        check_array(out, "natural_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("natural_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (check_shape2(out, "natural_decode", "out", rows, dim)) return NULL;
-    if (check_disjoint("natural_decode", 1, 2, out, "out", codes, "codes")) return NULL;
-    dl_natural_decode_f32_fn fn = dl_dispatch()->natural_decode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(codes), PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("natural_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_natural_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
-
-/* dither_encode(x (r, d) float32, s, p, seed, step, peer0, norms (r,) float32, codes (r, d) uint8,
- * n_threads) -> (norms, codes) */
-static PyObject *py_dither_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *norms, *codes;
-    unsigned long long seed, step;
-    long long peer0;
-    int s, n_threads, status;
-    float p;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!ifO&O&O&O!O!O&:dither_encode", &PyArray_Type, &x, &s, &p,
-                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
-                          &norms, &PyArray_Type, &codes, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "dither_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(norms, "dither_encode", "norms", NPY_FLOAT32, 1, 1) ||
-        check_array(codes, "dither_encode", "codes", NPY_UINT8, 2, 1) ||
-        check_threads("dither_encode", n_threads))
-        return NULL;
-    if (s < 1 || s > 31)
-        return PyErr_Format(PyExc_ValueError, "dither_encode: s must be in [1, 31], got %d", s);
-    if (!(p == 1.0f || p == 2.0f || (p > 3.4e38f && p == p)))
-        return PyErr_Format(PyExc_ValueError, "dither_encode: p must be 1, 2 or inf, got %R",
-                            PyTuple_GET_ITEM(args, 2));
-    if (check_peer_rows("dither_encode", peer0, PyArray_DIM(x, 0))) return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (PyArray_DIM(norms, 0) != rows)
-        return PyErr_Format(PyExc_ValueError, "dither_encode: norms must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
-    if (check_shape2(codes, "dither_encode", "codes", rows, dim)) return NULL;
-    if (check_disjoint("dither_encode", 2, 3, norms, "norms", codes, "codes", x, "x"))
-        return NULL;
-    dl_natural_dither_encode_f32_fn fn = dl_dispatch()->natural_dither_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), s, p, seed, step, peer0, PyArray_DATA(norms),
-                PyArray_DATA(codes), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("dither_encode", status);
-    return Py_BuildValue("(OO)", norms, codes);
+static int check_dither_p(glue_call_t *c) {
+    const float p = c->flt[0];
+    if (!(p == 1.0f || p == 2.0f || (p > 3.4e38f && p == p))) {
+        PyErr_Format(PyExc_ValueError, "dither_encode: p must be 1, 2 or inf, got %R",
+                     PyTuple_GET_ITEM(c->args, 2));
+        return -1;
+    }
+    return 0;
 }
-
-/* dither_decode(norms (r,) float32, codes (r, d) uint8, s, out (r, d) float32, n_threads) -> out */
-static PyObject *py_dither_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *norms, *codes, *out;
-    int s, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!O&:dither_decode", &PyArray_Type, &norms, &PyArray_Type,
-                          &codes, &s, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(norms, "dither_decode", "norms", NPY_FLOAT32, 1, 0) ||
-        check_array(codes, "dither_decode", "codes", NPY_UINT8, 2, 0) ||
-        check_array(out, "dither_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("dither_decode", n_threads))
-        return NULL;
-    if (s < 1 || s > 31)
-        return PyErr_Format(PyExc_ValueError, "dither_decode: s must be in [1, 31], got %d", s);
-    const npy_intp rows = PyArray_DIM(codes, 0), dim = PyArray_DIM(codes, 1);
-    if (PyArray_DIM(norms, 0) != rows)
-        return PyErr_Format(PyExc_ValueError, "dither_decode: norms must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(norms, 0));
-    if (check_shape2(out, "dither_decode", "out", rows, dim)) return NULL;
-    if (check_disjoint("dither_decode", 1, 3, out, "out", norms, "norms", codes, "codes"))
-        return NULL;
-    dl_natural_dither_decode_f32_fn fn = dl_dispatch()->natural_dither_decode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(norms), PyArray_DATA(codes), s, PyArray_DATA(out),
-                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "dither_decode: malformed encoded data (norms must be finite and "
-                            ">= 0, code levels (code >> 1) <= s=%d)", s);
-    if (status != DL_OK) return raise_status("dither_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_dither_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_dither_encode_f32(c->rows, c->dim, G_DATA(c, 0), c->ints[0], c->flt[0],
+                                        c->seed, c->step, c->peer0, G_DATA(c, 1), G_DATA(c, 2),
+                                        c->n_threads);
+}
+static int call_dither_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->natural_dither_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), c->ints[0],
+                                        G_DATA(c, 2), c->n_threads);
 }
 /* <<< glue natural */
 
-/* >>> glue topk */
-/* Checks topk/randk arguments: x (n, dim) float32, 0 <= k <= dim < 2^31, out_idx int32 and
- * out_val float32 of shape (n, k), none overlapping. */
-static int tk_check_args(const char *fn, PyArrayObject *x, Py_ssize_t k, PyArrayObject *out_idx,
-                         PyArrayObject *out_val, int n_threads) {
-    if (check_array(x, fn, "x", NPY_FLOAT32, 2, 0) ||
-        check_array(out_idx, fn, "out_idx", NPY_INT32, 2, 1) ||
-        check_array(out_val, fn, "out_val", NPY_FLOAT32, 2, 1) || check_threads(fn, n_threads))
-        return -1;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (dim > INT32_MAX) {
+
+/* >>> glue topk (table rows: topk, randk) */
+/* x rows shorter than 2^31 (int32 indices) and 0 <= k <= dim; out_idx / out_val are (R, k). */
+static int check_topk_k(glue_call_t *c) {
+    const char *fn = c->op->name;
+    const Py_ssize_t k = c->ssz[0];
+    if (c->dim > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: x rows must be shorter than 2^31, got dim=%zd", fn,
-                     (Py_ssize_t)dim);
+                     (Py_ssize_t)c->dim);
         return -1;
     }
-    if (k < 0 || k > dim) {
+    if (k < 0 || k > c->dim) {
         PyErr_Format(PyExc_ValueError, "%s: k must be in [0, dim=%zd], got %zd", fn,
-                     (Py_ssize_t)dim, k);
+                     (Py_ssize_t)c->dim, k);
         return -1;
     }
-    if (check_shape2(out_idx, fn, "out_idx", rows, k) ||
-        check_shape2(out_val, fn, "out_val", rows, k))
-        return -1;
-    if (check_disjoint(fn, 2, 3, out_idx, "out_idx", out_val, "out_val", x, "x")) return -1;
+    c->ext[0] = k;
     return 0;
 }
-
-/* topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): per row, the k largest |x|. */
-static PyObject *py_topk(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *out_idx, *out_val;
-    Py_ssize_t k;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!nO!O!O&:topk", &PyArray_Type, &x, &k, &PyArray_Type, &out_idx,
-                          &PyArray_Type, &out_val, conv_threads, &n_threads))
-        return NULL;
-    if (tk_check_args("topk", x, k, out_idx, out_val, n_threads)) return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_topk_exact_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x),
-                               PyArray_DATA(out_idx), PyArray_DATA(out_val), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_NONFINITE)
-        return PyErr_Format(NonFiniteError, "topk: x must not contain NaN");
-    if (status != DL_OK) return raise_status("topk", status);
-    return Py_BuildValue("(OO)", out_idx, out_val);
+static int call_topk(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_topk_exact_f32(c->rows, c->dim, c->ssz[0], G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                             c->n_threads);
+}
+static int call_randk(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_topk_random_f32(c->rows, c->dim, c->ssz[0], G_DATA(c, 0), c->seed, c->step, c->peer0,
+                              G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
 
-/* randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val). */
-static PyObject *py_randk(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *out_idx, *out_val;
-    Py_ssize_t k;
-    unsigned long long seed, step;
-    long long peer0;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!nO&O&O&O!O!O&:randk", &PyArray_Type, &x, &k, conv_seed, &seed,
-                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &out_idx,
-                          &PyArray_Type, &out_val, conv_threads, &n_threads))
-        return NULL;
-    if (tk_check_args("randk", x, k, out_idx, out_val, n_threads)) return NULL;
-    if (check_peer_rows("randk", peer0, PyArray_DIM(x, 0))) return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_topk_random_f32(PyArray_DIM(x, 0), PyArray_DIM(x, 1), k, PyArray_DATA(x), seed,
-                                step, peer0, PyArray_DATA(out_idx), PyArray_DATA(out_val),
-                                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("randk", status);
-    return Py_BuildValue("(OO)", out_idx, out_val);
-}
-
+/* threshold stays hand-written: it counts, allocates the results, then fills them. */
 /* threshold(x, v, n_threads) -> (counts int64 (n,), idx int32 (sum,), val float32 (sum,)). */
 static PyObject *py_threshold(PyObject *self, PyObject *args) {
     PyArrayObject *x, *counts = NULL, *idx = NULL, *val = NULL;
@@ -645,127 +703,46 @@ done:
 }
 /* <<< glue topk */
 
-/* >>> glue stc */
-/* Checks the Golomb coder's sizes; sets ValueError and returns -1 when out of range. */
-static int check_golomb_args(const char *fn, npy_intp k, Py_ssize_t dim, int b) {
-    if (dim < k || dim > INT32_MAX) {
+/* >>> glue stc (table rows: golomb_encode, golomb_decode); D is k, ssz[0] the row length dim */
+static int check_golomb_dim(glue_call_t *c) {
+    const Py_ssize_t dim = c->ssz[0];
+    if (dim < c->dim || dim > INT32_MAX) {
         PyErr_Format(PyExc_ValueError,
-                     "%s: dim must be in [k, 2**31 - 1] = [%zd, 2147483647], got %zd", fn,
-                     (Py_ssize_t)k, dim);
+                     "%s: dim must be in [k, 2**31 - 1] = [%zd, 2147483647], got %zd", c->op->name,
+                     (Py_ssize_t)c->dim, dim);
         return -1;
     }
-    if (b < 0 || b > DL_STC_MAX_B) {
-        PyErr_Format(PyExc_ValueError, "%s: b must be in [0, %d], got %d", fn, DL_STC_MAX_B, b);
-        return -1;
-    }
+    c->ext[0] = (dl_stc_golomb_max_bits(c->dim, dim, c->ints[0]) + 7) / 8; /* data row bytes */
     return 0;
 }
-
-/* golomb_encode(positions (r, k) int32, negative (r, k) uint8, dim, b, data (r, w) uint8,
- *               nbits (r,) int64, n_threads) -> None */
-static PyObject *py_golomb_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *positions, *negative, *data, *nbits;
-    Py_ssize_t dim;
-    int b, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!niO!O!O&:golomb_encode", &PyArray_Type, &positions,
-                          &PyArray_Type, &negative, &dim, &b, &PyArray_Type, &data, &PyArray_Type,
-                          &nbits, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(positions, "golomb_encode", "positions", NPY_INT32, 2, 0) ||
-        check_array(negative, "golomb_encode", "negative", NPY_UINT8, 2, 0) ||
-        check_array(data, "golomb_encode", "data", NPY_UINT8, 2, 1) ||
-        check_array(nbits, "golomb_encode", "nbits", NPY_INT64, 1, 1) ||
-        check_threads("golomb_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(positions, 0), k = PyArray_DIM(positions, 1);
-    if (check_golomb_args("golomb_encode", k, dim, b) ||
-        check_shape2(negative, "golomb_encode", "negative", rows, k))
-        return NULL;
-    const int64_t need = (dl_stc_golomb_max_bits(k, dim, b) + 7) / 8;
-    if (PyArray_DIM(data, 0) != rows || PyArray_DIM(data, 1) < need)
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_encode: data must have shape (%zd, >= %lld), got (%zd, %zd)",
-                            (Py_ssize_t)rows, (long long)need, (Py_ssize_t)PyArray_DIM(data, 0),
-                            (Py_ssize_t)PyArray_DIM(data, 1));
-    if (PyArray_DIM(nbits, 0) != rows)
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_encode: nbits must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
-    if (check_disjoint("golomb_encode", 2, 4, data, "data", nbits, "nbits", positions,
-                       "positions", negative, "negative"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_stc_golomb_encode(rows, k, dim, b, PyArray_DATA(positions), PyArray_DATA(negative),
-                                  PyArray_DATA(data), PyArray_DIM(data, 1), PyArray_DATA(nbits),
-                                  n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_ARG)
-        return PyErr_Format(PyExc_ValueError, "golomb_encode: positions must be strictly "
-                                              "increasing within each row and lie in [0, dim)");
-    if (status != DL_OK) return raise_status("golomb_encode", status);
-    Py_RETURN_NONE;
+static int call_golomb_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_stc_golomb_encode(c->rows, c->dim, c->ssz[0], c->ints[0], G_DATA(c, 0), G_DATA(c, 1),
+                                G_DATA(c, 2), PyArray_DIM(c->arr[2], 1), G_DATA(c, 3),
+                                c->n_threads);
 }
-
-/* golomb_decode(data (r, w) uint8, nbits (r,) int64, dim, b, positions (r, k) int32,
- *               negative (r, k) uint8, n_threads) -> None; data is untrusted. */
-static PyObject *py_golomb_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *data, *nbits, *positions, *negative;
-    Py_ssize_t dim;
-    int b, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!niO!O!O&:golomb_decode", &PyArray_Type, &data, &PyArray_Type,
-                          &nbits, &dim, &b, &PyArray_Type, &positions, &PyArray_Type, &negative,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(data, "golomb_decode", "data", NPY_UINT8, 2, 0) ||
-        check_array(nbits, "golomb_decode", "nbits", NPY_INT64, 1, 0) ||
-        check_array(positions, "golomb_decode", "positions", NPY_INT32, 2, 1) ||
-        check_array(negative, "golomb_decode", "negative", NPY_UINT8, 2, 1) ||
-        check_threads("golomb_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(data, 0), k = PyArray_DIM(positions, 1);
-    if (check_golomb_args("golomb_decode", k, dim, b) ||
-        check_shape2(positions, "golomb_decode", "positions", rows, k) ||
-        check_shape2(negative, "golomb_decode", "negative", rows, k))
-        return NULL;
-    if (PyArray_DIM(nbits, 0) != rows)
-        return PyErr_Format(PyExc_ValueError,
-                            "golomb_decode: nbits must have shape (%zd,), got (%zd,)",
-                            (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(nbits, 0));
-    if (check_disjoint("golomb_decode", 2, 4, positions, "positions", negative, "negative", data,
-                       "data", nbits, "nbits"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_stc_golomb_decode(rows, k, dim, b, PyArray_DATA(data), PyArray_DIM(data, 1),
-                                  PyArray_DATA(nbits), PyArray_DATA(positions),
-                                  PyArray_DATA(negative), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("golomb_decode", status);
-    Py_RETURN_NONE;
+static int call_golomb_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_stc_golomb_decode(c->rows, c->dim, c->ssz[0], c->ints[0], G_DATA(c, 0),
+                                PyArray_DIM(c->arr[0], 1), G_DATA(c, 1), G_DATA(c, 2),
+                                G_DATA(c, 3), c->n_threads);
 }
 /* <<< glue stc */
 
-/* >>> glue quant */
-/* Checks a 1-D array has exactly n entries. */
-static int q_check_len(PyArrayObject *a, const char *fn, const char *name, npy_intp n) {
-    if (PyArray_DIM(a, 0) != n) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd,), got (%zd,)", fn, name,
-                     (Py_ssize_t)n, (Py_ssize_t)PyArray_DIM(a, 0));
-        return -1;
-    }
+/* >>> glue quant (table rows: qsgd_*, bucket_*, sign_*, int8_*) */
+static int ext_rowbytes_qsgd(glue_call_t *c) { /* packed rows of D levels */
+    c->ext[0] = dl_bitpack_row_bytes(c->dim, dl_qsgd_bits(c->ints[0]));
     return 0;
 }
-
-static int q_check_levels(const char *fn, int levels) {
-    if (levels < 1 || levels > 127) {
-        PyErr_Format(PyExc_ValueError, "%s: levels must be in [1, 127], got %d", fn, levels);
-        return -1;
-    }
+static int ext_rowbytes_1(glue_call_t *c) { /* packed rows of D signs */
+    c->ext[0] = dl_bitpack_row_bytes(c->dim, 1);
     return 0;
 }
-
-static int q_check_bucket(const char *fn, int bits, Py_ssize_t bucket, npy_intp dim) {
+/* bits 4 or 8, bucket in [1, 2**24], dim <= 2**32; ext = (buckets per row, packed row bytes). */
+static int check_bucket(glue_call_t *c) {
+    const char *fn = c->op->name;
+    const int bits = c->ints[0];
+    const Py_ssize_t bucket = c->ssz[0];
     if (bits != 4 && bits != 8) {
         PyErr_Format(PyExc_ValueError, "%s: bits must be 4 or 8, got %d", fn, bits);
         return -1;
@@ -774,280 +751,66 @@ static int q_check_bucket(const char *fn, int bits, Py_ssize_t bucket, npy_intp 
         PyErr_Format(PyExc_ValueError, "%s: bucket must be in [1, 2**24], got %zd", fn, bucket);
         return -1;
     }
-    if ((int64_t)dim > ((int64_t)1 << 32)) {
-        PyErr_Format(PyExc_ValueError, "%s: dim must be <= 2**32, got %zd", fn, (Py_ssize_t)dim);
+    if ((int64_t)c->dim > ((int64_t)1 << 32)) {
+        PyErr_Format(PyExc_ValueError, "%s: dim must be <= 2**32, got %zd", fn, (Py_ssize_t)c->dim);
         return -1;
+    }
+    c->ext[0] = (c->dim + bucket - 1) / bucket;
+    c->ext[1] = dl_bitpack_row_bytes(c->dim, bits);
+    return 0;
+}
+/* With dim == 0 no chunk would make the kernel look at the norms: check them here. */
+static int post_qsgd_norms(glue_call_t *c) {
+    if (c->dim != 0) return 0;
+    const int levels = c->ints[0];
+    const float *nv = G_DATA(c, 0);
+    for (npy_intp r = 0; r < c->rows; r++) {
+        const float sc = (float)((double)nv[r] / levels), top = (float)levels * sc;
+        if (!(nv[r] >= 0.0f && nv[r] <= FLT_MAX) || !(fabsf(top) <= FLT_MAX)) {
+            PyErr_Format(PyExc_ValueError,
+                         "qsgd_decode: malformed message: norm must be finite and >= 0 and every "
+                         "level <= levels = %d", levels);
+            return -1;
+        }
     }
     return 0;
 }
-
-/* qsgd_encode(x (r, d) f32, levels, seed, step, peer0, norm (r,) f32,
- *             packed (r, ceil(d * bits / 8)) u8, n_threads) -> None; bits = qsgd_bits(levels). */
-static PyObject *py_qsgd_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *norm, *packed;
-    int levels, n_threads, status;
-    unsigned long long seed, step;
-    long long peer0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!iO&O&O&O!O!O&:qsgd_encode", &PyArray_Type, &x, &levels,
-                          conv_seed, &seed, conv_step, &step, conv_peer0, &peer0, &PyArray_Type,
-                          &norm, &PyArray_Type, &packed, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "qsgd_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(norm, "qsgd_encode", "norm", NPY_FLOAT32, 1, 1) ||
-        check_array(packed, "qsgd_encode", "packed", NPY_UINT8, 2, 1) ||
-        check_threads("qsgd_encode", n_threads) || q_check_levels("qsgd_encode", levels))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_peer_rows("qsgd_encode", peer0, rows)) return NULL;
-    if (q_check_len(norm, "qsgd_encode", "norm", rows) ||
-        check_shape2(packed, "qsgd_encode", "packed", rows,
-                     dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        check_disjoint("qsgd_encode", 2, 3, norm, "norm", packed, "packed", x, "x"))
-        return NULL;
-    dl_qsgd_encode_f32_fn fn = dl_dispatch()->qsgd_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, levels, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(norm),
-                PyArray_DATA(packed), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("qsgd_encode", status);
-    Py_RETURN_NONE;
+static int call_qsgd_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->qsgd_encode_f32(c->rows, c->dim, c->ints[0], G_DATA(c, 0), c->seed, c->step,
+                              c->peer0, G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
-
-/* qsgd_decode(norm (r,) f32, packed (r, ceil(d * bits / 8)) u8, levels, out (r, d) f32,
- *             n_threads) -> out; norm and packed are untrusted. */
-static PyObject *py_qsgd_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *norm, *packed, *out;
-    int levels, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!O&:qsgd_decode", &PyArray_Type, &norm, &PyArray_Type,
-                          &packed, &levels, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(norm, "qsgd_decode", "norm", NPY_FLOAT32, 1, 0) ||
-        check_array(packed, "qsgd_decode", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "qsgd_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("qsgd_decode", n_threads) || q_check_levels("qsgd_decode", levels))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_len(norm, "qsgd_decode", "norm", rows) ||
-        check_shape2(packed, "qsgd_decode", "packed", rows,
-                     dl_bitpack_row_bytes(dim, dl_qsgd_bits(levels))) ||
-        check_disjoint("qsgd_decode", 1, 3, out, "out", norm, "norm", packed, "packed"))
-        return NULL;
-    if (dim == 0) { /* no chunk would make the kernel look at the norms: check them here */
-        const float *nv = PyArray_DATA(norm);
-        for (npy_intp r = 0; r < rows; r++) {
-            const float sc = (float)((double)nv[r] / levels), top = (float)levels * sc;
-            if (!(nv[r] >= 0.0f && nv[r] <= FLT_MAX) || !(fabsf(top) <= FLT_MAX))
-                return PyErr_Format(PyExc_ValueError,
-                                    "qsgd_decode: malformed message: norm must be finite and >= 0 "
-                                    "and every level <= levels = %d", levels);
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_qsgd_decode_f32(rows, dim, levels, PyArray_DATA(norm), PyArray_DATA(packed),
-                                PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "qsgd_decode: malformed message: norm must be finite and >= 0 and "
-                            "every level <= levels = %d", levels);
-    if (status != DL_OK) return raise_status("qsgd_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_qsgd_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_qsgd_decode_f32(c->rows, c->dim, c->ints[0], G_DATA(c, 0), G_DATA(c, 1),
+                              G_DATA(c, 2), c->n_threads);
 }
-
-/* bucket_encode(x (r, d) f32, bits, bucket, seed, step, peer0, lo (r, nb) f32, scale (r, nb) f32,
- *               packed (r, ceil(d * bits / 8)) u8, n_threads) -> None; nb = ceil(d / bucket). */
-static PyObject *py_bucket_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *lo, *scale, *packed;
-    int bits, n_threads, status;
-    Py_ssize_t bucket;
-    unsigned long long seed, step;
-    long long peer0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!inO&O&O&O!O!O!O&:bucket_encode", &PyArray_Type, &x, &bits,
-                          &bucket, conv_seed, &seed, conv_step, &step, conv_peer0, &peer0,
-                          &PyArray_Type, &lo, &PyArray_Type, &scale, &PyArray_Type, &packed,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "bucket_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(lo, "bucket_encode", "lo", NPY_FLOAT32, 2, 1) ||
-        check_array(scale, "bucket_encode", "scale", NPY_FLOAT32, 2, 1) ||
-        check_array(packed, "bucket_encode", "packed", NPY_UINT8, 2, 1) ||
-        check_threads("bucket_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_peer_rows("bucket_encode", peer0, rows)) return NULL;
-    if (q_check_bucket("bucket_encode", bits, bucket, dim)) return NULL;
-    const npy_intp nb = (dim + bucket - 1) / bucket;
-    if (check_shape2(lo, "bucket_encode", "lo", rows, nb) ||
-        check_shape2(scale, "bucket_encode", "scale", rows, nb) ||
-        check_shape2(packed, "bucket_encode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bucket_encode", 3, 4, lo, "lo", scale, "scale", packed, "packed", x, "x"))
-        return NULL;
-    dl_bucket_encode_f32_fn fn = dl_dispatch()->bucket_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, bits, bucket, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(lo),
-                PyArray_DATA(scale), PyArray_DATA(packed), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("bucket_encode", status);
-    Py_RETURN_NONE;
+static int call_bucket_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->bucket_encode_f32(c->rows, c->dim, c->ints[0], c->ssz[0], G_DATA(c, 0), c->seed,
+                                c->step, c->peer0, G_DATA(c, 1), G_DATA(c, 2), G_DATA(c, 3),
+                                c->n_threads);
 }
-
-/* bucket_decode(lo (r, nb) f32, scale (r, nb) f32, packed (r, ceil(d * bits / 8)) u8, bits, bucket,
- *               out (r, d) f32, n_threads) -> out; lo, scale and packed are untrusted. */
-static PyObject *py_bucket_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *lo, *scale, *packed, *out;
-    int bits, n_threads, status;
-    Py_ssize_t bucket;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!inO!O&:bucket_decode", &PyArray_Type, &lo, &PyArray_Type,
-                          &scale, &PyArray_Type, &packed, &bits, &bucket, &PyArray_Type, &out,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(lo, "bucket_decode", "lo", NPY_FLOAT32, 2, 0) ||
-        check_array(scale, "bucket_decode", "scale", NPY_FLOAT32, 2, 0) ||
-        check_array(packed, "bucket_decode", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "bucket_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("bucket_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_bucket("bucket_decode", bits, bucket, dim)) return NULL;
-    const npy_intp nb = (dim + bucket - 1) / bucket;
-    if (check_shape2(lo, "bucket_decode", "lo", rows, nb) ||
-        check_shape2(scale, "bucket_decode", "scale", rows, nb) ||
-        check_shape2(packed, "bucket_decode", "packed", rows, dl_bitpack_row_bytes(dim, bits)) ||
-        check_disjoint("bucket_decode", 1, 4, out, "out", lo, "lo", scale, "scale", packed,
-                       "packed"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_bucket_decode_f32(rows, dim, bits, bucket, PyArray_DATA(lo), PyArray_DATA(scale),
-                                  PyArray_DATA(packed), PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "bucket_decode: malformed message: lo must be finite, scale finite and "
-                            ">= 0, and lo + %d * scale finite", (1 << bits) - 1);
-    if (status != DL_OK) return raise_status("bucket_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_bucket_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_bucket_decode_f32(c->rows, c->dim, c->ints[0], c->ssz[0], G_DATA(c, 0),
+                                G_DATA(c, 1), G_DATA(c, 2), G_DATA(c, 3), c->n_threads);
 }
-
-/* sign_encode(x (r, d) f32, scale (r,) f32, packed (r, ceil(d / 8)) u8, n_threads) -> None */
-static PyObject *py_sign_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *scale, *packed;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O&:sign_encode", &PyArray_Type, &x, &PyArray_Type, &scale,
-                          &PyArray_Type, &packed, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "sign_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(scale, "sign_encode", "scale", NPY_FLOAT32, 1, 1) ||
-        check_array(packed, "sign_encode", "packed", NPY_UINT8, 2, 1) ||
-        check_threads("sign_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (q_check_len(scale, "sign_encode", "scale", rows) ||
-        check_shape2(packed, "sign_encode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        check_disjoint("sign_encode", 2, 3, scale, "scale", packed, "packed", x, "x"))
-        return NULL;
-    dl_sign_encode_f32_fn fn = dl_dispatch()->sign_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), PyArray_DATA(scale), PyArray_DATA(packed), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("sign_encode", status);
-    Py_RETURN_NONE;
+static int call_sign_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->sign_encode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              c->n_threads);
 }
-
-/* sign_decode(scale (r,) f32, packed (r, ceil(d / 8)) u8, out (r, d) f32, n_threads) -> out */
-static PyObject *py_sign_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *scale, *packed, *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O&:sign_decode", &PyArray_Type, &scale, &PyArray_Type,
-                          &packed, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(scale, "sign_decode", "scale", NPY_FLOAT32, 1, 0) ||
-        check_array(packed, "sign_decode", "packed", NPY_UINT8, 2, 0) ||
-        check_array(out, "sign_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("sign_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_len(scale, "sign_decode", "scale", rows) ||
-        check_shape2(packed, "sign_decode", "packed", rows, dl_bitpack_row_bytes(dim, 1)) ||
-        check_disjoint("sign_decode", 1, 3, out, "out", scale, "scale", packed, "packed"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_sign_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(packed),
-                                PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError,
-                            "sign_decode: malformed message: scale must be finite and >= 0");
-    if (status != DL_OK) return raise_status("sign_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_sign_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_sign_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              c->n_threads);
 }
-
-/* int8_encode(x (r, d) f32, seed, step, peer0, scale (r,) f32, q (r, d) i8, n_threads) -> None */
-static PyObject *py_int8_encode(PyObject *self, PyObject *args) {
-    PyArrayObject *x, *scale, *q;
-    int n_threads, status;
-    unsigned long long seed, step;
-    long long peer0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O&O&O&O!O!O&:int8_encode", &PyArray_Type, &x, conv_seed, &seed,
-                          conv_step, &step, conv_peer0, &peer0, &PyArray_Type, &scale,
-                          &PyArray_Type, &q, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(x, "int8_encode", "x", NPY_FLOAT32, 2, 0) ||
-        check_array(scale, "int8_encode", "scale", NPY_FLOAT32, 1, 1) ||
-        check_array(q, "int8_encode", "q", NPY_INT8, 2, 1) || check_threads("int8_encode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(x, 0), dim = PyArray_DIM(x, 1);
-    if (check_peer_rows("int8_encode", peer0, rows)) return NULL;
-    if (q_check_len(scale, "int8_encode", "scale", rows) ||
-        check_shape2(q, "int8_encode", "q", rows, dim) ||
-        check_disjoint("int8_encode", 2, 3, scale, "scale", q, "q", x, "x"))
-        return NULL;
-    dl_int8_encode_f32_fn fn = dl_dispatch()->int8_encode_f32;
-    Py_BEGIN_ALLOW_THREADS;
-    status = fn(rows, dim, PyArray_DATA(x), seed, step, peer0, PyArray_DATA(scale), PyArray_DATA(q),
-                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("int8_encode", status);
-    Py_RETURN_NONE;
+static int call_int8_encode(const glue_call_t *c, const dl_dispatch_t *d) {
+    return d->int8_encode_f32(c->rows, c->dim, G_DATA(c, 0), c->seed, c->step, c->peer0,
+                              G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
-
-/* int8_decode(scale (r,) f32, q (r, d) i8, out (r, d) f32, n_threads) -> out; untrusted input. */
-static PyObject *py_int8_decode(PyObject *self, PyObject *args) {
-    PyArrayObject *scale, *q, *out;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O!O&:int8_decode", &PyArray_Type, &scale, &PyArray_Type, &q,
-                          &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(scale, "int8_decode", "scale", NPY_FLOAT32, 1, 0) ||
-        check_array(q, "int8_decode", "q", NPY_INT8, 2, 0) ||
-        check_array(out, "int8_decode", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("int8_decode", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(out, 0), dim = PyArray_DIM(out, 1);
-    if (q_check_len(scale, "int8_decode", "scale", rows) ||
-        check_shape2(q, "int8_decode", "q", rows, dim) ||
-        check_disjoint("int8_decode", 1, 3, out, "out", scale, "scale", q, "q"))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_int8_decode_f32(rows, dim, PyArray_DATA(scale), PyArray_DATA(q), PyArray_DATA(out),
-                                n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status == DL_E_FORMAT)
-        return PyErr_Format(PyExc_ValueError, "int8_decode: malformed message: scale must be finite "
-                                              "and >= 0 (127 * scale finite), q in [-127, 127]");
-    if (status != DL_OK) return raise_status("int8_decode", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+static int call_int8_decode(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_int8_decode_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              c->n_threads);
 }
 /* <<< glue quant */
 
@@ -1311,32 +1074,18 @@ static PyObject *py_quantize_s8(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
-/* dequantize_s8(q (r, d) i8, scale f32, axis, out (r, d) f32, n_threads) -> out */
-static PyObject *py_dequantize_s8(PyObject *self, PyObject *args) {
-    PyArrayObject *q, *scale, *out;
-    int axis, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!iO!O&:dequantize_s8", &PyArray_Type, &q, &PyArray_Type, &scale,
-                          &axis, &PyArray_Type, &out, conv_threads, &n_threads))
-        return NULL;
-    if (check_array(q, "dequantize_s8", "q", NPY_INT8, 2, 0) ||
-        check_array(out, "dequantize_s8", "out", NPY_FLOAT32, 2, 1) ||
-        check_threads("dequantize_s8", n_threads))
-        return NULL;
-    const npy_intp rows = PyArray_DIM(q, 0), dim = PyArray_DIM(q, 1);
-    if (gemm_check_scale("dequantize_s8", scale, axis, rows, dim) ||
-        check_shape2(out, "dequantize_s8", "out", rows, dim))
-        return NULL;
-    if (check_disjoint("dequantize_s8", 1, 3, out, "out", q, "q", scale, "scale") ||
-        check_finite_f32("dequantize_s8", "scale", scale))
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_gemm_dequantize_s8(rows, dim, PyArray_DATA(q), PyArray_DATA(scale),
-                                   PyArray_DIM(scale, 0), axis, PyArray_DATA(out), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("dequantize_s8", status);
-    Py_INCREF(out);
-    return (PyObject *)out;
+/* dequantize_s8 is a glue_ops[] row: scale has 1, R or D values for axis -1, 0 or 1 (finite). */
+static int check_dequantize_scale(glue_call_t *c) {
+    return gemm_check_scale(c->op->name, c->arr[1], c->ints[0], c->rows, c->dim);
+}
+static int post_dequantize_finite(glue_call_t *c) {
+    return check_finite_f32(c->op->name, "scale", c->arr[1]);
+}
+static int call_dequantize_s8(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_gemm_dequantize_s8(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1),
+                                 PyArray_DIM(c->arr[1], 0), c->ints[0], G_DATA(c, 2),
+                                 c->n_threads);
 }
 
 /* absmax_scale(x (r, d) f32, axis, out f32 (1, r or d values), n_threads) -> out */
@@ -1522,35 +1271,24 @@ static PyObject *py_gemm_s8_batched(PyObject *self, PyObject *args) {
 
 /* >>> glue limits (copy.c, peak*.c): the measured limits of decentlearn.bench */
 
-/* copy_f32(src, dst, n_threads) -> dst: dst[...] = src[...] with non-temporal stores. Both
+/* copy_f32 is a glue_ops[] row: dst[...] = src[...] with non-temporal stores; src and dst are
  * C-contiguous aligned float32 arrays of the same size (any shapes), not overlapping. */
-static PyObject *py_copy_f32(PyObject *self, PyObject *args) {
-    PyArrayObject *src, *dst;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!O&:copy_f32", &PyArray_Type, &src, &PyArray_Type, &dst,
-                          conv_threads, &n_threads))
-        return NULL;
-    if (check_array(src, "copy_f32", "src", NPY_FLOAT32, PyArray_NDIM(src), 0) < 0 ||
-        check_array(dst, "copy_f32", "dst", NPY_FLOAT32, PyArray_NDIM(dst), 1) < 0 ||
-        check_threads("copy_f32", n_threads) < 0)
-        return NULL;
+static int check_copy_size(glue_call_t *c) {
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
     if (PyArray_SIZE(src) != PyArray_SIZE(dst)) {
         PyErr_Format(PyExc_ValueError, "copy_f32: dst must have src's size %zd, got %zd",
                      (Py_ssize_t)PyArray_SIZE(src), (Py_ssize_t)PyArray_SIZE(dst));
-        return NULL;
+        return -1;
     }
     if (overlaps(src, dst)) {
         PyErr_SetString(PyExc_ValueError, "copy_f32: dst must not overlap src");
-        return NULL;
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS;
-    status = dl_copy_f32((int64_t)PyArray_SIZE(src), (const float *)PyArray_DATA(src),
-                         (float *)PyArray_DATA(dst), n_threads);
-    Py_END_ALLOW_THREADS;
-    if (status != DL_OK) return raise_status("copy_f32", status);
-    Py_INCREF(dst);
-    return (PyObject *)dst;
+    return 0;
+}
+static int call_copy_f32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_copy_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
 
 /* peak_s8(reps, n_threads) -> (ops, check): the active path's int8 peak loop, reps iterations on
@@ -1812,89 +1550,54 @@ static PyObject *py_nn_dense_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* sgd_step(params, grad, buf|None, lr, momentum, weight_decay, nesterov, frozen|None, n_threads)
- * -> None: one SGD step in place on params (and buf); all (P, dim) C-contiguous float32, frozen
- * (P,) int64 prefix lengths. */
-static PyObject *py_sgd_step(PyObject *self, PyObject *args) {
-    const char *fn = "sgd_step";
-    PyArrayObject *params, *grad;
-    PyObject *buf, *frozen;
-    float lr, mu, wd;
-    int nesterov, n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!OfffpOO&:sgd_step", &PyArray_Type, &params, &PyArray_Type,
-                          &grad, &buf, &lr, &mu, &wd, &nesterov, &frozen, conv_threads,
-                          &n_threads))
-        return NULL;
-    if (check_array(params, fn, "params", NPY_FLOAT32, 2, 1) < 0 ||
-        check_array(grad, fn, "grad", NPY_FLOAT32, 2, 0) < 0 || check_threads(fn, n_threads) < 0)
-        return NULL;
-    const npy_intp P = PyArray_DIM(params, 0), D = PyArray_DIM(params, 1);
-    if (check_shape2(grad, fn, "grad", P, D) < 0) return NULL;
+/* sgd_step is a glue_ops[] row: one SGD step in place on params (and buf); all (P, dim)
+ * C-contiguous float32, frozen (P,) int64 prefix lengths in [0, dim]; buf needed when
+ * momentum != 0. */
+static int check_sgd_overlap(glue_call_t *c) { /* before the generic check: its own messages */
+    PyArrayObject *params = c->arr[0], *grad = c->arr[1], *buf = c->arr[2];
     if (overlaps(params, grad)) {
-        PyErr_Format(PyExc_ValueError, "%s: grad must not overlap params", fn);
-        return NULL;
+        PyErr_SetString(PyExc_ValueError, "sgd_step: grad must not overlap params");
+        return -1;
     }
-    float *bufp = NULL;
-    if (buf != Py_None) {
-        if (!PyArray_Check(buf)) {
-            PyErr_Format(PyExc_TypeError, "%s: buf must be a numpy array or None", fn);
-            return NULL;
-        }
-        PyArrayObject *b = (PyArrayObject *)buf;
-        if (check_array(b, fn, "buf", NPY_FLOAT32, 2, 1) < 0 || check_shape2(b, fn, "buf", P, D) < 0)
-            return NULL;
-        if (overlaps(b, params) || overlaps(b, grad)) {
-            PyErr_Format(PyExc_ValueError, "%s: buf must not overlap params or grad", fn);
-            return NULL;
-        }
-        bufp = (float *)PyArray_DATA(b);
-    } else if (mu != 0.0f) {
-        PyErr_Format(PyExc_ValueError, "%s: buf is required when momentum != 0", fn);
-        return NULL;
+    if (buf != NULL && (overlaps(buf, params) || overlaps(buf, grad))) {
+        PyErr_SetString(PyExc_ValueError, "sgd_step: buf must not overlap params or grad");
+        return -1;
     }
-    const int64_t *fz = NULL;
-    if (frozen != Py_None) {
-        if (!PyArray_Check(frozen)) {
-            PyErr_Format(PyExc_TypeError, "%s: frozen must be a numpy array or None", fn);
-            return NULL;
-        }
-        PyArrayObject *f = (PyArrayObject *)frozen;
-        if (check_array(f, fn, "frozen", NPY_INT64, 1, 0) < 0) return NULL;
-        if (PyArray_DIM(f, 0) != P) {
-            PyErr_Format(PyExc_ValueError, "%s: frozen must have shape (%zd,), got (%zd,)", fn,
-                         (Py_ssize_t)P, (Py_ssize_t)PyArray_DIM(f, 0));
-            return NULL;
-        }
-        fz = (const int64_t *)PyArray_DATA(f);
-        for (npy_intp r = 0; r < P; r++)
-            if (fz[r] < 0 || fz[r] > D) {
-                PyErr_Format(PyExc_ValueError, "%s: frozen must hold prefix lengths in [0, %zd], "
-                             "got %lld", fn, (Py_ssize_t)D, (long long)fz[r]);
-                return NULL;
-            }
+    return 0;
+}
+static int post_sgd_step(glue_call_t *c) {
+    if (c->arr[2] == NULL && c->flt[1] != 0.0f) {
+        PyErr_SetString(PyExc_ValueError, "sgd_step: buf is required when momentum != 0");
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS status =
-        dl_optim_sgd_f32(P, D, (float *)PyArray_DATA(params), (const float *)PyArray_DATA(grad),
-                         bufp, lr, mu, wd, nesterov, fz, n_threads);
-    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
-    Py_RETURN_NONE;
+    const int64_t *fz = G_DATA_OR_NULL(c, 3);
+    for (npy_intp r = 0; fz != NULL && r < c->rows; r++)
+        if (fz[r] < 0 || fz[r] > c->dim) {
+            PyErr_Format(PyExc_ValueError, "sgd_step: frozen must hold prefix lengths in [0, %zd], "
+                         "got %lld", (Py_ssize_t)c->dim, (long long)fz[r]);
+            return -1;
+        }
+    return 0;
+}
+static int call_sgd_step(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_optim_sgd_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA_OR_NULL(c, 2),
+                            c->flt[0], c->flt[1], c->flt[2], c->ints[0], G_DATA_OR_NULL(c, 3),
+                            c->n_threads);
 }
 /* <<< glue nn */
 
 /* >>> glue conv: im2col / col2im of Conv2d on wide rows (csrc/conv.c) ----------------------------
  * The kernels are declared in dl.h. */
 
-/* Checks the (G, C, B, len) images and (G, rows, ld) columns of a conv call and the geometry;
- * images / columns must share the dtype type_num. */
-static int conv_check_args(const char *fn, PyArrayObject *img, const char *img_name,
-                           int img_writeable, PyArrayObject *cols, const char *cols_name,
-                           int cols_writeable, int type_num, Py_ssize_t b0, Py_ssize_t b1,
-                           Py_ssize_t k, Py_ssize_t wp, Py_ssize_t run, int n_threads) {
-    if (check_array(img, fn, img_name, type_num, 4, img_writeable) < 0 ||
-        check_array(cols, fn, cols_name, type_num, 3, cols_writeable) < 0 ||
-        check_threads(fn, n_threads) < 0)
-        return -1;
+/* conv_unfold and conv_fold are glue_ops[] rows. Their geometry: images (G, C, B, L), columns
+ * (G, R, ld) of the same dtype, 0 <= b0 <= b1 <= B, k >= 1, wp >= k, run >= 0, rows of L >=
+ * (k-1)*wp + k-1 + run elements, R >= C*k*k and ld >= (b1 - b0) * run; ssz = b0, b1, k, wp, run. */
+static int conv_check_geometry(glue_call_t *c, int img_slot, const char *img_name, int cols_slot,
+                               const char *cols_name) {
+    const char *fn = c->op->name;
+    PyArrayObject *img = c->arr[img_slot], *cols = c->arr[cols_slot];
+    const Py_ssize_t b0 = c->ssz[0], b1 = c->ssz[1], k = c->ssz[2], wp = c->ssz[3], run = c->ssz[4];
     const npy_intp G = PyArray_DIM(img, 0), C = PyArray_DIM(img, 1), B = PyArray_DIM(img, 2),
                    L = PyArray_DIM(img, 3);
     if (PyArray_DIM(cols, 0) != G) {
@@ -1930,55 +1633,29 @@ static int conv_check_args(const char *fn, PyArrayObject *img, const char *img_n
     }
     return 0;
 }
+static int check_conv_unfold(glue_call_t *c) { return conv_check_geometry(c, 0, "xp", 1, "cols"); }
+static int check_conv_fold(glue_call_t *c) { return conv_check_geometry(c, 1, "dxp", 0, "dcols"); }
 
-/* conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads) -> None: im2col of samples [b0, b1) of
- * xp (G, C, B, L) into the first C*k*k rows of cols (G, R, ld); float32 or int8. */
-static PyObject *py_conv_unfold(PyObject *self, PyObject *args) {
-    const char *fn = "conv_unfold";
-    PyArrayObject *xp, *cols;
-    Py_ssize_t b0, b1, k, wp, run;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!nnO!nnnO&:conv_unfold", &PyArray_Type, &xp, &b0, &b1,
-                          &PyArray_Type, &cols, &k, &wp, &run, conv_threads, &n_threads))
-        return NULL;
-    const int type_num = PyArray_TYPE(xp) == NPY_INT8 ? NPY_INT8 : NPY_FLOAT32;
-    if (conv_check_args(fn, xp, "xp", 0, cols, "cols", 1, type_num, b0, b1, k, wp, run,
-                        n_threads) < 0)
-        return NULL;
+/* im2col of samples [b0, b1) of xp (slot 0) into the first C*k*k rows of cols (slot 1). */
+static int call_conv_unfold(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *xp = c->arr[0], *cols = c->arr[1];
     const npy_intp G = PyArray_DIM(xp, 0), C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2),
                    L = PyArray_DIM(xp, 3), R = PyArray_DIM(cols, 1), ld = PyArray_DIM(cols, 2);
-    Py_BEGIN_ALLOW_THREADS if (type_num == NPY_INT8) status =
-        dl_conv_unfold_s8(G, C, B, L, b0, b1, k, wp, run, (const int8_t *)PyArray_DATA(xp),
-                          (int8_t *)PyArray_DATA(cols), R, ld, n_threads);
-    else status = dl_conv_unfold_f32(G, C, B, L, b0, b1, k, wp, run,
-                                     (const float *)PyArray_DATA(xp), (float *)PyArray_DATA(cols),
-                                     R, ld, n_threads);
-    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
-    Py_RETURN_NONE;
+    if (c->dtype == NPY_INT8)
+        return dl_conv_unfold_s8(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3],
+                                 c->ssz[4], G_DATA(c, 0), G_DATA(c, 1), R, ld, c->n_threads);
+    return dl_conv_unfold_f32(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3], c->ssz[4],
+                              G_DATA(c, 0), G_DATA(c, 1), R, ld, c->n_threads);
 }
-
-/* conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads) -> None: col2im, adds the first C*k*k
- * rows of dcols (G, R, ld) into samples [b0, b1) of dxp (G, C, B, L); float32. */
-static PyObject *py_conv_fold(PyObject *self, PyObject *args) {
-    const char *fn = "conv_fold";
-    PyArrayObject *dcols, *dxp;
-    Py_ssize_t b0, b1, k, wp, run;
-    int n_threads, status;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!nnnnnO&:conv_fold", &PyArray_Type, &dcols, &PyArray_Type,
-                          &dxp, &b0, &b1, &k, &wp, &run, conv_threads, &n_threads))
-        return NULL;
-    if (conv_check_args(fn, dxp, "dxp", 1, dcols, "dcols", 0, NPY_FLOAT32, b0, b1, k, wp, run,
-                        n_threads) < 0)
-        return NULL;
+/* col2im: adds the first C*k*k rows of dcols (slot 0) into samples [b0, b1) of dxp (slot 1). */
+static int call_conv_fold(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *dcols = c->arr[0], *dxp = c->arr[1];
     const npy_intp G = PyArray_DIM(dxp, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
                    L = PyArray_DIM(dxp, 3), R = PyArray_DIM(dcols, 1), ld = PyArray_DIM(dcols, 2);
-    Py_BEGIN_ALLOW_THREADS status =
-        dl_conv_fold_f32(G, C, B, L, b0, b1, k, wp, run, (const float *)PyArray_DATA(dcols), R, ld,
-                         (float *)PyArray_DATA(dxp), n_threads);
-    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
-    Py_RETURN_NONE;
+    return dl_conv_fold_f32(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3], c->ssz[4],
+                            G_DATA(c, 0), R, ld, G_DATA(c, 1), c->n_threads);
 }
 /* <<< glue conv */
 
@@ -2032,54 +1709,173 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
     return NULL;
 }
 
+/* The table: one row per kernel (see the comment above glue_run for the fields). */
+static const glue_op_t glue_ops[] = {
+    /* >>> glue-table rng */
+    {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
+     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
+    {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_i0, NULL, call_bitpack,
+     {DL_E_RANGE, &PyExc_ValueError, "%s: every code must be < 2**bits = %d", E_POW2_I0}, 1, {1}},
+    {"bitunpack", "bitunpack(packed, bits, out, n_threads) -> out.",
+     {G_IN("packed", NPY_UINT8, 2, X_R, X_E0), G_INT_IN("bits", 1, 8),
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, ext_rowbytes_i0, NULL, call_bitunpack, {0}, 1, {1}},
+    /* <<< glue-table rng */
+    /* >>> glue-table natural */
+    {"natural_encode", "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_encode, {0}, 1, {1}},
+    {"natural_decode", "natural_decode(codes, out, n_threads) -> out (float32).",
+     {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_natural_decode, {0}, 1, {1}},
+    {"dither_encode",
+     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("s", 1, 31), G_F("p"), G_SEED_ARG,
+      G_STEP_ARG, G_PEER0_ARG, G_OUT("norms", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("codes", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, check_dither_p, NULL, call_dither_encode, {0}, 2, {1, 2}},
+    {"dither_decode", "dither_decode(norms, codes, s, out, n_threads) -> out (float32).",
+     {G_IN("norms", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("codes", NPY_UINT8, 2, X_R, X_D),
+      G_INT_IN("s", 1, 31), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     1, 1, NULL, NULL, call_dither_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed encoded data (norms must be finite and >= 0, code levels (code >> 1) <= "
+      "s=%d)",
+      E_I0},
+     1, {2}},
+    /* <<< glue-table natural */
+    /* >>> glue-table topk */
+    {"topk",
+     "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0),
+      G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, check_topk_k, NULL, call_topk,
+     {DL_E_NONFINITE, &NonFiniteError, "%s: x must not contain NaN", E_NONE}, 2, {1, 2}},
+    {"randk", "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_N("k"), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0), G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0),
+      G_THREADS_ARG},
+     0, 0, check_topk_k, NULL, call_randk, {0}, 2, {1, 2}},
+    /* <<< glue-table topk */
+    /* >>> glue-table stc */
+    {"golomb_encode", "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None.",
+     {G_IN("positions", NPY_INT32, 2, X_R, X_D), G_IN("negative", NPY_UINT8, 2, X_R, X_D),
+      G_N("dim"), G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("data", NPY_UINT8, 2, X_R, X_GE_E0),
+      G_OUT("nbits", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
+     0, 0, check_golomb_dim, NULL, call_golomb_encode,
+     {DL_E_ARG, &PyExc_ValueError,
+      "%s: positions must be strictly increasing within each row and lie in [0, dim)", E_NONE},
+     0, {0}},
+    {"golomb_decode", "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None.",
+     {G_IN("data", NPY_UINT8, 2, X_R, X_ANY), G_IN("nbits", NPY_INT64, 1, X_R, X_ANY), G_N("dim"),
+      G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("positions", NPY_INT32, 2, X_R, X_D),
+      G_OUT("negative", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
+     0, 2, check_golomb_dim, NULL, call_golomb_decode, {0}, 0, {0}},
+    /* <<< glue-table stc */
+    /* >>> glue-table quant */
+    {"qsgd_encode", "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_INT_IN("levels", 1, 127), G_SEED_ARG, G_STEP_ARG,
+      G_PEER0_ARG, G_OUT("norm", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_qsgd, NULL, call_qsgd_encode, {0}, 0, {0}},
+    {"qsgd_decode", "qsgd_decode(norm, packed, levels, out, n_threads) -> out.",
+     {G_IN("norm", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
+      G_INT_IN("levels", 1, 127), G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, ext_rowbytes_qsgd, post_qsgd_norms, call_qsgd_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: norm must be finite and >= 0 and every level <= levels = %d", E_I0},
+     1, {2}},
+    {"bucket_encode",
+     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_I("bits"), G_N("bucket"), G_SEED_ARG, G_STEP_ARG,
+      G_PEER0_ARG, G_OUT("lo", NPY_FLOAT32, 2, X_R, X_E0),
+      G_OUT("scale", NPY_FLOAT32, 2, X_R, X_E0), G_OUT("packed", NPY_UINT8, 2, X_R, X_E1),
+      G_THREADS_ARG},
+     0, 0, check_bucket, NULL, call_bucket_encode, {0}, 0, {0}},
+    {"bucket_decode", "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out.",
+     {G_IN("lo", NPY_FLOAT32, 2, X_R, X_E0), G_IN("scale", NPY_FLOAT32, 2, X_R, X_E0),
+      G_IN("packed", NPY_UINT8, 2, X_R, X_E1), G_I("bits"), G_N("bucket"),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     3, 3, check_bucket, NULL, call_bucket_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: lo must be finite, scale finite and >= 0, and lo + %d * scale "
+      "finite",
+      E_POW2M1_I0},
+     1, {3}},
+    {"sign_encode", "sign_encode(x, scale, packed, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("packed", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
+     0, 0, ext_rowbytes_1, NULL, call_sign_encode, {0}, 0, {0}},
+    {"sign_decode", "sign_decode(scale, packed, out, n_threads) -> out.",
+     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("packed", NPY_UINT8, 2, X_R, X_E0),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, ext_rowbytes_1, NULL, call_sign_decode,
+     {DL_E_FORMAT, &PyExc_ValueError, "%s: malformed message: scale must be finite and >= 0",
+      E_NONE},
+     1, {2}},
+    {"int8_encode", "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None.",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG,
+      G_OUT("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_OUT("q", NPY_INT8, 2, X_R, X_D),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_int8_encode, {0}, 0, {0}},
+    {"int8_decode", "int8_decode(scale, q, out, n_threads) -> out.",
+     {G_IN("scale", NPY_FLOAT32, 1, X_R, X_ANY), G_IN("q", NPY_INT8, 2, X_R, X_D),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     2, 2, NULL, NULL, call_int8_decode,
+     {DL_E_FORMAT, &PyExc_ValueError,
+      "%s: malformed message: scale must be finite and >= 0 (127 * scale finite), q in "
+      "[-127, 127]",
+      E_NONE},
+     1, {2}},
+    /* <<< glue-table quant */
+    /* >>> glue-table gemm */
+    {"dequantize_s8", "dequantize_s8(q, scale, axis, out, n_threads) -> out.",
+     {G_IN("q", NPY_INT8, 2, X_R, X_D), G_IN("scale", NPY_FLOAT32, 1, X_ANY, X_ANY), G_I("axis"),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, check_dequantize_scale, post_dequantize_finite, call_dequantize_s8, {0}, 1, {2}},
+    /* <<< glue-table gemm */
+    /* >>> glue-table conv */
+    {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
+     {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
+      G_OUT("cols", G_F32_OR_S8, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_unfold, NULL, call_conv_unfold, {0}, 0, {0}},
+    {"conv_fold", "conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads): col2im on wide rows.",
+     {G_IN("dcols", NPY_FLOAT32, 3, X_ANY, X_ANY), G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY),
+      G_N("b0"), G_N("b1"), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_fold, NULL, call_conv_fold, {0}, 0, {0}},
+    /* <<< glue-table conv */
+    /* >>> glue-table limits */
+    {"copy_f32", "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32).",
+     {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
+      G_OUT("dst", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_copy_size, NULL, call_copy_f32, {0}, 1, {1}},
+    /* <<< glue-table limits */
+    /* >>> glue-table nn */
+    {"sgd_step",
+     "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads).",
+     {G_OUT("params", NPY_FLOAT32, 2, X_R, X_D), G_IN("grad", NPY_FLOAT32, 2, X_R, X_D),
+      G_OPT_OUT("buf", NPY_FLOAT32, 2, X_R, X_D), G_F("lr"), G_F("momentum"), G_F("weight_decay"),
+      G_BOOL_ARG("nesterov"), G_OPT_IN("frozen", NPY_INT64, 1, X_R, X_ANY), G_THREADS_ARG},
+     0, 0, check_sgd_overlap, post_sgd_step, call_sgd_step, {0}, 0, {0}},
+    /* <<< glue-table nn */
+};
+#define GLUE_N_OPS ((int)(sizeof glue_ops / sizeof glue_ops[0]))
+static PyMethodDef glue_defs[GLUE_N_OPS];
+
+/* The hand-written functions (arguments that do not fit glue_ops[]). */
 static PyMethodDef methods[] = {
     {"gossip", py_gossip, METH_VARARGS,
      "gossip(indptr, indices, data, n_cols, x, out, n_threads) -> out = W @ x for CSR W."},
-    {"rng_u32", py_rng_u32, METH_VARARGS, "rng_u32(seed, step, peer0, out, n_threads) -> out."},
-    {"bitpack", py_bitpack, METH_VARARGS, "bitpack(codes, bits, out, n_threads) -> out."},
-    {"bitunpack", py_bitunpack, METH_VARARGS, "bitunpack(packed, bits, out, n_threads) -> out."},
-    /* >>> methods natural */
-    {"natural_encode", py_natural_encode, METH_VARARGS,
-     "natural_encode(x, seed, step, peer0, out, n_threads) -> out (uint8 codes)."},
-    {"natural_decode", py_natural_decode, METH_VARARGS,
-     "natural_decode(codes, out, n_threads) -> out (float32)."},
-    {"dither_encode", py_dither_encode, METH_VARARGS,
-     "dither_encode(x, s, p, seed, step, peer0, norms, codes, n_threads) -> (norms, codes)."},
-    {"dither_decode", py_dither_decode, METH_VARARGS,
-     "dither_decode(norms, codes, s, out, n_threads) -> out (float32)."},
-    /* <<< methods natural */
     /* >>> methods topk */
-    {"topk", py_topk, METH_VARARGS,
-     "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row."},
-    {"randk", py_randk, METH_VARARGS,
-     "randk(x, k, seed, step, peer0, out_idx, out_val, n_threads) -> (out_idx, out_val)."},
     {"threshold", py_threshold, METH_VARARGS,
      "threshold(x, v, n_threads) -> (counts, idx, val): every |x| >= v, rows concatenated."},
     /* <<< methods topk */
-    /* >>> methods stc */
-    {"golomb_encode", py_golomb_encode, METH_VARARGS,
-     "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None."},
-    {"golomb_decode", py_golomb_decode, METH_VARARGS,
-     "golomb_decode(data, nbits, dim, b, positions, negative, n_threads) -> None."},
-    /* <<< methods stc */
-    /* >>> methods quant */
-    {"qsgd_encode", py_qsgd_encode, METH_VARARGS,
-     "qsgd_encode(x, levels, seed, step, peer0, norm, packed, n_threads) -> None."},
-    {"qsgd_decode", py_qsgd_decode, METH_VARARGS,
-     "qsgd_decode(norm, packed, levels, out, n_threads) -> out."},
-    {"bucket_encode", py_bucket_encode, METH_VARARGS,
-     "bucket_encode(x, bits, bucket, seed, step, peer0, lo, scale, packed, n_threads) -> None."},
-    {"bucket_decode", py_bucket_decode, METH_VARARGS,
-     "bucket_decode(lo, scale, packed, bits, bucket, out, n_threads) -> out."},
-    {"sign_encode", py_sign_encode, METH_VARARGS,
-     "sign_encode(x, scale, packed, n_threads) -> None."},
-    {"sign_decode", py_sign_decode, METH_VARARGS,
-     "sign_decode(scale, packed, out, n_threads) -> out."},
-    {"int8_encode", py_int8_encode, METH_VARARGS,
-     "int8_encode(x, seed, step, peer0, scale, q, n_threads) -> None."},
-    {"int8_decode", py_int8_decode, METH_VARARGS,
-     "int8_decode(scale, q, out, n_threads) -> out."},
-    /* <<< methods quant */
     /* >>> methods gemm */
     {"gemm_s8_layout", py_gemm_s8_layout, METH_NOARGS,
      "gemm_s8_layout() -> dict: packed-B layout of the active path."},
@@ -2091,16 +1887,12 @@ static PyMethodDef methods[] = {
      "gemm_s8_f32(a, data, colsum, layout, k, n, a_scale, b_scale, bias, out, n_threads) -> out."},
     {"quantize_s8", py_quantize_s8, METH_VARARGS,
      "quantize_s8(x, scale, axis, rounding, seed, step, peer0, out, n_threads) -> out."},
-    {"dequantize_s8", py_dequantize_s8, METH_VARARGS,
-     "dequantize_s8(q, scale, axis, out, n_threads) -> out."},
     {"absmax_scale", py_absmax_scale, METH_VARARGS,
      "absmax_scale(x, axis, out, n_threads) -> out."},
     {"gemm_s8_batched", py_gemm_s8_batched, METH_VARARGS,
      "gemm_s8_batched(a, b, trans_a, trans_b, a_scale, b_scale, bias, out, n_threads) -> out."},
     /* <<< methods gemm */
     /* >>> methods limits */
-    {"copy_f32", py_copy_f32, METH_VARARGS,
-     "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32)."},
     {"peak_s8", py_peak_s8, METH_VARARGS,
      "peak_s8(reps, n_threads) -> (ops, check): the active path's int8 multiply-add peak loop."},
     /* <<< methods limits */
@@ -2110,14 +1902,6 @@ static PyMethodDef methods[] = {
      "nn_dense_forward(x, w, bias, relu, y, n_threads) -> y."},
     {"nn_dense_backward", py_nn_dense_backward, METH_VARARGS,
      "nn_dense_backward(x, w, dy, mask, gw, gb, dx, n_threads) -> None."},
-    {"sgd_step", py_sgd_step, METH_VARARGS,
-     "sgd_step(params, grad, buf, lr, momentum, weight_decay, nesterov, frozen, n_threads)."},
-    /* >>> methods conv */
-    {"conv_unfold", py_conv_unfold, METH_VARARGS,
-     "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows."},
-    {"conv_fold", py_conv_fold, METH_VARARGS,
-     "conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads): col2im on wide rows."},
-    /* <<< methods conv */
     /* <<< methods nn */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
@@ -2127,6 +1911,26 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "decentlearn._core",
                                        "C kernels of decentlearn (see decentlearn.ops).", -1,
                                        methods, NULL, NULL, NULL, NULL};
+
+/* Adds one function per glue_ops[] row: glue_run with the row (in a capsule) as self. */
+static int glue_add_ops(PyObject *m) {
+    PyObject *modname = PyUnicode_FromString("decentlearn._core");
+    if (modname == NULL) return -1;
+    for (int i = 0; i < GLUE_N_OPS; i++) {
+        glue_defs[i] = (PyMethodDef){glue_ops[i].name, glue_run, METH_VARARGS, glue_ops[i].doc};
+        PyObject *cap = PyCapsule_New((void *)&glue_ops[i], "decentlearn._core.glue_op", NULL);
+        PyObject *f = cap == NULL ? NULL : PyCFunction_NewEx(&glue_defs[i], cap, modname);
+        Py_XDECREF(cap);
+        const int rc = f == NULL ? -1 : PyModule_AddObjectRef(m, glue_ops[i].name, f);
+        Py_XDECREF(f);
+        if (rc < 0) {
+            Py_DECREF(modname);
+            return -1;
+        }
+    }
+    Py_DECREF(modname);
+    return 0;
+}
 
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
@@ -2156,6 +1960,10 @@ PyMODINIT_FUNC PyInit__core(void) {
         "A kernel was given NaN or infinity where finite values are required.", PyExc_ValueError,
         NULL);
     if (NonFiniteError == NULL || PyModule_AddObjectRef(m, "NonFiniteError", NonFiniteError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (glue_add_ops(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
