@@ -24,6 +24,9 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     # installed package), not whatever another path on the machine would give it.
     root = str(Path(decentlearn.__file__).resolve().parent.parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    # Figures render inline, as in Jupyter: an MPLBACKEND inherited from the shell (CI exports
+    # Agg) would make the kernel draw them nowhere.
+    monkeypatch.delenv("MPLBACKEND", raising=False)
     nb = nbformat.read(path, as_version=4)
     # A notebook lists what it needs beyond the test extras in metadata["decentlearn"]: optional
     # packages ("requires", e.g. torch) and data sets ("datasets"); it is skipped without them,

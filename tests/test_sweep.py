@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import decentlearn
+
 from decentlearn import sweep
 from decentlearn.cli import main
 
@@ -97,9 +99,12 @@ def test_rerun_skips_everything(full_sweep, tmp_path, capsys):
 def test_ctrl_c_then_resume_redoes_only_unfinished(full_sweep, tmp_path, capsys):
     config = write(tmp_path, GRID.replace("rounds = 4", "rounds = 4\nthreads = 1"))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The package under test (the installed one in CI, the in-place build here), never the
+    # checkout's unbuilt decentlearn/ through the working directory.
+    pkg_root = str(Path(decentlearn.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": pkg_root}
     proc = subprocess.Popen([sys.executable, "-m", "decentlearn", "sweep", str(config), "--out",
-                             str(out), "--quiet"], cwd=ROOT, env=env,
+                             str(out), "--quiet"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def completed():

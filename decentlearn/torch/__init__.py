@@ -14,8 +14,9 @@ from __future__ import annotations
 INSTALL_HINT = 'pip install "decentlearn[torch]"'
 
 
-class TorchMissingError(ImportError):
-    """PyTorch is not installed; the message says how to install it, in one line."""
+class TorchMissingError(ModuleNotFoundError):
+    """PyTorch is not installed; the message says how to install it, in one line. A
+    ModuleNotFoundError whose ``name`` is ``"torch"``, as the plain import error would be."""
 
 
 def require_torch() -> None:
@@ -24,7 +25,7 @@ def require_torch() -> None:
         import torch  # noqa: F401
     except ImportError as e:
         raise TorchMissingError(f"torch models need PyTorch, which is not installed ({e}); "
-                                f"install it with: {INSTALL_HINT}") from None
+                                f"install it with: {INSTALL_HINT}", name="torch") from None
 
 
 require_torch()
