@@ -425,6 +425,10 @@ int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */
 /* dst[0:n) = src[0:n) with non-temporal stores (no overlap); any n_threads, same result. */
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
+
+/* consensus.c: out[0] = sum_{i,c} X_ic^2 and out[1] = sum_c (sum_i X_ic)^2 of a (P, D) float32
+ * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */
+int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int n_threads);
 /* The int8 multiply-add peak loop of one instruction (peak_impl.h): *ops operations (2 per
  * multiply-add) done by reps iterations on each of n_threads threads; *check a checksum. */
 int dl_peak_s8_generic(int64_t reps, int n_threads, int64_t *ops, int64_t *check);

@@ -866,6 +866,19 @@ def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> 
     return _core.copy_f32(src, dst, resolve_threads(n_threads, src.size))
 
 
+def consensus_sums(X: np.ndarray, out: np.ndarray | None = None,
+                   n_threads: int | None = None) -> np.ndarray:
+    """``(sum_ic X_ic^2, sum_c (sum_i X_ic)^2)`` as a (2,) float64 array, in one pass over the
+    C-contiguous (P, D) float32 ``X`` (float64 accumulation in fixed column chunks: the result
+    does not depend on ``n_threads``). The consensus distance is ``out[0] / P - out[1] / P^2``
+    up to cancellation. NumPy reference: decentlearn._reference.metrics.consensus_sums."""
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"consensus_sums: X must be a numpy array, got {type(X).__name__}")
+    if out is None:
+        out = np.empty(2, dtype=np.float64)
+    return _core.consensus_sums(X, out, resolve_threads(n_threads, X.size))
+
+
 def peak_s8(reps: int, n_threads: int | None = None) -> tuple[int, int]:
     """Runs the active ISA path's in-register int8 multiply-add loop (SSE2/AVX2 ``pmaddwd`` or
     AVX-512 VNNI ``vpdpbusd``, the instruction its ``gemm_s8`` uses) ``reps`` times on each thread;

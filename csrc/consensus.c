@@ -1,0 +1,59 @@
+/* consensus.c: one pass over the peers' (P, D) float32 rows for the consensus distance.
+ *
+ * The simulator checks every round that the peers are not drifting apart (sim.check_divergence):
+ * (1/P) sum_i ||x_i||^2 - ||mean_i x_i||^2 needs sum_{i,c} x_ic^2 and, per column, sum_i x_ic.
+ * NumPy does that in two float64 passes that convert the float32 matrix on the way (15-17 % of a
+ * 1000-peer round). This kernel reads X once. Columns are cut into fixed chunks of
+ * DL_CONS_CHUNK; a chunk accumulates its column sums and squares in float64 over the rows in
+ * row order, then reduces them in column order; the chunks' partial results are added in chunk
+ * order after the parallel loop. Threads take whole chunks, so the result does not depend on
+ * the thread count.
+ */
+#include <stdlib.h>
+
+#include "dl.h"
+
+#define DL_CONS_CHUNK 512
+
+/* out[0] = sum_{i,c} x_ic^2, out[1] = sum_c (sum_i x_ic)^2, both float64 (see above). */
+int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int n_threads) {
+    if (P < 0 || D < 0 || n_threads < 1) return DL_E_ARG;
+    out[0] = 0.0;
+    out[1] = 0.0;
+    const int64_t nc = dl_cdiv_i64(D, DL_CONS_CHUNK);
+    if (nc == 0 || P == 0) return DL_OK;
+    double *part = (double *)malloc((size_t)nc * 2 * sizeof(double));
+    if (part == NULL) return DL_E_NOMEM;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, nc))
+#else
+    (void)n_threads;
+#endif
+    for (int64_t k = 0; k < nc; k++) {
+        const int64_t c0 = k * DL_CONS_CHUNK;
+        const int64_t w = dl_min_i64(DL_CONS_CHUNK, D - c0);
+        double s[DL_CONS_CHUNK], q[DL_CONS_CHUNK];
+        for (int64_t c = 0; c < w; c++) s[c] = q[c] = 0.0;
+        for (int64_t i = 0; i < P; i++) {
+            const float *row = X + i * D + c0;
+            for (int64_t c = 0; c < w; c++) {
+                const double v = (double)row[c];
+                s[c] += v;
+                q[c] += v * v;
+            }
+        }
+        double sq = 0.0, ss = 0.0;
+        for (int64_t c = 0; c < w; c++) {
+            sq += q[c];
+            ss += s[c] * s[c];
+        }
+        part[2 * k] = sq;
+        part[2 * k + 1] = ss;
+    }
+    for (int64_t k = 0; k < nc; k++) {
+        out[0] += part[2 * k];
+        out[1] += part[2 * k + 1];
+    }
+    free(part);
+    return DL_OK;
+}
