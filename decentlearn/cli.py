@@ -369,6 +369,13 @@ def _resume(args) -> tuple:
     except ck.CheckpointError as e:
         raise UsageError(f"--resume {run_dir}: {e}") from None
     done = meta["round"]
+    if args.rounds is not None and config.lr_schedule.startswith("cosine"):
+        with open(toml, "rb") as f:
+            planned = tomllib.load(f).get("rounds", config.rounds)
+        if planned != config.rounds:
+            raise UsageError(f"--resume {run_dir}: lr_schedule {config.lr_schedule!r} depends on "
+                             f"the number of rounds: the run planned {planned}, so it cannot be "
+                             f"extended to {config.rounds} (the first rounds used the old schedule)")
     if not isinstance(done, int) or done >= config.rounds:
         raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
                          f"rounds done; pass --rounds N with N > {done} to extend the run")

@@ -441,3 +441,14 @@ def test_cli_sigterm_then_resume_equals_uninterrupted(tmp_path, capsys):
     (s_run, full), (s_ref, _) = summary_of(run), summary_of(ref)
     assert s_run == s_ref and full["status"] == "completed" and full["last_round"] == 150
     assert np.array_equal(final_params(run), final_params(ref))
+
+
+def test_cosine_schedule_run_cannot_be_extended(tmp_path, capsys):
+    """A cosine schedule depends on the planned rounds: extending such a run on resume would
+    silently differ from a run of the new length, so it is refused in one line."""
+    out = tmp_path / "run"
+    assert cli(["run", *SMALL, "--rounds", "4", "--eval-every", "2", "--checkpoint-every", "2",
+                "--lr-schedule", "cosine", "--out", str(out)], capsys)[0] == 0
+    code, err = cli(["run", "--resume", str(out), "--rounds", "6"], capsys)
+    assert code == 2 and "depends on the number of rounds" in err
+    assert len(err.strip().splitlines()) == 1
