@@ -1,7 +1,9 @@
 """Launched by tests/test_mpi.py under ``mpiexec -n 4``: runs the MPI side of the checks and
 writes what it got (rank 0) for the pytest side to compare with in-process references.
 
-    mpi_check.py all OUTDIR        primitives, every supported algorithm, one CLI run
+    mpi_check.py all OUTDIR        primitives, every supported algorithm, one CLI run,
+                                   checkpoints and --resume (API and CLI; OUTDIR must hold
+                                   inprocess_ckpt.npz), a rank that stops answering
     mpi_check.py train PIDDIR ...  writes each rank's pid, then runs ``decentlearn run`` (the
                                    fault tests kill or stop one rank from outside)
 """
@@ -92,6 +94,99 @@ def algorithms(out: Path) -> None:
                  "mpi": result.summary["mpi"], "history": result.history}))
 
 
+#: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
+RESUMED = ("dpsgd", "choco_topk")
+STOP_AT = 3
+
+
+class Interrupted(Exception):
+    """Raised on every rank after the checkpoint of round STOP_AT: the run is cut short there."""
+
+
+class SaveAndStop:
+    """Saves a checkpoint after round ``at`` (collectively on MPI), then interrupts the run."""
+
+    def __init__(self, path: Path, at: int) -> None:
+        self.path, self.at = path, at
+
+    def on_round_end(self, sim, t):
+        pass
+
+    def on_eval(self, sim, row):
+        pass
+
+    def on_round_complete(self, sim, t):
+        if t + 1 == self.at:
+            sim.save_checkpoint(self.path)
+            raise Interrupted
+
+
+def _sim_config(name: str):
+    from decentlearn.sim import RunConfig
+    return RunConfig(**{**BASE, **{k: v for k, v in RUNS[name].items() if k != "transport"}})
+
+
+def checkpoints(out: Path) -> None:
+    """MPI runs interrupted by a checkpoint and resumed by a fresh MPISimulator; an in-process
+    checkpoint (written by tests/test_mpi.py before the launch) resumed on MPI."""
+    from decentlearn.mpi.runner import MPISimulator
+
+    for name in RESUMED:
+        config = _sim_config(name)
+        path = out / f"ckpt_{name}.npz"
+        try:
+            MPISimulator(config, timeout=30).run([SaveAndStop(path, STOP_AT)])
+            raise AssertionError("the run was not interrupted")
+        except Interrupted:
+            pass
+        sim = MPISimulator(config, timeout=30)
+        sim.load_checkpoint(path)
+        assert sim.next_round == STOP_AT
+        result = sim.run()
+        if sim.comm.rank == 0:
+            np.save(out / f"resumed_{name}.npy", result.params)
+            (out / f"resumed_{name}.json").write_text(json.dumps(result.history))
+    sim = MPISimulator(_sim_config("choco_topk"), timeout=30)
+    sim.load_checkpoint(out / "inprocess_ckpt.npz")
+    result = sim.run()
+    if sim.comm.rank == 0:
+        np.save(out / "resumed_from_inprocess.npy", result.params)
+
+
+def checkpoint_cli(out: Path, args: list[str]) -> None:
+    """The CLI: --checkpoint-every on a run of 2 rounds, --resume to 4 rounds; then --resume of a
+    truncated and of a foreign checkpoint (rank 0's stderr kept in refused_*.txt)."""
+    import contextlib
+    import io
+    import shutil
+
+    from mpi4py import MPI
+
+    from decentlearn.cli import main as cli
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    run = out / "ckcli"
+    short = [*args, "--rounds", "2"]
+    assert cli(["run", "--backend", "mpi", "--quiet", *short, "--checkpoint-every", "1",
+                "--out", str(run)]) == 0
+    assert cli(["run", "--backend", "mpi", "--quiet", "--resume", str(run), "--rounds",
+                "4"]) == 0
+    if rank == 0:
+        for bad in ("truncated", "foreign"):
+            shutil.copytree(run, out / bad)
+        ck = out / "truncated" / "checkpoint.npz"
+        ck.write_bytes(ck.read_bytes()[:ck.stat().st_size // 2])
+        shutil.copy(out / f"ckpt_{RESUMED[0]}.npz", out / "foreign" / "checkpoint.npz")
+    world.Barrier()
+    for bad in ("truncated", "foreign"):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = cli(["run", "--backend", "mpi", "--quiet", "--resume", str(out / bad),
+                        "--rounds", "6"])
+        if rank == 0:
+            (out / f"refused_{bad}.txt").write_text(f"{code}\n{err.getvalue()}")
+
+
 #: The slow test's larger runs: more peers than ranks, a CNN, int8 layers, time-varying graphs.
 BIG = dict(peers=16, rounds=6, eval_every=3, batch_size=16, seed=11, partition="dirichlet:0.3")
 BIG_RUNS = {
@@ -157,6 +252,8 @@ def main() -> int:
                     *sys.argv[3:]])
         if code:
             return code
+        checkpoints(where)
+        checkpoint_cli(where, sys.argv[3:])
         stop_rank_2(where)
         return cli(["run", "--backend", "mpi", "--quiet", *sys.argv[3:], "--out",
                     str(where / "stopped"), "--mpi-timeout", str(STOP_TIMEOUT), "--rounds",

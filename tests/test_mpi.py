@@ -79,6 +79,12 @@ def launched(tmp_path_factory):
     out = tmp_path_factory.mktemp("mpi")
     cli_args = ["--peers", "6", "--rounds", "4", "--eval-every", "2", "--model", "mlp:16",
                 "--algorithm", "choco", "--compress", "topk:0.1", "--gamma", "0.5"]
+    # An in-process checkpoint of round STOP_AT, which the launch resumes on MPI.
+    try:
+        _sim_obj(mpi_check._sim_config("choco_topk")).run(
+            [mpi_check.SaveAndStop(out / "inprocess_ckpt.npz", mpi_check.STOP_AT)])
+    except mpi_check.Interrupted:
+        pass
     proc = _launch([str(HERE / "mpi_check.py"), "all", str(out), *cli_args])
     try:
         stdout, stderr = proc.communicate(timeout=300)
@@ -92,10 +98,14 @@ def launched(tmp_path_factory):
     return out, cli_args, {"returncode": proc.returncode, "stderr": stderr, "ended": ended}
 
 
-def _sim(config: RunConfig):
+def _sim_obj(config: RunConfig) -> Simulator:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return Simulator(config).run()
+        return Simulator(config)
+
+
+def _sim(config: RunConfig):
+    return _sim_obj(config).run()
 
 
 COMPARED = ("test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
@@ -154,6 +164,71 @@ def test_cli_writes_the_simulators_files(launched, tmp_path):
     for key in (*COMPARED, "status", "config"):
         assert got[key] == want[key], key
     assert len(got["mpi"]["timings_seconds"]) == RANKS
+
+
+def _rows(history):
+    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in history]
+
+
+@pytest.mark.parametrize("name", mpi_check.RESUMED)
+def test_checkpoint_resume_bit_identical(launched, name):
+    """An MPI run interrupted by a checkpoint after round STOP_AT and resumed by fresh ranks
+    ends with the uninterrupted in-process run's parameters and rows; the MPI checkpoint also
+    resumes in-process to the same parameters (the file format is the simulator's)."""
+    out, _, _ = launched
+    config = mpi_check._sim_config(name)
+    ref = _sim(config)
+    assert np.array_equal(np.load(out / f"resumed_{name}.npy"), ref.params)
+    assert _rows(json.loads((out / f"resumed_{name}.json").read_text())) == _rows(ref.history)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulator.from_checkpoint(out / f"ckpt_{name}.npz", config)
+    assert sim.next_round == mpi_check.STOP_AT
+    assert np.array_equal(sim.run().params, ref.params)
+
+
+def test_inprocess_checkpoint_resumes_on_mpi(launched):
+    out, _, _ = launched
+    ref = _sim(mpi_check._sim_config("choco_topk"))
+    assert np.array_equal(np.load(out / "resumed_from_inprocess.npy"), ref.params)
+
+
+def test_cli_checkpoint_every_and_resume(launched, tmp_path):
+    """--checkpoint-every on MPI, then --resume --rounds 4: the last checkpoint holds the
+    state the in-process CLI saves after its uninterrupted 4 rounds, and the summary agrees."""
+    from decentlearn import checkpoint as ck
+    from decentlearn.cli import main
+    out, cli_args, _ = launched
+    ref = tmp_path / "ref"
+    assert main(["run", "--quiet", "--out", str(ref), *cli_args, "--checkpoint-every", "4"]) == 0
+    got, meta = ck.read(out / "ckcli" / ck.FILENAME)
+    want, want_meta = ck.read(ref / ck.FILENAME)
+    assert meta["round"] == want_meta["round"] == 4
+    assert meta["fingerprint"] == want_meta["fingerprint"]
+    assert sorted(got) == sorted(want)
+    wall = ("run.history", "run.elapsed", "run.eval_seconds")
+    for key in want:
+        if isinstance(want[key], np.ndarray):
+            assert np.array_equal(got[key], want[key]) and got[key].dtype == want[key].dtype, key
+        elif key not in wall:
+            assert got[key] == want[key], key
+    summary = json.loads((out / "ckcli" / "summary.json").read_text())
+    ref_summary = json.loads((ref / "summary.json").read_text())
+    for key in COMPARED:
+        assert summary[key] == ref_summary[key], key
+    rows = (out / "ckcli" / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2  # header, rounds 2 and 4 (the extended run's rows)
+
+
+@pytest.mark.parametrize("bad,expected", [("truncated", "not a readable checkpoint"),
+                                          ("foreign", "belongs to another run")])
+def test_bad_checkpoint_refused_on_mpi(launched, bad, expected):
+    """--resume of a truncated or foreign checkpoint: exit status 2 on every rank (the launch
+    went on), one line from rank 0."""
+    out, _, _ = launched
+    code, err = (out / f"refused_{bad}.txt").read_text().split("\n", 1)
+    assert code == "2"
+    assert err.count("\n") == 1 and err.endswith("\n") and expected in err, err
 
 
 def test_neighbor_allreduce_equals_w_x(launched):

@@ -6,7 +6,8 @@ holding every rank's timings, curves.png) and prints the table. Setup mistakes a
 every rank: rank 0 prints the one-line error and every rank exits with status 2. A failure during
 the run (a rank that died or stopped answering: ``MPITimeoutError`` after ``--mpi-timeout``
 seconds) is printed in one line by the rank that saw it, which then aborts the whole job
-(MPI_Abort), so no rank is left waiting.
+(MPI_Abort), so no rank is left waiting. ``--checkpoint-every N`` saves collectively (rank 0
+writes RUN_DIR/checkpoint.npz); ``--resume RUN_DIR`` is read by every rank.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from pathlib import Path
 
 #: Environment variables set by the launchers (Open MPI, MPICH/Hydra, PMIx, Slurm).
 _LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -34,6 +36,36 @@ def _stop_all(world, message: str | None) -> int:
     return 2
 
 
+def _read_resume(args) -> tuple:
+    """(config, checkpoint state, metadata) of ``--resume RUN_DIR``: the run directory's
+    config.toml and checkpoint, checked as the in-process ``--resume`` checks them (UsageError).
+    Every rank reads the file: the run directory must be on a file system all ranks see."""
+    from decentlearn import checkpoint as ck
+    from decentlearn.cli import _RESUME_FLAGS, UsageError, _resolve_run_config
+    run_dir = Path(args.resume)
+    allowed = (*_RESUME_FLAGS, "backend", "mpi_timeout", "command")
+    given = [k for k, v in vars(args).items() if k not in allowed and v not in (None, False)]
+    if given:
+        raise UsageError(f"run: --resume continues the run configured in {run_dir}/config.toml; "
+                         "only --rounds, --threads, --data-dir, --checkpoint-every, --quiet and "
+                         f"--mpi-timeout may be given, got --{given[0].replace('_', '-')}")
+    toml = run_dir / "config.toml"
+    if not toml.is_file():
+        raise UsageError(f"--resume {run_dir}: not a run directory (no config.toml)")
+    args.config = str(toml)
+    config = _resolve_run_config(args)
+    try:
+        state, meta = ck.read(run_dir / ck.FILENAME, fingerprint=ck.fingerprint(config),
+                              n_peers=config.peers)
+    except ck.CheckpointError as e:
+        raise UsageError(f"--resume {run_dir}: {e}") from None
+    done = meta["round"]
+    if not isinstance(done, int) or done >= config.rounds:
+        raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
+                         f"rounds done; pass --rounds N with N > {done} to extend the run")
+    return config, state, meta
+
+
 def cmd_run_mpi(args) -> int:
     from decentlearn import __version__
     from decentlearn.cli import (UsageError, _check_model, _check_out, _format_table, _plot,
@@ -41,11 +73,14 @@ def cmd_run_mpi(args) -> int:
     from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPITimeoutError
 
     # Options of the in-process command this one does not implement (yet): refused, not ignored.
-    for flag in ("resume", "checkpoint_every", "dry_run"):
-        if getattr(args, flag, None) not in (None, False):
-            raise UsageError(f"run: --{flag.replace('_', '-')} is not available with "
-                             "--backend mpi yet (docs/mpi.md)")
-    config = _resolve_run_config(args)
+    if getattr(args, "dry_run", False):
+        raise UsageError("run: --dry-run is not available with --backend mpi yet (docs/mpi.md)")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise UsageError(f"run: --checkpoint-every must be an integer >= 1, got "
+                         f"{args.checkpoint_every}")
+    # --resume: the configuration comes from the run directory, read after MPI starts so that
+    # rank 0 alone reports a mistake.
+    config = None if args.resume else _resolve_run_config(args)
 
     timeout = DEFAULT_TIMEOUT if args.mpi_timeout is None else args.mpi_timeout
     if not timeout > 0:
@@ -68,14 +103,36 @@ def cmd_run_mpi(args) -> int:
 
     # Setup: every rank builds its share; rank 0 alone checks --out (it alone writes there).
     # The verdicts are gathered so that a mistake seen by any rank stops every rank at once.
+    from decentlearn import checkpoint as ck
     from decentlearn.mpi.runner import MPISimulator
-    error, sim = None, None
+    error, sim, meta, out = None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            out = _check_out(args) if rank == 0 else None
+            if args.resume:
+                config, state, meta = _read_resume(args)
+                out = Path(args.resume)
+            else:
+                out = _check_out(args) if rank == 0 else None
             _check_model(config)
             sim = MPISimulator(config, timeout=timeout)
+            if args.resume:
+                try:
+                    if meta["dim"] != sim.model.dim:
+                        raise ck.CheckpointError(f"checkpoint has dim={meta['dim']}, this run "
+                                                 f"has dim={sim.model.dim}: it belongs to "
+                                                 "another run")
+                    sim.load_state_dict(sim.local_state(state))
+                except ck.CheckpointError as e:
+                    raise UsageError(f"--resume {args.resume}: {e}") from None
+                del state
+            every = args.checkpoint_every
+            if every is None and meta is not None:
+                every = (meta.get("extra") or {}).get("checkpoint_every")
+            reason = getattr(sim.algorithm, "checkpoint_unsupported", None)
+            if every is not None and reason:
+                raise UsageError(f"run: --checkpoint-every: algorithm {config.algorithm!r} "
+                                 f"cannot be checkpointed: {reason}")
         except UsageError as e:
             error = str(e)
         except (FileNotFoundError, TypeError, ValueError) as e:
@@ -83,9 +140,32 @@ def cmd_run_mpi(args) -> int:
     errors = world.allgather(error)
     if any(errors):
         return _stop_all(world, next(e for e in errors if e))
+
+    # Rank 0 prepares the run directory and tells every rank where checkpoints go (or why not).
+    from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir
+    if rank == 0:
+        try:
+            if not args.resume:
+                out = new_run_dir("runs") if out is None else prepare_run_dir(
+                    out, overwrite=args.overwrite)
+            where = {"out": str(out)}
+        except (FileExistsError, OSError) as e:
+            where = {"error": f"decentlearn run: error: --out {e}"}
+    else:
+        where = None
+    try:
+        where = sim.comm.bcast_json(where)
+    except MPITimeoutError as e:
+        return _abort(world, f"decentlearn run: error: {e}", 3)
+    if "error" in where:
+        return _stop_all(world, where["error"])
+    out = Path(where["out"])
+    callbacks = []
+    if every is not None:
+        callbacks.append(ck.CheckpointCallback(out / ck.FILENAME, int(every)))
     if rank != 0:
         try:
-            sim.run()
+            sim.run(callbacks)
         except MPITimeoutError as e:
             return _abort(world, f"decentlearn run: error: {e}", 3)
         except ValueError:  # a divergence: every rank stops alike, rank 0 reports it
@@ -95,18 +175,14 @@ def cmd_run_mpi(args) -> int:
                                  f"{type(e).__name__}: {e}", 1)
         return 0
 
-    from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir
     for w in caught:
         print(f"decentlearn run: warning: {str(w.message).splitlines()[0]}", file=sys.stderr)
-    try:
-        out = new_run_dir("runs") if out is None else prepare_run_dir(out,
-                                                                      overwrite=args.overwrite)
-    except (FileExistsError, OSError) as e:
-        return _abort(world, f"decentlearn run: error: --out {e}", 2)
     writer = RunWriter(out, config)
+    if args.resume:
+        writer.resume(sim.history, sim.next_round)
     try:
         with writer:
-            result = sim.run([writer])
+            result = sim.run([writer, *callbacks])
             writer.finish(result.summary)
     except MPITimeoutError as e:
         return _abort(world, f"decentlearn run: error: {e} (results so far in {out}/)", 3)

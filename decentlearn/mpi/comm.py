@@ -427,6 +427,19 @@ class MPIComm:
         out = np.concatenate(rows).reshape(1, n * c)
         return np.ascontiguousarray(out[:, :dim])
 
+    #: State kept between rounds (checkpoints): the same names as ``SimComm``'s, this rank's
+    #: rows of the per-peer byte counters.
+    state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+
+    def state_dict(self) -> dict:
+        """Byte counters (no network model on MPI), as ``SimComm.state_dict``."""
+        from decentlearn.checkpoint import state_of
+        return state_of(self, self.state_attrs)
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.checkpoint import load_attrs
+        load_attrs(self, self.state_attrs, state, "comm.")
+
     def round_done(self, t: int) -> None:
         """No simulated clock on real processes."""
 

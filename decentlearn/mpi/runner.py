@@ -9,6 +9,10 @@ of its own peers only. Evaluation: each rank evaluates its peers' models; rank 0
 accuracies and the parameters (``MPIComm.gather_rows``) and computes the average model, the
 consensus distance and the byte counts exactly as the simulator does.
 
+Checkpoints: ``state_dict()`` is the rank's state under the simulator's names (its rows of the
+per-peer arrays); ``save_checkpoint`` gathers the rows to rank 0, which writes the simulator's
+file; ``load_checkpoint`` reads a file of either backend and keeps the rank's rows.
+
 Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
 checked at evaluation rounds (the loss bounds every round); algorithms that need the server or
 point-to-point operations, the network model, asynchronous gossip, finite-time mixing and Clique
@@ -26,7 +30,7 @@ import numpy as np
 from decentlearn import algorithms, baselines, cocofl, compress, metrics, network
 from decentlearn._core import NonFiniteError
 from decentlearn.data import load_dataset, make_partition
-from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, import_mpi
+from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, MPITimeoutError, import_mpi
 from decentlearn.nn import make_model
 from decentlearn.optim import make as make_optimizer
 from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _STREAM_INIT,
@@ -48,6 +52,10 @@ REFUSED = {
     "skewscout": "a control loop that averages its probes over all peers (shift)",
     "pushsum": "its push-sum weights mixed with the whole matrix P_t in one array",
 }
+
+
+#: Prefixes of the state names whose arrays hold one row per peer (a rank holds its block).
+_ROW_PREFIXES = ("algorithm.", "comm.")
 
 
 #: RunConfig fields the MPI runner reproduces. Any other field (one added to RunConfig later)
@@ -189,6 +197,14 @@ class MPISimulator(Simulator):
         self._eval_peer_idx = np.sort(order[:self.eval_peer_samples])
         self._eval_avg_idx = np.sort(order[:self.eval_avg_samples])
         self.eval_seconds = 0.0
+        # Progress of ``run``, as in Simulator (restored from a checkpoint).
+        self.next_round = 0
+        self.history: list[dict] = []
+        self.at_boundary = False
+        self._loss_sum, self._loss_rounds = 0.0, 0
+        self._loss0: float | None = None
+        self._scale0: float | None = None
+        self._elapsed = 0.0
 
     @property
     def rank(self) -> int:
@@ -258,18 +274,22 @@ class MPISimulator(Simulator):
                                   f"{bound:.3g}, peers are drifting apart")
 
     def run(self, callbacks=()) -> Result:
-        """Runs every round; callbacks are called on rank 0 only."""
+        """Runs the rounds from ``next_round`` (0, or where a checkpoint left off) to
+        ``config.rounds``. ``callbacks`` are this rank's: their ``on_round_end`` and ``on_eval``
+        are called on rank 0 only, ``on_round_complete`` (between two rounds) on every rank, so
+        that a ``CheckpointCallback`` given to every rank saves collectively."""
         c = self.config
         comm = self.comm
         result = Result(config=c)
-        start = time.perf_counter()
-        loss_sum, loss_rounds = 0.0, 0
-        x0 = self._init_row.astype(np.float64)
-        self._scale0 = max(1.0, float(x0 @ x0))
-        self._loss0 = None
+        start = time.perf_counter() - self._elapsed
+        if self._scale0 is None:
+            x0 = self._init_row.astype(np.float64)
+            self._scale0 = max(1.0, float(x0 @ x0))
+        result.history = self.history
         phases = ("compress", "communicate", "wait")
         spent = dict.fromkeys(("compute", *phases, "rounds_total"), 0.0)
-        for t in range(c.rounds):
+        for t in range(self.next_round, c.rounds):
+            self.at_boundary = False
             before = dict(comm.seconds)
             r0 = time.perf_counter()
             try:
@@ -284,21 +304,31 @@ class MPISimulator(Simulator):
                 spent[k] += comm.seconds[k] - before[k]
             losses = comm.allgather_peers(np.asarray(local, dtype=np.float64))
             self._check_losses(t, losses)
-            loss_sum += float(losses.mean())
-            loss_rounds += 1
+            self._loss_sum += float(losses.mean())
+            self._loss_rounds += 1
             if comm.rank == 0:
                 for cb in callbacks:
                     cb.on_round_end(self, t)
             if (t + 1) % c.eval_every == 0 or t + 1 == c.rounds:
-                row = {"round": t + 1, "train_loss": loss_sum / loss_rounds}
+                row = {"round": t + 1, "train_loss": self._loss_sum / self._loss_rounds}
                 row.update(self.evaluate(final=t + 1 == c.rounds))
                 row["wall_seconds"] = time.perf_counter() - start
-                loss_sum, loss_rounds = 0.0, 0
+                self._loss_sum, self._loss_rounds = 0.0, 0
                 result.history.append(row)
                 self._check_consensus(t, row["consensus_distance"])
                 if comm.rank == 0:
                     for cb in callbacks:
                         cb.on_eval(self, row)
+            self.next_round = t + 1
+            self._elapsed = time.perf_counter() - start
+            self.at_boundary = True
+            for cb in callbacks:
+                hook = getattr(cb, "on_round_complete", None)
+                if hook is not None:
+                    hook(self, t)
+        if not result.history:
+            raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
+                             f"{self.next_round}); raise rounds to continue the run")
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
         topo = self.topology
@@ -344,3 +374,77 @@ class MPISimulator(Simulator):
         }
         result.params = self.gather_params()
         return result
+
+    # ---- checkpoints (docs/checkpoints.md, docs/mpi.md) -----------------------------------------
+    # ``state_dict()`` (inherited) is this rank's state under the in-process simulator's names:
+    # the algorithm's and the communicator's arrays hold the rank's rows, the sampler and the
+    # run's progress are the same on every rank (wall-clock figures aside: rank 0's are saved).
+
+    def _row_names(self, state: dict, n_rows: int) -> list[str]:
+        """The names of ``state``'s per-peer arrays (one row per peer, ``n_rows`` rows): the
+        algorithm's and the communicator's; the sampler and ``run.`` entries are global."""
+        return sorted(k for k, v in state.items() if k.startswith(_ROW_PREFIXES)
+                      and isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_rows)
+
+    def gather_state(self) -> dict | None:
+        """The run's whole state (every peer's rows, in peer order) on rank 0, None elsewhere:
+        the dict ``Simulator.state_dict()`` of the same run would give. Collective."""
+        from decentlearn import checkpoint as ck
+        comm = self.comm
+        local = self.state_dict()
+        names = self._row_names(local, comm.n_peers)
+        lists = [comm.bcast_json(names, root=r) for r in range(comm.n_ranks)]
+        if any(other != names for other in lists):
+            raise ck.CheckpointError("the ranks hold different per-peer state names (a rank's "
+                                     "state is incomplete); cannot checkpoint")
+        rows = {k: comm.gather_rows(local[k]) for k in names}
+        if comm.rank != 0:
+            return None
+        full = {**local, **rows}
+        file_names = [k for k in ck.per_peer_names(full, self.config.peers)
+                      if k.startswith(_ROW_PREFIXES)]
+        if file_names != names:
+            raise ck.CheckpointError(f"per-peer state {sorted(set(file_names) ^ set(names))[:3]}"
+                                     " would be read back with other rows")
+        return full
+
+    def local_state(self, full: dict) -> dict:
+        """This rank's share of a whole-run state (as ``checkpoint.read`` returns it)."""
+        from decentlearn import checkpoint as ck
+        lo, hi = self.comm.peer0, self.comm.peer0 + self.comm.n_peers
+        return ck.take_rows(full, self._row_names(full, self.config.peers), lo, hi)
+
+    def save_checkpoint(self, path, extra: dict | None = None) -> None:
+        """Collective: every rank sends its rows, rank 0 writes ``path`` atomically in the
+        in-process simulator's format. A failure on rank 0 (disk full, ...) raises the same
+        CheckpointError on every rank."""
+        from decentlearn import checkpoint as ck
+        if not self.at_boundary and self.next_round > 0:
+            raise ck.CheckpointError("a checkpoint can only be taken between two rounds")
+        error = None
+        try:
+            full = self.gather_state()
+            if full is not None:
+                ck.write(path, full, fingerprint=ck.fingerprint(self.config),
+                         n_peers=self.config.peers, dim=self.model.dim, round=self.next_round,
+                         extra=extra)
+        except MPITimeoutError:
+            raise
+        except ck.CheckpointError as e:
+            error = str(e)
+        except Exception as e:  # noqa: BLE001 - rank 0's failure must reach every rank
+            error = f"checkpoint {path} not written: {type(e).__name__}: " + \
+                " ".join(str(e).split())[:300]
+        verdict = self.comm.bcast_json(error)  # rank 0's
+        if verdict or error:
+            raise ck.CheckpointError(verdict or error)
+
+    def load_checkpoint(self, path) -> dict:
+        """Every rank reads the checkpoint at ``path`` (written by this backend or by the
+        in-process simulator, with the same configuration) and keeps its rows. Not collective;
+        returns the metadata."""
+        from decentlearn import checkpoint as ck
+        state, meta = ck.read(path, fingerprint=ck.fingerprint(self.config),
+                              n_peers=self.config.peers, dim=self.model.dim)
+        self.load_state_dict(self.local_state(state))
+        return meta
