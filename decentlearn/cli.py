@@ -348,6 +348,19 @@ def _build(config):
 _RESUME_FLAGS = ("rounds", "threads", "data_dir", "checkpoint_every", "quiet", "resume")
 
 
+def _check_extension(args, config, toml: Path, run_dir: Path) -> None:
+    """A cosine learning-rate schedule depends on the planned number of rounds: extending such a
+    run with --rounds would not give a run of the new length, so it is refused (UsageError)."""
+    if args.rounds is None or not config.lr_schedule.startswith("cosine"):
+        return
+    with open(toml, "rb") as f:
+        planned = tomllib.load(f).get("rounds", config.rounds)
+    if planned != config.rounds:
+        raise UsageError(f"--resume {run_dir}: lr_schedule {config.lr_schedule!r} depends on "
+                         f"the number of rounds: the run planned {planned}, so it cannot be "
+                         f"extended to {config.rounds} (the first rounds used the old schedule)")
+
+
 def _resume(args) -> tuple:
     """(config, run directory, restored simulator, checkpoint_every) of ``--resume RUN_DIR``."""
     from decentlearn import checkpoint as ck
@@ -369,13 +382,7 @@ def _resume(args) -> tuple:
     except ck.CheckpointError as e:
         raise UsageError(f"--resume {run_dir}: {e}") from None
     done = meta["round"]
-    if args.rounds is not None and config.lr_schedule.startswith("cosine"):
-        with open(toml, "rb") as f:
-            planned = tomllib.load(f).get("rounds", config.rounds)
-        if planned != config.rounds:
-            raise UsageError(f"--resume {run_dir}: lr_schedule {config.lr_schedule!r} depends on "
-                             f"the number of rounds: the run planned {planned}, so it cannot be "
-                             f"extended to {config.rounds} (the first rounds used the old schedule)")
+    _check_extension(args, config, toml, run_dir)
     if not isinstance(done, int) or done >= config.rounds:
         raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
                          f"rounds done; pass --rounds N with N > {done} to extend the run")

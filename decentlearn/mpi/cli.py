@@ -41,7 +41,7 @@ def _read_resume(args) -> tuple:
     config.toml and checkpoint, checked as the in-process ``--resume`` checks them (UsageError).
     Every rank reads the file: the run directory must be on a file system all ranks see."""
     from decentlearn import checkpoint as ck
-    from decentlearn.cli import _RESUME_FLAGS, UsageError, _resolve_run_config
+    from decentlearn.cli import _RESUME_FLAGS, UsageError, _check_extension, _resolve_run_config
     run_dir = Path(args.resume)
     allowed = (*_RESUME_FLAGS, "backend", "mpi_timeout", "command")
     given = [k for k, v in vars(args).items() if k not in allowed and v not in (None, False)]
@@ -59,6 +59,7 @@ def _read_resume(args) -> tuple:
                               n_peers=config.peers)
     except ck.CheckpointError as e:
         raise UsageError(f"--resume {run_dir}: {e}") from None
+    _check_extension(args, config, toml, run_dir)
     done = meta["round"]
     if not isinstance(done, int) or done >= config.rounds:
         raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
