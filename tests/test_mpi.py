@@ -394,3 +394,24 @@ def test_refused_configurations_name_the_option():
     assert block_bounds(7, 4).tolist() == [0, 2, 4, 6, 7]
     with pytest.raises(ValueError, match="peers must be >= the number of MPI ranks"):
         block_bounds(3, 4)
+
+
+def test_torch_model_runs_on_mpi_like_in_process(tmp_path):
+    """A torch model (decentlearn.torch, the MLP twin) runs unchanged on 4 ranks and gives the
+    in-process run's accuracies, consensus distance and bytes."""
+    pytest.importorskip("torch", reason="torch not installed (pip install 'decentlearn[torch]')")
+    args = ["--model", "torch:mlp", "--peers", "6", "--rounds", "4", "--eval-every", "2",
+            "--threads", "1", "--quiet"]
+    proc = _launch(["-m", "decentlearn", "run", "--backend", "mpi", *args, "--out",
+                    str(tmp_path / "mpi")], cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    ref = subprocess.run([sys.executable, "-m", "decentlearn", "run", *args, "--out",
+                          str(tmp_path / "sim")], cwd=tmp_path, env=_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    got = json.loads((tmp_path / "mpi" / "summary.json").read_text())
+    want = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    for key in ("test_accuracy_mean", "test_accuracy_avg_model", "consensus_distance",
+                "bytes_sent_total"):
+        assert got[key] == want[key], key
