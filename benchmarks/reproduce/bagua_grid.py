@@ -68,6 +68,40 @@ def main() -> None:
     print("\n".join(table))
     save("bagua_grid", runs, table, "Bagua relaxations grid on network presets, "
          "Fashion-MNIST classes:2")
+    plot_by_preset(runs, presets, args.target)
+
+
+def plot_by_preset(runs: list[dict], presets: list[str], target: float) -> None:
+    """results/bagua_grid.png: one panel per network preset, accuracy against simulated seconds
+    for its 8 cells (the generic two-panel plot of _common.save has 24 lines in one panel)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from _common import RESULTS
+
+    fig, axes = plt.subplots(1, len(presets), figsize=(5 * len(presets), 4.2), sharey=True,
+                             constrained_layout=True)
+    for ax, preset in zip(axes, presets):
+        for r in runs:
+            if not r["label"].startswith(preset + ": "):
+                continue
+            cell = r["label"][len(preset) + 2:]
+            h = r["history"]
+            ax.plot([row["sim_seconds"] for row in h], [row["test_accuracy_mean"] for row in h],
+                    ls="-" if "allreduce" in cell else "--",
+                    marker="o" if "k=1" in cell else "s", ms=3,
+                    color="C0" if "none" in cell else "C3", label=cell)
+        ax.axhline(target, color="grey", lw=0.7)
+        ax.set(xscale="log", xlabel="simulated seconds", title=f"network preset: {preset}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy (mean over peers)")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Bagua grid: all-reduce (solid) vs D-PSGD (dashed), float32 (blue) vs int8 "
+                 "(red), k = 1 (circles) vs 4 (squares); Fashion-MNIST classes:2, 16 peers",
+                 fontsize=9)
+    fig.savefig(RESULTS / "bagua_grid.png", dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
