@@ -329,6 +329,12 @@ class _Adaptive:
         self.steps = np.zeros(self.shape[0], dtype=np.int64)
         self._state: dict[str, np.ndarray] = {}
         self._scratch = np.empty(self.shape, dtype=self.dtype)
+        self._tmp: np.ndarray | None = None  # a second (P, D) work array, made on first use
+
+    def _work(self) -> np.ndarray:
+        if self._tmp is None:
+            self._tmp = np.empty(self.shape, dtype=self.dtype)
+        return self._tmp
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         return {**self._state, "steps": self.steps}
@@ -385,10 +391,13 @@ class _Adaptive:
     def _moments(self, g: np.ndarray, beta1: float, beta2: float) -> tuple[np.ndarray, np.ndarray]:
         """m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (in place); returns (m, v)."""
         m, v = self._state["exp_avg"], self._state["exp_avg_sq"]
+        tmp = self._work()  # no (P, D) temporaries per step
         m *= beta1
-        m += (1.0 - beta1) * g
+        m += np.multiply(g, 1.0 - beta1, out=tmp)
         v *= beta2
-        v += (1.0 - beta2) * np.square(g)
+        np.square(g, out=tmp)
+        tmp *= 1.0 - beta2
+        v += tmp
         return m, v
 
     def _bias(self, beta: float) -> np.ndarray:
@@ -427,7 +436,7 @@ class Adam(_Adaptive):
         np.divide(m, denom, out=denom)
         denom *= (lr / self._bias(c.momentum)).astype(self.dtype)
         if c.weight_decay != 0 and c.name == "adamw":  # decoupled: params *= 1 - lr wd
-            denom += self.dtype.type(lr * c.weight_decay) * params
+            denom += np.multiply(params, self.dtype.type(lr * c.weight_decay), out=self._work())
         self._finish(params, denom, mask)
 
 
@@ -493,7 +502,7 @@ class LAMB(_Adaptive):
         np.divide(m, u, out=u)
         u /= self._bias(c.momentum).astype(self.dtype)
         if c.weight_decay != 0:
-            u += self.dtype.type(c.weight_decay) * params
+            u += np.multiply(params, self.dtype.type(c.weight_decay), out=self._work())
         for rows, cut in mask:
             u[rows, :cut] = 0
         for a, b in self.segments:
