@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -32,17 +31,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import decentlearn
 from decentlearn import cocofl
+from decentlearn.bench import cpu_info
 from decentlearn.sim import RunConfig, Simulator
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def sgemm_rate(threads: int | None, n: int = 1024, repeat: int = 5) -> float:
@@ -175,7 +165,8 @@ def main() -> None:
     rate_default = sgemm_rate(None)
     rate_2 = sgemm_rate(2)  # the FLOP time of a 2-thread round is taken at 2-thread sgemm
     rate_1 = sgemm_rate(1)
-    out: dict = {"cpu": _cpu_name(), "config": decentlearn.config(), "numpy_blas": blas,
+    out: dict = {"cpu": cpu_info()["model_name"], "config": decentlearn.config(),
+                 "numpy_blas": blas,
                  "sgemm_gflops_default_threads": rate_default / 1e9,
                  "sgemm_gflops_2_threads": rate_2 / 1e9,
                  "sgemm_gflops_1_thread": rate_1 / 1e9, "cases": {}}

@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout: import its decentlearn
     sys.path.insert(0, str(ROOT))
 
+from decentlearn.bench import cpu_info  # noqa: E402
+
 CASES = {
     "dpsgd-1000-ring": dict(peers=1000, topology="ring", model="mlp"),
     "dpsgd-1000-exponential": dict(peers=1000, topology="exponential", model="mlp"),
@@ -56,16 +58,6 @@ BATCH = 32
 
 def _load() -> float:
     return os.getloadavg()[0]
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def sgemm_rate(n: int = 1024, repeat: int = 5) -> float:
@@ -213,7 +205,7 @@ def main() -> None:
     rate = sgemm_rate()
     blas = [{k: i.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
             for i in threadpool_info() if i.get("user_api") == "blas"]
-    report = {"machine": {"cpu": _cpu_name(), "cores": os.cpu_count(),
+    report = {"machine": {"cpu": cpu_info()["model_name"], "cores": os.cpu_count(),
                           "load_at_start": os.getloadavg(), "python": platform.python_version(),
                           "decentlearn": decentlearn.__version__, "blas": blas,
                           "numpy_sgemm_flops": rate},
