@@ -361,31 +361,43 @@ def _check_extension(args, config, toml: Path, run_dir: Path) -> None:
                          f"extended to {config.rounds} (the first rounds used the old schedule)")
 
 
-def _resume(args) -> tuple:
-    """(config, run directory, restored simulator, checkpoint_every) of ``--resume RUN_DIR``."""
+def _read_resume(args, extra_flags: tuple[str, ...] = ()) -> tuple:
+    """(run directory, config, checkpoint state, metadata) of ``--resume RUN_DIR``: only the
+    flags of ``_RESUME_FLAGS`` (and ``extra_flags``) may be given; the run directory's
+    config.toml and checkpoint are read and checked (UsageError, one line). Shared by the
+    in-process and the MPI backends."""
     from decentlearn import checkpoint as ck
     run_dir = Path(args.resume)
-    given = [k for k, v in vars(args).items()
-             if k not in _RESUME_FLAGS and k != "command" and v not in (None, False)]
+    allowed = (*_RESUME_FLAGS, *extra_flags, "command")
+    given = [k for k, v in vars(args).items() if k not in allowed and v not in (None, False)]
     if given:
+        names = ["--rounds", "--threads", "--data-dir", "--checkpoint-every", "--quiet",
+                 *("--" + f.replace("_", "-") for f in extra_flags if f != "backend")]
         raise UsageError(f"run: --resume continues the run configured in {run_dir}/config.toml; "
-                         "only --rounds, --threads, --data-dir, --checkpoint-every and --quiet "
-                         f"may be given, got --{given[0].replace('_', '-')}")
+                         f"only {', '.join(names[:-1])} and {names[-1]} may be given, got "
+                         f"--{given[0].replace('_', '-')}")
     toml = run_dir / "config.toml"
     if not toml.is_file():
         raise UsageError(f"--resume {run_dir}: not a run directory (no config.toml)")
     args.config = str(toml)
     config = _resolve_run_config(args)
-    path = run_dir / ck.FILENAME
     try:
-        state, meta = ck.read(path, fingerprint=ck.fingerprint(config), n_peers=config.peers)
+        state, meta = ck.read(run_dir / ck.FILENAME, fingerprint=ck.fingerprint(config),
+                              n_peers=config.peers)
     except ck.CheckpointError as e:
         raise UsageError(f"--resume {run_dir}: {e}") from None
-    done = meta["round"]
     _check_extension(args, config, toml, run_dir)
+    done = meta["round"]
     if not isinstance(done, int) or done >= config.rounds:
         raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
                          f"rounds done; pass --rounds N with N > {done} to extend the run")
+    return run_dir, config, state, meta
+
+
+def _resume(args) -> tuple:
+    """(config, run directory, restored simulator, checkpoint_every) of ``--resume RUN_DIR``."""
+    from decentlearn import checkpoint as ck
+    run_dir, config, state, meta = _read_resume(args)
     _check_model(config)
     _check_memory(config, dry_run=False)  # refuses a run that no longer fits
     sim = _build(config)

@@ -40,30 +40,8 @@ def _read_resume(args) -> tuple:
     """(config, checkpoint state, metadata) of ``--resume RUN_DIR``: the run directory's
     config.toml and checkpoint, checked as the in-process ``--resume`` checks them (UsageError).
     Every rank reads the file: the run directory must be on a file system all ranks see."""
-    from decentlearn import checkpoint as ck
-    from decentlearn.cli import _RESUME_FLAGS, UsageError, _check_extension, _resolve_run_config
-    run_dir = Path(args.resume)
-    allowed = (*_RESUME_FLAGS, "backend", "mpi_timeout", "command")
-    given = [k for k, v in vars(args).items() if k not in allowed and v not in (None, False)]
-    if given:
-        raise UsageError(f"run: --resume continues the run configured in {run_dir}/config.toml; "
-                         "only --rounds, --threads, --data-dir, --checkpoint-every, --quiet and "
-                         f"--mpi-timeout may be given, got --{given[0].replace('_', '-')}")
-    toml = run_dir / "config.toml"
-    if not toml.is_file():
-        raise UsageError(f"--resume {run_dir}: not a run directory (no config.toml)")
-    args.config = str(toml)
-    config = _resolve_run_config(args)
-    try:
-        state, meta = ck.read(run_dir / ck.FILENAME, fingerprint=ck.fingerprint(config),
-                              n_peers=config.peers)
-    except ck.CheckpointError as e:
-        raise UsageError(f"--resume {run_dir}: {e}") from None
-    _check_extension(args, config, toml, run_dir)
-    done = meta["round"]
-    if not isinstance(done, int) or done >= config.rounds:
-        raise UsageError(f"--resume {run_dir}: the checkpoint has all {done} of {config.rounds} "
-                         f"rounds done; pass --rounds N with N > {done} to extend the run")
+    from decentlearn.cli import _read_resume as read_resume
+    _, config, state, meta = read_resume(args, extra_flags=("backend", "mpi_timeout"))
     return config, state, meta
 
 
