@@ -295,6 +295,10 @@ class RunWriter:
                 if self.status == "running":
                     self.write_summary("completed")
                 return False
+            if self.status == "completed":
+                # finish() already wrote the whole run: a signal landing after it (Ctrl-C while
+                # the writer closes) must not turn a complete result into an interrupted one.
+                return False
             from decentlearn.sim import DivergenceError
 
             if isinstance(exc, KeyboardInterrupt):

@@ -104,6 +104,19 @@ def test_completed_summary_and_nonfinite_values(tmp_path):
     assert summary["consensus_distance"] == "inf"  # valid JSON, not Infinity
 
 
+def test_interrupt_after_finish_keeps_completed(tmp_path):
+    """Ctrl-C landing after finish() (while the writer closes) leaves a complete run complete, so a
+    sweep does not redo it."""
+    with pytest.raises(KeyboardInterrupt):
+        with RunWriter(tmp_path, RunConfig(peers=4)) as writer:
+            writer.append(dict(ROW, round=6))
+            writer.finish({"rounds": 6, "test_accuracy_mean": 0.5})
+            raise KeyboardInterrupt
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["test_accuracy_mean"] == 0.5
+    assert "error" not in summary
+
+
 def test_summary_keeps_last_good_version_when_disk_fills(tmp_path, monkeypatch):
     with pytest.raises(OutputError):
         with RunWriter(tmp_path, RunConfig(peers=4)) as writer:
