@@ -14,9 +14,9 @@ per-peer arrays); ``save_checkpoint`` gathers the rows to rank 0, which writes t
 file; ``load_checkpoint`` reads a file of either backend and keeps the rank's rows.
 
 Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
-checked at evaluation rounds (the loss bounds every round); algorithms that need the server or
-point-to-point operations, the network model, asynchronous gossip, finite-time mixing and Clique
-Averaging are refused with a ValueError.
+checked at evaluation rounds (the loss bounds every round); the network model, asynchronous
+gossip, finite-time mixing and Clique Averaging are refused with a ValueError, and so is int8
+precision with the algorithms that train a subset of the rows (``_SUBSET_ROWS``).
 """
 
 from __future__ import annotations
@@ -38,20 +38,18 @@ from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _ST
                              DivergenceError, PeerSampler, Result, Simulator, _stream_seed,
                              eval_sizes, setup_problems, stratified_order)
 
-#: Algorithms whose every exchange is mix / exchange / combine / allreduce(_compressed).
-SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic")
+#: Algorithms that run on MPI, bit-identically to the in-process simulator (docs/mpi.md says
+#: how each exchanges). The server baselines keep the server's state replicated on every rank.
+SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic", "fedavg",
+             "stc-fl", "fedhisyn", "ngc", "compngc", "skewscout", "pushsum")
 
 
-#: Why the other algorithms are refused: their code indexes every peer's rows in one array.
-REFUSED = {
-    "fedavg": "a parameter server (upload/broadcast) and a client sample over all peers",
-    "stc-fl": "a parameter server (upload/broadcast) and a client sample over all peers",
-    "fedhisyn": "a parameter server and point-to-point shifts over all peers",
-    "ngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
-    "compngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
-    "skewscout": "a control loop that averages its probes over all peers (shift)",
-    "pushsum": "its push-sum weights mixed with the whole matrix P_t in one array",
-}
+#: Why the other registered algorithms are refused (none today).
+REFUSED: dict[str, str] = {}
+
+#: Algorithms that compute gradients of a subset of the peers' rows (the clients, the edges),
+#: whose int8 rounding noise is keyed by the row's position in that subset, not by the peer.
+_SUBSET_ROWS = ("fedavg", "stc-fl", "fedhisyn", "ngc", "compngc")
 
 
 #: Prefixes of the state names whose arrays hold one row per peer (a rank holds its block).
@@ -86,6 +84,11 @@ def check_supported(config) -> None:
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
                          f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
                          "backend")
+    if c.precision != "fp32" and c.algorithm in _SUBSET_ROWS:
+        raise ValueError(f"precision={c.precision!r} with algorithm {c.algorithm!r} is not "
+                         "available on the MPI backend (its int8 rounding is keyed by a row's "
+                         "position among the participating rows, which differs per rank); use "
+                         "precision='fp32' or the in-process backend")
     for name, bad in (("network", c.network is not None), ("asynchronous", c.asynchronous),
                       ("clique_averaging", c.clique_averaging),
                       ("mixing", c.mixing != "gossip")):
@@ -383,7 +386,11 @@ class MPISimulator(Simulator):
     def _row_names(self, state: dict, n_rows: int) -> list[str]:
         """The names of ``state``'s per-peer arrays (one row per peer, ``n_rows`` rows): the
         algorithm's and the communicator's; the sampler and ``run.`` entries are global."""
+        # Replicated state (a server's model, an all-reduce's anchor) is no row of a peer even
+        # where a rank hosts one peer and the array has one row.
+        shared = {"algorithm." + a for a in self.algorithm._declared("replicated_attrs")}
         return sorted(k for k, v in state.items() if k.startswith(_ROW_PREFIXES)
+                      and k not in shared
                       and isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_rows)
 
     def gather_state(self) -> dict | None:
