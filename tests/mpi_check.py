@@ -113,7 +113,7 @@ def algorithms(out: Path) -> None:
 
 
 #: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
-RESUMED = ("dpsgd", "choco_topk")
+RESUMED = ("dpsgd", "choco_topk", "stc_fl")
 STOP_AT = 3
 
 

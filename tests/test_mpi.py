@@ -342,6 +342,49 @@ def test_killed_rank_ends_the_job_with_a_clear_error(tmp_path):
     _assert_gone(pids)
 
 
+def test_sigterm_to_one_rank_saves_the_round_and_stops_every_rank(tmp_path, capsys):
+    """SIGTERM to rank 2 alone (as a scheduler's, which may reach ranks at different times):
+    the ranks agree at the round's end, finish it, rank 0 writes the checkpoint of that round
+    (no periodic one is due: --checkpoint-every 100000) and every rank exits with status 143.
+    The checkpoint holds the in-process run's state after the same number of rounds."""
+    from decentlearn import checkpoint as ck
+    from decentlearn.cli import main
+    args = ["--peers", "6", "--eval-every", "5", "--model", "linear", "--algorithm", "stc-fl",
+            "--participation", "0.5", "--checkpoint-every", "100000"]
+    run = tmp_path / "run"
+    proc = _launch([str(HERE / "mpi_check.py"), "train", str(tmp_path), *args, "--rounds",
+                    "100000", "--mpi-timeout", "30", "--out", str(run)])
+    try:
+        pids = [int(p.read_text()) for p in
+                _wait_for(tmp_path, "rank*.pid", RANKS, time.monotonic() + 120)]
+        _wait_for(run, "metrics.csv", 1, time.monotonic() + 120)  # training
+        os.kill(pids[2], signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("decentlearn run:")]
+    assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0], stderr[-2000:]
+    assert "checkpoint of round" in lines[0] and "--resume" in lines[0]
+    _assert_gone(pids)
+    got, meta = ck.read(run / ck.FILENAME)
+    done = meta["round"]
+    assert 1 <= done < 100000 and f"checkpoint of round {done} " in lines[0]
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    ref = tmp_path / "ref"
+    assert main(["run", "--quiet", *args[:-2], "--rounds", str(done), "--checkpoint-every",
+                 str(done), "--out", str(ref)]) == 0
+    capsys.readouterr()
+    want, _ = ck.read(ref / ck.FILENAME)
+    assert sorted(got) == sorted(want)
+    assert "algorithm.params" in want and "algorithm.client_error" in want
+    for key, value in want.items():  # the reference's last round was evaluated: not compared
+        if isinstance(value, np.ndarray) and key != "run.last_accuracy":
+            assert np.array_equal(got[key], value) and got[key].dtype == value.dtype, key
+
+
 def _assert_gone(pids: list[int]) -> None:
     """No orphan: within a few seconds every rank is gone (or a zombie awaiting its reaper)."""
     deadline = time.monotonic() + 10
