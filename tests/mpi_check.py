@@ -48,6 +48,11 @@ RUNS = {
     "skewscout": dict(algorithm="skewscout", skew_probe_every=1, skew_target=0.3,
                       topology="one-peer-exponential"),
     "pushsum": dict(algorithm="pushsum", topology="epidemic:2", local_steps=2),
+    # A network model (--network): simulated time, link drops, stragglers, churn.
+    "choco_mobile": dict(algorithm="choco", compress="topk:0.1", gamma=0.5, network="mobile"),
+    "pushsum_churn": dict(algorithm="pushsum", topology="epidemic:2",
+                          network=str(Path(__file__).resolve().parent / "mpi_network.toml")),
+    "allreduce_qsgd_edge": dict(algorithm="allreduce", compress="qsgd:16", network="edge"),
 }
 
 #: Algorithm counters (``stats()``) compared with the in-process run's, per run.
@@ -113,7 +118,7 @@ def algorithms(out: Path) -> None:
 
 
 #: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
-RESUMED = ("dpsgd", "choco_topk", "stc_fl")
+RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile")
 STOP_AT = 3
 
 

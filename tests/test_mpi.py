@@ -133,6 +133,11 @@ def test_algorithm_bit_identical(launched, name):
     assert got["stats"] == json.loads(json.dumps(stats))
     if name in mpi_check.STATS:  # the counter the run is meant to exercise is not trivial
         assert stats[mpi_check.STATS[name]], (name, stats)
+    if "network" in extra:  # the simulated clock and the fault rates, round by round
+        keys = ("sim_seconds", "sim_round_seconds", "link_drop_rate", "offline_rate",
+                "straggler_rate")
+        assert {k: got["summary"].get(k) for k in keys} == {k: ref.summary.get(k) for k in keys}
+        assert ref.summary["sim_seconds"] > 0
     assert len(got["history"]) == len(ref.history)
     for a, b in zip(got["history"], ref.history):
         assert {k: v for k, v in a.items() if k != "wall_seconds"} == \
@@ -430,8 +435,9 @@ def test_refused_configurations_name_the_option():
     assert not REFUSED
     with pytest.raises(ValueError, match="precision='int8' with algorithm 'ngc' is not avail"):
         check_supported(RunConfig(algorithm="ngc", precision="int8"))
-    with pytest.raises(ValueError, match="network='wan'"):
-        check_supported(RunConfig(network="wan"))
+    check_supported(RunConfig(network="mobile"))
+    with pytest.raises(ValueError, match="asynchronous=True is not available.*event-driven"):
+        check_supported(RunConfig(network="wan", asynchronous=True))
     # A RunConfig field the runner does not know must keep its default (never silently ignored).
     import dataclasses
 

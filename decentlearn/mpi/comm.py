@@ -33,7 +33,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.comm import FLOAT32_BYTES, SimComm
-from decentlearn.topology import RoundTopology, Topology
+from decentlearn.topology import RoundTopology, Topology, edges_of
 
 #: Default seconds a rank waits for any message before declaring its sender dead.
 DEFAULT_TIMEOUT = 60.0
@@ -113,7 +113,8 @@ class MPIComm:
 
     def __init__(self, topology: Topology | RoundTopology, world=None,
                  n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT,
-                 transport: str = "p2p") -> None:
+                 transport: str = "p2p", network=None, samples_per_round: float = 0.0,
+                 mixing_kind: str | None = None) -> None:
         MPI = import_mpi()
         if not isinstance(topology, (Topology, RoundTopology)):
             raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
@@ -137,7 +138,17 @@ class MPIComm:
         self.timeout = float(timeout)
         self.bytes_sent = np.zeros(self._n_local, dtype=np.int64)
         self.server_bytes_sent = 0
-        self.network = self.clock = None
+        #: The network model (decentlearn.network.NetworkModel) or None, as in ``SimComm``: its
+        #: clock and faulty W_t are computed whole, identically, on every rank.
+        self.network, self.clock = network, None
+        if network is not None:
+            from decentlearn.network.clock import SyncClock
+            from decentlearn.network.faults import FaultyTopology
+            if network.n != topology.n:
+                raise ValueError(f"network has {network.n} peers but the topology {topology.n}")
+            self.clock = SyncClock(network, samples_per_round)
+            if network.config.has_faults:
+                self.mixing = FaultyTopology(topology, network, kind=mixing_kind)
         self._plans: dict[int, _Plan] = {}
         self._seq = 0
         self._halo: np.ndarray | None = None
@@ -338,9 +349,15 @@ class MPIComm:
         return compressor.decompress(payload, n_threads=self.n_threads)
 
     def count(self, t: int, payload_nbytes) -> None:
-        """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour."""
+        """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour;
+        with a network model, delivers every peer's messages on the (replicated) clock."""
         nbytes = np.asarray(payload_nbytes, dtype=np.int64)
         self.bytes_sent += self._plan(t).send_counts * nbytes
+        if self.clock is not None:
+            if nbytes.ndim:  # per-peer sizes: the clock needs every peer's
+                nbytes = self.allgather_peers(np.ascontiguousarray(nbytes))
+            dst, src = edges_of(self.mixing, t)
+            self.clock.send(t, dst, src, nbytes)
 
     def allreduce(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """The exact mean of all peers' rows in every local row, bit-identical to
@@ -373,6 +390,8 @@ class MPIComm:
                              dtype=np.int64)
             p = np.arange(self.peer0, self.peer0 + n)
             self.bytes_sent += FLOAT32_BYTES * (2 * dim - chunk[(p + 1) % N] - chunk[p])
+            if self.clock is not None:
+                self.clock.allreduce(t, FLOAT32_BYTES * dim)
         return out
 
     def allreduce_compressed(self, compressor, X: np.ndarray, t: int, seed: int = 0) -> np.ndarray:
@@ -394,6 +413,9 @@ class MPIComm:
                                     n_threads=self.n_threads)
         sizes = np.asarray(first.row_nbytes, dtype=np.int64).reshape(n_local, n)
         self.bytes_sent += sizes.sum(axis=1) - sizes[np.arange(n_local), np.arange(lo, hi)]
+        if self.clock is not None:  # as SimComm: the mean of all n·n first messages
+            every = self.allgather_peers(sizes).reshape(-1)
+            self.clock.allreduce(t, float(np.mean(every)) * n)
         wire = first.compressor
         what = f"compressed allreduce of round {t}"
         # Scatter: rank r gets, from every rank, the rows of its peers' chunks j in its block.
@@ -430,28 +452,21 @@ class MPIComm:
         return np.ascontiguousarray(out[:, :dim])
 
     #: State kept between rounds (checkpoints): the same names as ``SimComm``'s, this rank's
-    #: rows of the per-peer byte counters.
+    #: rows of the per-peer byte counters; with a network model the clock and the fault counters
+    #: (replicated: the same on every rank).
     state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+    #: Prefixes of the replicated network state in ``state_dict`` (never cut into rows).
+    replicated_prefixes = ("clock.", "mixing.")
 
-    def state_dict(self) -> dict:
-        """Byte counters (no network model on MPI), as ``SimComm.state_dict``."""
-        from decentlearn.checkpoint import state_of
-        return state_of(self, self.state_attrs)
+    state_dict = SimComm.state_dict
+    load_state_dict = SimComm.load_state_dict
 
-    def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import load_attrs
-        load_attrs(self, self.state_attrs, state, "comm.")
-
-    def round_done(self, t: int) -> None:
-        """No simulated clock on real processes."""
-
-    sim_seconds = None
-
-    def network_metrics(self) -> dict:
-        return {}
-
-    def network_summary(self) -> dict:
-        return {}
+    # The simulated clock of a network model (decentlearn.network): every rank keeps the whole
+    # clock, fed with every peer's message sizes, so every rank computes the same times.
+    round_done = SimComm.round_done
+    sim_seconds = SimComm.sim_seconds
+    network_metrics = SimComm.network_metrics
+    network_summary = SimComm.network_summary
 
     # ---- operations of the server baselines and the non-IID algorithms -------------------------
     # Peers named in arguments (clients, permutations) and ``edges`` are global; row arrays are
