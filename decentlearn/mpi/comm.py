@@ -22,6 +22,11 @@ every client's message: the server's state is replicated, identical on all ranks
 algorithms ``edges`` (global), ``self_weights``, ``neighbor_rows`` (from the halo), ``reply``
 and ``shift``; ``allgather_peers`` and ``total`` for global vectors and counts. Plus
 ``gather_rows`` / ``scatter_rows`` / ``bcast_json`` for the runner and checkpoints.
+
+With a network model (``network=``), every rank keeps the whole simulated clock and the whole
+faulty W_t, as ``SimComm`` does, and feeds the clock every peer's message sizes (all-gathered
+when they differ per peer), so ``sim_seconds`` and the fault rates are the same on every rank
+and equal to the in-process run's.
 """
 
 from __future__ import annotations
