@@ -125,6 +125,9 @@ class Algorithm(ABC):
     #: Attributes that hold state between rounds (saved in checkpoints), added to those of the
     #: base classes; scratch buffers overwritten before use are not state.
     state_attrs: tuple[str, ...] = ("params",)
+    #: State attributes that are the same on every process when a backend splits the peers
+    #: (a server's model): never cut into per-peer rows, whatever their shape.
+    replicated_attrs: tuple[str, ...] = ()
     #: Attributes holding objects with their own ``state_dict()`` (None or stateless ones skip).
     state_objects: tuple[str, ...] = ("optimizer", "compressor")
 

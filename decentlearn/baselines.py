@@ -18,6 +18,11 @@
 The algorithms' rows of ``params`` hold the server model after each round (the model a client
 downloads when it is next selected); bytes sent by clients go to ``comm.bytes_sent`` and bytes sent
 by the server to ``comm.server_bytes_sent``.
+
+The communicator may host a block of the peers (the MPI backend): client samples are drawn over
+all ``comm.n_global`` peers, each process trains and uploads its own clients, and the server's
+state (its model, STC's server residual, the counters) is replicated, identical on every
+process, because ``comm.upload`` returns every client's decoded row everywhere.
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class _ServerAlgorithm(Algorithm):
     #: Algorithms that take a compressor for the upload; others reject one.
     takes_compressor = True
     state_attrs = ("server",)
+    #: State that is the same on every process (not one row per peer) when peers are split.
+    replicated_attrs = ("server",)
 
     def __init__(self, *, participation: float = 1.0, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -80,39 +87,56 @@ class _ServerAlgorithm(Algorithm):
             raise ValueError(f"{self.name} does not support frozen layers (cocofl)")
         self.participation = _check_fraction(participation, "participation")
         n = self.comm.n_peers
-        self.n_clients = max(1, int(round(self.participation * n)))
+        self.n_clients = max(1, int(round(self.participation * self.comm.n_global)))
         #: The server's model (1, dim) float32; every row of ``params`` equals it between rounds.
         self.server = self.params[:1].copy()
         self._identity = compress.make("none")
         self._cut_all = np.full(n, self.model.dim, dtype=np.int64)
 
     def clients(self, t: int) -> np.ndarray:
-        """The clients of round t: a uniform sample without replacement keyed by (seed, t)."""
-        n = self.comm.n_peers
+        """The clients of round t (global ids): a uniform sample without replacement keyed by
+        (seed, t)."""
+        n = self.comm.n_global
         if self.n_clients == n:
             return np.arange(n, dtype=np.int64)
         rng = np.random.default_rng([self.seed, t])
         return np.sort(rng.choice(n, self.n_clients, replace=False)).astype(np.int64)
 
+    def mine(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """This process's share of the sorted global ``clients``: (active, a bool mask of its
+        rows; their row indices; the position of its first client in ``clients``, the row
+        offset of its messages' random keys)."""
+        lo, n = self.comm.peer0, self.comm.n_peers
+        a, b = np.searchsorted(clients, [lo, lo + n])
+        rows = clients[a:b] - lo
+        active = np.zeros(n, dtype=bool)
+        active[rows] = True
+        return active, rows, int(a)
+
     def train(self, sample: Sampler, active: np.ndarray, steps: int) -> np.ndarray:
         """``steps`` SGD steps on the rows ``active`` (bool (P,)) of params; other rows and their
         optimizer state do not move. Gradients are computed for the active rows only. Returns the
-        active peers' summed losses (0 elsewhere)."""
+        active peers' summed losses (0 elsewhere). Every process draws its minibatches even
+        without active rows (the sampler's draws are shared by all peers)."""
         losses = np.zeros(self.comm.n_peers)
         rows = np.flatnonzero(active)
-        if rows.size == 0:
-            return losses
         cut = np.where(active, 0, self._cut_all)
         for _ in range(steps):
             x, y = sample()
             if rows.size == self.comm.n_peers:
                 step_losses, grad = self.gradient(self.params, x, y)
+                losses += step_losses
             else:
                 grad = self._grad
                 grad[~active] = 0
-                step_losses, g = self.model.loss_and_grad(self.params[rows], x[rows], y[rows])
-                grad[rows] = g
-            losses[rows] += step_losses
+                if rows.size:
+                    step_losses, g = self.model.loss_and_grad(self.params[rows], x[rows],
+                                                              y[rows])
+                    grad[rows] = g
+                    losses[rows] += step_losses
+                else:  # no client here: step as a process whose peers train would
+                    self.model.steps += 1
+            # Inactive rows are frozen: they keep their values and a zero momentum buffer.
             self.optimizer.step(self.params, grad, frozen=cut)
         return losses
 
@@ -137,6 +161,7 @@ class AllReduce(Algorithm):
     """
 
     state_attrs = ("anchor",)
+    replicated_attrs = ("anchor",)
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -185,22 +210,23 @@ class FedAvg(_ServerAlgorithm):
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         clients = self.clients(t)
-        active = np.zeros(self.comm.n_peers, dtype=bool)
-        active[clients] = True
+        active, rows, first = self.mine(clients)
         self.comm.broadcast(self._identity, self._identity.compress(self.server), t, clients)
         losses = self.train(sample, active, self.local_steps)
-        delta = self.params[clients] - self.server
-        payload = self._up.compress(delta, seed=self.seed, step=t, peer0=0,
+        delta = self.params[rows] - self.server
+        payload = self._up.compress(delta, seed=self.seed, step=t, peer0=first,
                                     n_threads=self.comm.n_threads)
         decoded = self.comm.upload(self._up, payload, t, clients)
         self.set_server(self.server + decoded.mean(axis=0, dtype=np.float64).astype(np.float32))
-        return _fill_inactive(losses / self.local_steps, active)
+        return _fill_inactive(self.comm, losses / self.local_steps, active, clients)
 
 
-def _fill_inactive(losses: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """Losses of the peers that trained; the others get their mean (they did not train), so the
-    simulator's mean training loss is the participants' mean."""
-    losses[~active] = losses[active].mean()
+def _fill_inactive(comm, losses: np.ndarray, active: np.ndarray,
+                   clients: np.ndarray) -> np.ndarray:
+    """Losses of the peers that trained; the others get the mean over all ``clients`` (they did
+    not train), so the simulator's mean training loss is the participants' mean."""
+    everyone = comm.allgather_peers(losses)
+    losses[~active] = everyone[clients].mean()
     return losses
 
 
@@ -224,6 +250,7 @@ class STCFL(_ServerAlgorithm):
     simulated_time = False
     state_attrs = ("client_error", "server_error", "synced", "synced_round",
                    "_last_down_nbytes")
+    replicated_attrs = ("server_error",)
     state_objects = ("server_compressor",)
 
     def __init__(self, *, server_compress: str | None = None, **kwargs) -> None:
@@ -240,6 +267,8 @@ class STCFL(_ServerAlgorithm):
         self._last_down_nbytes = 0
 
     def _download(self, clients: np.ndarray, t: int) -> None:
+        """Counts the server's messages to this process's ``clients`` (local rows), summed over
+        all processes, and records the clients as up to date."""
         missed = t - self.synced_round[clients]
         nbytes = np.zeros(clients.size, dtype=np.int64)
         nbytes[missed == 1] = self._last_down_nbytes
@@ -249,31 +278,30 @@ class STCFL(_ServerAlgorithm):
             nnz = np.count_nonzero(diff, axis=1)
             nbytes[older] = np.minimum(_SPARSE_HEADER_BYTES + _SPARSE_ENTRY_BYTES * nnz,
                                        FLOAT32_BYTES * self.model.dim)
-        self.comm.count_server(t, int(nbytes.sum()))
+        self.comm.count_server(t, self.comm.total(int(nbytes.sum())))
         self.synced[clients] = self.server
         self.synced_round[clients] = t
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         clients = self.clients(t)
-        active = np.zeros(self.comm.n_peers, dtype=bool)
-        active[clients] = True
-        self._download(clients, t)
+        active, rows, first = self.mine(clients)
+        self._download(rows, t)
         losses = self.train(sample, active, self.local_steps)
-        acc = self.client_error[clients] + (self.params[clients] - self.server)
-        up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=0,
+        acc = self.client_error[rows] + (self.params[rows] - self.server)
+        up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first,
                                       n_threads=self.comm.n_threads)
         decoded = self.comm.upload(self.compressor, up, t, clients)
-        self.client_error[clients] = acc - decoded
+        self.client_error[rows] = acc - decoded[first:first + rows.size]
         server_acc = self.server_error + decoded.mean(axis=0, dtype=np.float64,
                                                       keepdims=True).astype(np.float32)
         down = self.server_compressor.compress(server_acc, seed=self.seed, step=t,
-                                               peer0=self.comm.n_peers,
+                                               peer0=self.comm.n_global,
                                                n_threads=self.comm.n_threads)
         update = self.server_compressor.decompress(down, n_threads=self.comm.n_threads)
         self.server_error[...] = server_acc - update
         self._last_down_nbytes = down.nbytes
         self.set_server(self.server + update)
-        return _fill_inactive(losses / self.local_steps, active)
+        return _fill_inactive(self.comm, losses / self.local_steps, active, clients)
 
 
 @dataclass(frozen=True)
@@ -334,7 +362,7 @@ class FedHiSyn(_ServerAlgorithm):
         if _none_if_identity(self.compressor) is not None:
             raise ValueError("fedhisyn sends float32 models: compress must be 'none', got "
                              f"{self.compressor.spec!r}")
-        n = self.comm.n_peers
+        n = self.comm.n_global
         for name, v in (("categories", categories), ("hops_max", hops_max)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
@@ -342,6 +370,7 @@ class FedHiSyn(_ServerAlgorithm):
             raise ValueError(f"categories must be <= peers ({n}), got {categories}")
         self.categories = categories
         self.hops_max = hops_max
+        #: Speeds and categories of all peers (global ids), the same on every process.
         self.speeds = SpeedDistribution(speeds).draw(n, self.seed)
         order = np.argsort(self.speeds, kind="stable")
         #: Category of every device: 0 = slowest.
@@ -352,9 +381,9 @@ class FedHiSyn(_ServerAlgorithm):
         self.hops_done = 0
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
-        n = self.comm.n_peers
+        n = self.comm.n_global
         clients = self.clients(t)
-        active = np.zeros(n, dtype=bool)
+        active = np.zeros(n, dtype=bool)  # global; the process's rows are peers[lo:lo + P]
         active[clients] = True
         self.comm.broadcast(self._identity, self._identity.compress(self.server), t, clients)
         # Hops per category from its slowest participant; a ring per category (speed order).
@@ -369,17 +398,19 @@ class FedHiSyn(_ServerAlgorithm):
             h = min(self.hops_max, int(np.floor(self.speeds[members].min() / s_min + 1e-9)))
             hops[members] = max(1, h)
             source[members] = np.roll(members, 1)  # member k receives from member k - 1
-        losses = np.zeros(n)
+        mine = slice(self.comm.peer0, self.comm.peer0 + self.comm.n_peers)
+        losses = np.zeros(self.comm.n_peers)
         for hop in range(int(hops.max())):
-            busy = hops > hop
+            busy = hops[mine] > hop
             losses += self.train(sample, busy, self.local_steps)
             passing = hops > hop + 1
             if passing.any():
                 src = np.where(passing, source, np.arange(n))
                 self.params[...] = self.comm.shift(self.params, t, src)
         self.hops_done += int(hops[clients].sum())
-        uploaded = self.comm.upload(self._identity, self._identity.compress(self.params[clients]),
+        local, rows, _ = self.mine(clients)
+        uploaded = self.comm.upload(self._identity, self._identity.compress(self.params[rows]),
                                     t, clients)
         self.set_server(uploaded.mean(axis=0, dtype=np.float64).astype(np.float32))
-        per_step = losses / np.maximum(hops, 1) / self.local_steps
-        return _fill_inactive(per_step, active)
+        per_step = losses / np.maximum(hops[mine], 1) / self.local_steps
+        return _fill_inactive(self.comm, per_step, local, clients)

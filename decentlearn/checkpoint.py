@@ -23,6 +23,7 @@ the same names; :func:`read` gives them back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION", "NOT_PER_PEER",
-           "CheckpointCallback", "fingerprint", "join_rows", "load_attrs", "nest",
+           "CheckpointCallback", "fingerprint", "stop_at_round_end", "join_rows", "load_attrs", "nest",
            "per_peer_names", "read", "state_of", "subtree", "take_rows", "write"]
 
 #: Bumped whenever the layout or the meaning of saved names changes; other versions are refused.
@@ -341,7 +342,14 @@ def read(path: str | os.PathLike, *, fingerprint: str | None = None, n_peers: in
 
 class CheckpointCallback:
     """A simulator callback that saves a checkpoint to ``path`` every ``every`` rounds and after
-    the last round (``sim.Callback``'s ``on_round_complete`` hook, at a round boundary)."""
+    the last round (``sim.Callback``'s ``on_round_complete`` hook, at a round boundary).
+
+    Inside :func:`stop_at_round_end` it also ends the run gracefully: once a termination signal
+    has been received, the round in progress finishes, its checkpoint is written, and
+    ``on_round_complete`` raises :class:`decentlearn.results.Interrupted`. With peers split over
+    processes, every process calls ``comm.total`` at every round end while watching, so all of
+    them stop after the same round even when the signal reached only some of them.
+    """
 
     def __init__(self, path: str | os.PathLike, every: int) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -350,6 +358,10 @@ class CheckpointCallback:
         self.every = every
         #: Rounds finished at the last checkpoint written (None: none yet).
         self.saved_round: int | None = None
+        #: The termination signal received (None: none), set by stop_at_round_end's handler.
+        self.stop_signum: int | None = None
+        #: True inside stop_at_round_end: round ends check (and agree on) a stop request.
+        self.watching = False
 
     def on_round_end(self, sim, t: int) -> None:
         pass
@@ -358,9 +370,51 @@ class CheckpointCallback:
         pass
 
     def on_round_complete(self, sim, t: int) -> None:
-        if (t + 1) % self.every == 0 or t + 1 == sim.config.rounds:
+        stop = False
+        if self.watching:
+            requested = int(self.stop_signum is not None)
+            total = getattr(sim.comm, "total", None)
+            stop = (total(requested) if total is not None else requested) > 0
+        last = t + 1 == sim.config.rounds
+        if (t + 1) % self.every == 0 or last or stop:
             self.save(sim)
+        if stop and not last:
+            import signal
+
+            from decentlearn.results import Interrupted
+            raise Interrupted(self.stop_signum or signal.SIGTERM)
 
     def save(self, sim) -> None:
         sim.save_checkpoint(self.path, extra={"checkpoint_every": self.every})
         self.saved_round = sim.next_round
+
+
+@contextlib.contextmanager
+def stop_at_round_end(saver: CheckpointCallback, signums: tuple[int, ...] | None = None):
+    """Within the block, the first of ``signums`` (default SIGTERM) asks ``saver`` to finish the
+    round in progress, write its checkpoint and stop the run (see ``CheckpointCallback``); a
+    second one raises :class:`decentlearn.results.Interrupted` at once. Previous handlers are
+    restored afterwards. Outside the main thread only the periodic checkpoints are written."""
+    import signal
+    import threading
+
+    from decentlearn.results import Interrupted
+    if signums is None:
+        signums = (signal.SIGTERM,)
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if saver.stop_signum is not None:
+            raise Interrupted(signum)
+        saver.stop_signum = signum
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    saver.watching = True
+    try:
+        yield
+    finally:
+        saver.watching = False
+        for s, h in previous.items():
+            signal.signal(s, h)

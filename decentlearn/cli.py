@@ -167,8 +167,8 @@ def _add_run_parser(sub) -> None:
     a("--async", dest="asynchronous", action="store_true", default=None,
       help="event-driven asynchronous gossip (dpsgd -> AD-PSGD); needs --network")
     a("--checkpoint-every", type=int, metavar="N",
-      help="write RUN_DIR/checkpoint.npz every N rounds, after the last round and on SIGINT/"
-           "SIGTERM at a round boundary (docs/checkpoints.md)")
+      help="write RUN_DIR/checkpoint.npz every N rounds, after the last round, on SIGINT at a "
+           "round boundary, and on SIGTERM after the round in progress (docs/checkpoints.md)")
     a("--resume", metavar="RUN_DIR",
       help="continue the run in RUN_DIR from its checkpoint, with its config.toml (only "
            "--rounds, --threads, --data-dir, --checkpoint-every and --quiet may be given)")
@@ -474,8 +474,13 @@ def cmd_run(args) -> int:
     writer = RunWriter(out, config)
     if args.resume:
         writer.resume(sim.history, sim.next_round)
+    # SIGTERM: with checkpoints, the round in progress ends and is saved before the run stops
+    # (a second SIGTERM stops at once); without, it stops at once.
+    from decentlearn.checkpoint import stop_at_round_end
+    stopping = (stop_at_round_end(saver) if saver is not None
+                else signals_as_interrupts((signal.SIGTERM,)))
     try:
-        with signals_as_interrupts((signal.SIGTERM,)), writer:
+        with stopping, writer:
             result = sim.run([writer, *callbacks])
             writer.finish(result.summary)
     except KeyboardInterrupt as e:

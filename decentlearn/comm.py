@@ -14,6 +14,13 @@ The non-IID algorithms and server baselines add ``allreduce``, ``allreduce_compr
 ``upload``, ``broadcast``, ``count_server``, ``edges``, ``self_weights``, ``neighbor_rows``,
 ``reply`` and ``shift`` (docs/algorithms.md lists what each sends and counts).
 
+A communicator may host a block of the peers only (the MPI backend): ``n_peers`` rows starting
+at peer ``peer0`` of ``n_global``. Arguments that name peers (the clients of ``upload``, the
+permutation of ``shift``) and ``edges`` are global; arrays of rows are the block's. ``upload``
+returns every client's decoded row, so a server's state is the same on every process;
+``allgather_peers`` and ``total`` give an algorithm the global per-peer vector or sum it needs
+for such replicated state. In ``SimComm`` the block is every peer.
+
 Bytes are counted per sending peer, from ``Payload.nbytes`` for compressed messages.
 
 With a network model (``SimComm(topology, network=NetworkModel(...), samples_per_round=...)``,
@@ -62,6 +69,24 @@ class SimComm:
     @property
     def n_peers(self) -> int:
         return self.topology.n
+
+    #: First peer of the block this communicator hosts (every peer here: 0).
+    peer0 = 0
+
+    @property
+    def n_global(self) -> int:
+        """Peers of the whole run (``n_peers`` here)."""
+        return self.topology.n
+
+    def allgather_peers(self, v: np.ndarray) -> np.ndarray:
+        """A per-peer array (first axis: the block's peers) of every process, joined in peer
+        order (here a copy of ``v``)."""
+        return np.array(v, copy=True)
+
+    def total(self, value):
+        """The sum over processes of a per-process number (here ``value``): global byte counts
+        and tallies of replicated state."""
+        return value
 
     #: State kept between rounds (checkpoints, decentlearn.checkpoint).
     state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
@@ -213,8 +238,9 @@ class SimComm:
         return np.ascontiguousarray(out[:, :dim])
 
     def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
-        """Peers ``clients`` (sorted int array, one payload row each) send their message to the
-        server; returns the decoded rows (len(clients), dim) the server reconstructs."""
+        """Peers ``clients`` (sorted global ids; ``payload`` has one row per client this process
+        hosts, in order) send their message to the server; returns the decoded rows
+        (len(clients), dim) of every client, which the server reconstructs."""
         clients = np.asarray(clients, dtype=np.int64)
         if payload.n_rows != clients.size:
             raise ValueError(f"payload must have one row per client ({clients.size}), "
@@ -231,7 +257,8 @@ class SimComm:
         return compressor.decompress(payload, n_threads=self.n_threads).reshape(1, -1)
 
     def count_server(self, t: int, nbytes: int) -> None:
-        """Adds ``nbytes`` sent by the server (messages whose size the caller computed)."""
+        """Adds ``nbytes`` sent by the server (messages whose size the caller computed; the same
+        value on every process, e.g. a ``total``)."""
         self.server_bytes_sent += int(nbytes)
 
     def edges(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -239,18 +266,19 @@ class SimComm:
         w_ij) as int64, int64, float32 arrays of length E. ``neighbor_rows`` and ``reply`` use
         this order; ``self_weights`` gives the diagonal."""
         indptr, indices, data = self.mixing.csr(t)
-        rows = np.repeat(np.arange(self.n_peers, dtype=np.int64), np.diff(indptr))
+        rows = np.repeat(np.arange(self.n_global, dtype=np.int64), np.diff(indptr))
         off = indices != rows
         return rows[off], indices[off].astype(np.int64), data[off]
 
     def self_weights(self, t: int) -> np.ndarray:
-        """w_ii of round t, float32 (n_peers,)."""
+        """w_ii of round t for the hosted peers, float32 (n_peers,)."""
         return self.mixing.mixing_matrix(t).diagonal().astype(np.float32)
 
     def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
         """Each peer sends its row to its out-neighbours and keeps what it receives: returns the
         (E, dim) matrix whose row e is X[sender(e)] for edge e of ``edges(t)`` (as ``mix``, but
-        the received rows are kept apart). Bytes as ``mix``."""
+        the received rows are kept apart). Bytes as ``mix``. A block of peers gets the rows of
+        its in-edges only (receivers hosted here: a contiguous range of the CSR order)."""
         _, senders, _ = self.edges(t)
         self.count(t, X.shape[1] * FLOAT32_BYTES)
         return X[senders]
@@ -258,7 +286,8 @@ class SimComm:
     def reply(self, compressor, payload, t: int) -> np.ndarray:
         """The reverse of ``neighbor_rows``: for every edge e = (i, j) of ``edges(t)``, peer i
         sends payload row e back to peer j; returns the decoded (E, dim) rows. Peer i's bytes
-        are the sum of its edges' row_nbytes."""
+        are the sum of its edges' row_nbytes. A block of peers sends the rows of its in-edges
+        and gets those of its out-edges (senders hosted here), in edge order."""
         receivers, _, _ = self.edges(t)
         if payload.n_rows != receivers.size:
             raise ValueError(f"payload must have one row per edge ({receivers.size}), "
@@ -270,7 +299,8 @@ class SimComm:
     def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
         """Point-to-point: peer p receives the row of peer ``source[p]`` (a permutation; source[p]
         == p means p keeps its own row and nothing is sent). Returns the new (n, dim) matrix;
-        every peer whose row goes elsewhere sends dim float32 values once."""
+        every peer whose row goes elsewhere sends dim float32 values once. ``source`` is global;
+        X and the result are the hosted rows."""
         source = np.asarray(source, dtype=np.int64)
         if source.shape != (self.n_peers,) or not np.array_equal(np.sort(source),
                                                                   np.arange(self.n_peers)):

@@ -226,32 +226,43 @@ class NGC(Algorithm):
         _no_compressor(self)
         self._identity = compress.make("none")
 
-    def _exchange_cross(self, cross: np.ndarray, t: int) -> np.ndarray:
+    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> np.ndarray:
         """Every peer sends each cross-gradient it computed back to the neighbour whose model it
-        used; returns what the neighbours receive (E, dim). Counts ``cross_bytes``."""
+        used; returns what the neighbours receive (E, dim). Counts ``cross_bytes`` (all peers).
+        ``first``: the edge index of row 0 of ``cross`` (the process's first in-edge)."""
         payload = self._identity.compress(cross)
-        self.cross_bytes += payload.nbytes
+        self.cross_bytes += self.comm.total(payload.nbytes)
         return self.comm.reply(self._identity, payload, t)
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
-        n = self.comm.n_peers
+        # The process hosts peers [lo, lo + n) of N (all of them in one process); edges are
+        # global in CSR order, so its peers' in-edges are the contiguous range [e0, e1).
+        n, N, lo = self.comm.n_peers, self.comm.n_global, self.comm.peer0
         recv, send, w = self.comm.edges(t)
         e = recv.size
         # Undirected: every edge (i, j) has its reverse with the same weight.
-        pairs = sp.csr_array((w, (recv, send)), shape=(n, n))
+        pairs = sp.csr_array((w, (recv, send)), shape=(N, N))
         if e and not np.array_equal(pairs[send, recv], w):
             raise ValueError(f"{self.name} needs an undirected graph with a symmetric W_t")
-        neighbours = self.comm.neighbor_rows(self.params, t)  # (E, dim): x_j for edge (i, j)
+        e0, e1 = (int(k) for k in np.searchsorted(recv, [lo, lo + n]))
+        neighbours = self.comm.neighbor_rows(self.params, t)  # (e1-e0, dim): x_j, edge (i, j)
         x, y = sample()
         losses, g_self = self.gradient(self.params, x, y)
         g_tilde = g_self * self.comm.self_weights(t)[:, None]
         if e:
-            _, cross = self.model.loss_and_grad(neighbours, x[recv], y[recv])  # grad f_i(x_j)
-            idx = np.arange(e)
-            mv = sp.csr_array((w, (recv, idx)), shape=(n, e))  # at i: sum_j w_ij grad f_i(x_j)
-            g_tilde += (1.0 - self.alpha) * (mv @ cross)
-            received = self._exchange_cross(cross, t)  # at j: grad f_i(x_j)
-            dv = sp.csr_array((w, (send, idx)), shape=(n, e))  # at j: sum_i w_ji grad f_i(x_j)
+            r_in = recv[e0:e1] - lo
+            if e1 > e0:
+                _, cross = self.model.loss_and_grad(neighbours, x[r_in], y[r_in])  # grad f_i(x_j)
+            else:
+                cross = np.zeros((0, self.model.dim), dtype=np.float32)
+                self.model.steps += 1  # as a process whose peers have edges
+            idx = np.arange(e1 - e0)
+            mv = sp.csr_array((w[e0:e1], (r_in, idx)), shape=(n, e1 - e0))
+            g_tilde += (1.0 - self.alpha) * (mv @ cross)  # at i: sum_j w_ij grad f_i(x_j)
+            received = self._exchange_cross(cross, t, e0)  # at j: grad f_i(x_j)
+            out = np.flatnonzero((send >= lo) & (send < lo + n))  # the peers' out-edges
+            dv = sp.csr_array((w[out], (send[out] - lo, np.arange(out.size))),
+                              shape=(n, out.size))  # at j: sum_i w_ji grad f_i(x_j)
             g_tilde += self.alpha * (dv @ received)
         # Mixing uses the neighbours' models received in step 1: no further traffic.
         self.params = self.comm.combine(self.params, t)
@@ -285,8 +296,20 @@ class CompNGC(NGC):
         dim = self.model.dim
         #: Column slices compressed separately (the model's tensors; the whole row otherwise).
         self.tensor_slices = [sl for _, sl, _ in layout()] if layout else [slice(0, dim)]
-        self._memories = [compress.ErrorFeedback(self.compressor) for _ in self.tensor_slices]
+        codec = self.compressor
+        if not isinstance(codec, compress.Compressor):  # a backend's wrapper (the MPI timer)
+            codec = compress.make(codec.spec)
+        self._memories = [compress.ErrorFeedback(codec) for _ in self.tensor_slices]
         self._decoder = self.compressor
+
+    @property
+    def checkpoint_unsupported(self) -> str | None:
+        """Its error memories have one row per edge, not per peer: a process hosting a block
+        of peers holds its in-edges' rows, which the per-peer checkpoint format cannot place."""
+        if self.comm.n_peers != self.comm.n_global:
+            return ("its error-feedback memory has one row per edge, which a checkpoint of a "
+                    "block of peers (MPI) cannot hold")
+        return None
 
     def state_dict(self) -> dict:
         from decentlearn.checkpoint import nest
@@ -301,14 +324,17 @@ class CompNGC(NGC):
         for k, ef in enumerate(self._memories):
             ef.load_state_dict(subtree(f"memories.{k}", state))
 
-    def _exchange_cross(self, cross: np.ndarray, t: int) -> np.ndarray:
-        received = np.empty_like(cross)
+    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> np.ndarray:
+        received = None
         for sl, ef in zip(self.tensor_slices, self._memories):  # a few tensors, not peers
             part = np.ascontiguousarray(cross[:, sl])
-            payload = ef.compress(part, seed=self.seed, step=t, peer0=0,
+            payload = ef.compress(part, seed=self.seed, step=t, peer0=first,
                                   n_threads=self.comm.n_threads)
-            self.cross_bytes += payload.nbytes
-            received[:, sl] = self.comm.reply(self._decoder, payload, t)
+            self.cross_bytes += self.comm.total(payload.nbytes)
+            got = self.comm.reply(self._decoder, payload, t)
+            if received is None:  # the out-edges' rows (all edges in one process)
+                received = np.empty((got.shape[0], cross.shape[1]), dtype=np.float32)
+            received[:, sl] = got
         return received
 
 
@@ -361,7 +387,7 @@ class SkewScout(Algorithm):
         self.probe_bytes = 0
         #: (round, estimated accuracy loss, period after the decision) of every probe.
         self.history: list[tuple[int, float, int]] = []
-        self._travel = np.roll(np.arange(self.comm.n_peers), 1)  # p receives from p - 1
+        self._travel = np.roll(np.arange(self.comm.n_global), 1)  # p receives from p - 1
         self._mix_bytes = 0  # bytes of the last gossip
 
     state_attrs = ("period", "_since", "communications", "skipped_bytes", "probe_bytes",
@@ -372,7 +398,8 @@ class SkewScout(Algorithm):
         self.history = [tuple(h) for h in self.history]  # JSON keeps them as lists
 
     def _bytes_now(self) -> int:
-        return int(self.comm.bytes_sent.sum())
+        """Bytes sent so far by all peers (summed over processes)."""
+        return self.comm.total(int(self.comm.bytes_sent.sum()))
 
     def _probe(self, sample: Sampler, t: int) -> None:
         before = self._bytes_now()
@@ -381,7 +408,11 @@ class SkewScout(Algorithm):
         x, y = sample()
         own = np.argmax(self.model.forward(self.params, x), axis=-1) == y
         other = np.argmax(self.model.forward(remote, x), axis=-1) == y
-        loss = float(own.mean() - other.mean())
+        # Accuracies over all peers' samples: exact counts summed over processes.
+        size = self.comm.n_global * own[0].size  # every process hosts >= 1 peer
+        a_own = np.float64(self.comm.total(int(own.sum()))) / size
+        a_other = np.float64(self.comm.total(int(other.sum()))) / size
+        loss = float(a_own - a_other)
         if loss > self.target:
             self.period = max(1, self.period // 2)
         elif loss < _GROW_BELOW * self.target:

@@ -37,7 +37,28 @@ RUNS = {
     "dpsgd_adam_cosine": dict(optimizer="adam", lr=0.003, lr_schedule="cosine", warmup=2),
     "choco_lamb_step": dict(algorithm="choco", compress="topk:0.1", gamma=0.5, optimizer="lamb",
                             lr=0.01, lr_schedule="step:2:0.5"),
+    # Server baselines (replicated server), cross-gradients, point-to-point probes, push-sum.
+    "fedavg": dict(algorithm="fedavg", participation=0.5, compress="qsgd:16", local_steps=2),
+    "stc_fl": dict(algorithm="stc-fl", participation=0.4, compress="stc:0.1",
+                   server_compress="stc:0.2"),
+    "fedhisyn": dict(algorithm="fedhisyn", participation=0.8, categories=3, speeds="uniform:1:4",
+                     topology="complete"),
+    "ngc": dict(algorithm="ngc", topology="exponential", ngc_alpha=0.7),
+    "compngc": dict(algorithm="compngc", compress="topk:0.2"),
+    "skewscout": dict(algorithm="skewscout", skew_probe_every=1, skew_target=0.3,
+                      topology="one-peer-exponential"),
+    "pushsum": dict(algorithm="pushsum", topology="epidemic:2", local_steps=2),
+    # A network model (--network): simulated time, link drops, stragglers, churn.
+    "choco_mobile": dict(algorithm="choco", compress="topk:0.1", gamma=0.5, network="mobile"),
+    "pushsum_churn": dict(algorithm="pushsum", topology="epidemic:2",
+                          network=str(Path(__file__).resolve().parent / "mpi_network.toml")),
+    "allreduce_qsgd_edge": dict(algorithm="allreduce", compress="qsgd:16", network="edge"),
 }
+
+#: Algorithm counters (``stats()``) compared with the in-process run's, per run.
+STATS = {"fedavg": "clients_per_round", "stc_fl": "server_bytes_sent",
+         "fedhisyn": "server_bytes_sent", "ngc": "cross_gradient_bytes",
+         "compngc": "cross_gradient_bytes", "skewscout": "probes"}
 
 
 def primitives(out: Path) -> None:
@@ -87,15 +108,17 @@ def algorithms(out: Path) -> None:
         transport = extra.pop("transport", "p2p")
         sim = MPISimulator(RunConfig(**{**BASE, **extra}), timeout=30, transport=transport)
         result = sim.run()
+        stats = sim.algorithm.stats() if hasattr(sim.algorithm, "stats") else {}
+        extra = {"stats": stats, "server_bytes_sent": int(sim.comm.server_bytes_sent)}
         if sim.comm.rank == 0:
             np.save(out / f"{name}.npy", result.params)
             (out / f"{name}.json").write_text(json.dumps(
                 {"summary": {k: v for k, v in result.summary.items() if k != "mpi"},
-                 "mpi": result.summary["mpi"], "history": result.history}))
+                 "mpi": result.summary["mpi"], "history": result.history, **extra}))
 
 
 #: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
-RESUMED = ("dpsgd", "choco_topk")
+RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile")
 STOP_AT = 3
 
 

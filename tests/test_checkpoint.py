@@ -452,3 +452,66 @@ def test_cosine_schedule_run_cannot_be_extended(tmp_path, capsys):
     code, err = cli(["run", "--resume", str(out), "--rounds", "6"], capsys)
     assert code == 2 and "depends on the number of rounds" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _sigterm_at_draw(sim, draw: int) -> None:
+    """Makes ``sim`` send itself SIGTERM at its ``draw``-th minibatch (inside a round)."""
+    calls, original = [0], sim.sample
+
+    def sample():
+        calls[0] += 1
+        if calls[0] == draw:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original()
+    sim.sample = sample
+
+
+@pytest.mark.parametrize("algorithm", ["choco", "stc-fl"])
+def test_sigterm_mid_round_saves_that_round_and_resumes_bit_identically(tmp_path, algorithm):
+    """SIGTERM inside round 3 (of 6, checkpoints every 4, so none yet): the round finishes, its
+    checkpoint is written, the run stops with Interrupted(SIGTERM); resuming from it ends with
+    the uninterrupted run's parameters (a server baseline included)."""
+    from decentlearn.results import Interrupted
+    extra = (dict(compress="topk:0.1", gamma=0.5) if algorithm == "choco"
+             else dict(participation=0.5))
+    config = RunConfig(peers=4, rounds=6, model="linear", batch_size=8, eval_samples=60,
+                       eval_every=2, algorithm=algorithm, seed=5, **extra)
+    path = tmp_path / "ck.npz"
+    sim = Simulator(config)
+    _sigterm_at_draw(sim, 3)  # one draw per round: inside round index 2, the third
+    saver = checkpoint.CheckpointCallback(path, every=4)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as info:
+        with checkpoint.stop_at_round_end(saver):
+            sim.run([saver])
+    assert info.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before and not saver.watching
+    assert sim.next_round == 3 and saver.saved_round == 3
+    _, meta = checkpoint.read(path)
+    assert meta["round"] == 3
+    resumed = Simulator.from_checkpoint(path, config).run()
+    assert np.array_equal(resumed.params, Simulator(config).run().params)
+
+
+def test_second_sigterm_interrupts_at_once(tmp_path):
+    """A second SIGTERM while the first waits for the round's end raises immediately (no
+    checkpoint of an unfinished round)."""
+    from decentlearn.results import Interrupted
+    config = RunConfig(peers=4, rounds=6, model="linear", batch_size=8, eval_samples=60,
+                       eval_every=2)
+    sim = Simulator(config)
+    calls, original = [0], sim.sample
+
+    def sample():
+        calls[0] += 1
+        if calls[0] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original()
+    sim.sample = sample
+    saver = checkpoint.CheckpointCallback(tmp_path / "ck.npz", every=4)
+    with pytest.raises(Interrupted):
+        with checkpoint.stop_at_round_end(saver):
+            sim.run([saver])
+    assert sim.next_round == 1 and saver.saved_round is None
+    assert not (tmp_path / "ck.npz").exists()

@@ -116,14 +116,28 @@ COMPARED = ("test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
 
 @pytest.mark.parametrize("name", list(mpi_check.RUNS))
 def test_algorithm_bit_identical(launched, name):
+    """Every registered algorithm on 4 ranks (7 peers: blocks of 2, 2, 2, 1) against the
+    in-process run: final parameters bit for bit, every metrics row, the server's bytes and the
+    algorithm's own counters (cross-gradient bytes, SkewScout's probes, clients per round)."""
     out, _, _ = launched
     extra = {k: v for k, v in mpi_check.RUNS[name].items() if k != "transport"}
-    ref = _sim(RunConfig(**{**mpi_check.BASE, **extra}))
+    sim = _sim_obj(RunConfig(**{**mpi_check.BASE, **extra}))
+    ref = sim.run()
     got = json.loads((out / f"{name}.json").read_text())
     params = np.load(out / f"{name}.npy")
     assert params.dtype == np.float32 and np.array_equal(params, ref.params)
     for key in COMPARED:
         assert got["summary"][key] == ref.summary[key], key
+    assert got["server_bytes_sent"] == sim.comm.server_bytes_sent
+    stats = sim.algorithm.stats() if hasattr(sim.algorithm, "stats") else {}
+    assert got["stats"] == json.loads(json.dumps(stats))
+    if name in mpi_check.STATS:  # the counter the run is meant to exercise is not trivial
+        assert stats[mpi_check.STATS[name]], (name, stats)
+    if "network" in extra:  # the simulated clock and the fault rates, round by round
+        keys = ("sim_seconds", "sim_round_seconds", "link_drop_rate", "offline_rate",
+                "straggler_rate")
+        assert {k: got["summary"].get(k) for k in keys} == {k: ref.summary.get(k) for k in keys}
+        assert ref.summary["sim_seconds"] > 0
     assert len(got["history"]) == len(ref.history)
     for a, b in zip(got["history"], ref.history):
         assert {k: v for k, v in a.items() if k != "wall_seconds"} == \
@@ -333,6 +347,49 @@ def test_killed_rank_ends_the_job_with_a_clear_error(tmp_path):
     _assert_gone(pids)
 
 
+def test_sigterm_to_one_rank_saves_the_round_and_stops_every_rank(tmp_path, capsys):
+    """SIGTERM to rank 2 alone (as a scheduler's, which may reach ranks at different times):
+    the ranks agree at the round's end, finish it, rank 0 writes the checkpoint of that round
+    (no periodic one is due: --checkpoint-every 100000) and every rank exits with status 143.
+    The checkpoint holds the in-process run's state after the same number of rounds."""
+    from decentlearn import checkpoint as ck
+    from decentlearn.cli import main
+    args = ["--peers", "6", "--eval-every", "5", "--model", "linear", "--algorithm", "stc-fl",
+            "--participation", "0.5", "--checkpoint-every", "100000"]
+    run = tmp_path / "run"
+    proc = _launch([str(HERE / "mpi_check.py"), "train", str(tmp_path), *args, "--rounds",
+                    "100000", "--mpi-timeout", "30", "--out", str(run)])
+    try:
+        pids = [int(p.read_text()) for p in
+                _wait_for(tmp_path, "rank*.pid", RANKS, time.monotonic() + 120)]
+        _wait_for(run, "metrics.csv", 1, time.monotonic() + 120)  # training
+        os.kill(pids[2], signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("decentlearn run:")]
+    assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0], stderr[-2000:]
+    assert "checkpoint of round" in lines[0] and "--resume" in lines[0]
+    _assert_gone(pids)
+    got, meta = ck.read(run / ck.FILENAME)
+    done = meta["round"]
+    assert 1 <= done < 100000 and f"checkpoint of round {done} " in lines[0]
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    ref = tmp_path / "ref"
+    assert main(["run", "--quiet", *args[:-2], "--rounds", str(done), "--checkpoint-every",
+                 str(done), "--out", str(ref)]) == 0
+    capsys.readouterr()
+    want, _ = ck.read(ref / ck.FILENAME)
+    assert sorted(got) == sorted(want)
+    assert "algorithm.params" in want and "algorithm.client_error" in want
+    for key, value in want.items():  # the reference's last round was evaluated: not compared
+        if isinstance(value, np.ndarray) and key != "run.last_accuracy":
+            assert np.array_equal(got[key], value) and got[key].dtype == value.dtype, key
+
+
 def _assert_gone(pids: list[int]) -> None:
     """No orphan: within a few seconds every rank is gone (or a zombie awaiting its reaper)."""
     deadline = time.monotonic() + 10
@@ -375,10 +432,12 @@ def test_refused_configurations_name_the_option():
     assert sorted(algorithms.available()) == sorted([*SUPPORTED, *REFUSED])
     assert {RunConfig(**{**mpi_check.BASE, **{k: v for k, v in e.items() if k != "transport"}})
             .algorithm for e in mpi_check.RUNS.values()} == set(SUPPORTED)
-    with pytest.raises(ValueError, match="algorithm 'fedavg' is not available.*parameter server"):
-        check_supported(RunConfig(algorithm="fedavg"))
-    with pytest.raises(ValueError, match="network='wan'"):
-        check_supported(RunConfig(network="wan"))
+    assert not REFUSED
+    with pytest.raises(ValueError, match="precision='int8' with algorithm 'ngc' is not avail"):
+        check_supported(RunConfig(algorithm="ngc", precision="int8"))
+    check_supported(RunConfig(network="mobile"))
+    with pytest.raises(ValueError, match="asynchronous=True is not available.*event-driven"):
+        check_supported(RunConfig(network="wan", asynchronous=True))
     # A RunConfig field the runner does not know must keep its default (never silently ignored).
     import dataclasses
 

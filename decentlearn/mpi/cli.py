@@ -7,7 +7,9 @@ every rank: rank 0 prints the one-line error and every rank exits with status 2.
 the run (a rank that died or stopped answering: ``MPITimeoutError`` after ``--mpi-timeout``
 seconds) is printed in one line by the rank that saw it, which then aborts the whole job
 (MPI_Abort), so no rank is left waiting. ``--checkpoint-every N`` saves collectively (rank 0
-writes RUN_DIR/checkpoint.npz); ``--resume RUN_DIR`` is read by every rank.
+writes RUN_DIR/checkpoint.npz), and on SIGTERM the ranks finish the round in progress, save it
+and exit with status 143 (``checkpoint.stop_at_round_end``); ``--resume RUN_DIR`` is read by
+every rank.
 """
 
 from __future__ import annotations
@@ -140,11 +142,21 @@ def cmd_run_mpi(args) -> int:
         return _stop_all(world, where["error"])
     out = Path(where["out"])
     callbacks = []
+    saver = None
     if every is not None:
-        callbacks.append(ck.CheckpointCallback(out / ck.FILENAME, int(every)))
+        saver = ck.CheckpointCallback(out / ck.FILENAME, int(every))
+        callbacks.append(saver)
+    # SIGTERM (a scheduler ending the job, sent to every rank) with checkpoints: the ranks agree
+    # at each round end, finish the round in progress, save it collectively and stop together.
+    import contextlib
+    stopping = ck.stop_at_round_end(saver) if saver is not None else contextlib.nullcontext()
     if rank != 0:
         try:
-            sim.run(callbacks)
+            with stopping:
+                sim.run(callbacks)
+        except KeyboardInterrupt as e:  # the agreed stop after a saved round (or a 2nd signal)
+            world.Barrier()
+            return 128 + getattr(e, "signum", 2)
         except MPITimeoutError as e:
             return _abort(world, f"decentlearn run: error: {e}", 3)
         except ValueError:  # a divergence: every rank stops alike, rank 0 reports it
@@ -160,9 +172,21 @@ def cmd_run_mpi(args) -> int:
     if args.resume:
         writer.resume(sim.history, sim.next_round)
     try:
-        with writer:
+        with stopping, writer:
             result = sim.run([writer, *callbacks])
             writer.finish(result.summary)
+    except KeyboardInterrupt as e:
+        import signal
+        signum = getattr(e, "signum", signal.SIGINT)
+        saved = (f"; checkpoint of round {saver.saved_round} in {out}/{ck.FILENAME} (continue "
+                 f"with: mpiexec ... decentlearn run --backend mpi --resume {out})"
+                 if saver is not None and saver.saved_round is not None else "")
+        print(f"decentlearn run: interrupted ({signal.Signals(signum).name}): stopped after "
+              f"round {writer.last_round} of {config.rounds}; {writer.rows} evaluation rows in "
+              f"{out}/metrics.csv, summary.json status '{writer.status}'{saved}",
+              file=sys.stderr, flush=True)
+        world.Barrier()
+        return 128 + signum
     except MPITimeoutError as e:
         return _abort(world, f"decentlearn run: error: {e} (results so far in {out}/)", 3)
     except ValueError as e:  # DivergenceError: every rank stops at the same round

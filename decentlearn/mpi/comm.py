@@ -15,11 +15,18 @@ in-process ``SimComm.mix``. Compressed messages travel as ``Payload.to_bytes()``
 with the bounds-checked ``from_bytes`` on the receiver. Global reductions (``allreduce``, the
 runner's consensus distance and average model) add rows in peer order, never with MPI_SUM.
 
-Supported operations: ``mix``, ``exchange``, ``combine``, ``count``, ``allreduce``,
-``allreduce_compressed``, plus ``gather_rows`` / ``allgather_peers`` / ``bcast_json`` for the
-runner and checkpoints.
-The server and point-to-point operations of the baselines (``upload``, ``broadcast``, ``shift``,
-``reply``, ``neighbor_rows``) raise ``NotImplementedError``.
+Every operation of ``SimComm`` is here: ``mix``, ``exchange``, ``combine``, ``count``,
+``allreduce``, ``allreduce_compressed``; for the server baselines ``upload`` (every rank gets
+every client's message: the server's state is replicated, identical on all ranks),
+``broadcast`` and ``count_server`` (counting only); for the cross-gradient and point-to-point
+algorithms ``edges`` (global), ``self_weights``, ``neighbor_rows`` (from the halo), ``reply``
+and ``shift``; ``allgather_peers`` and ``total`` for global vectors and counts. Plus
+``gather_rows`` / ``scatter_rows`` / ``bcast_json`` for the runner and checkpoints.
+
+With a network model (``network=``), every rank keeps the whole simulated clock and the whole
+faulty W_t, as ``SimComm`` does, and feeds the clock every peer's message sizes (all-gathered
+when they differ per peer), so ``sim_seconds`` and the fault rates are the same on every rank
+and equal to the in-process run's.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ import time
 import numpy as np
 
 from decentlearn import ops
-from decentlearn.comm import FLOAT32_BYTES
-from decentlearn.topology import RoundTopology, Topology
+from decentlearn.comm import FLOAT32_BYTES, SimComm
+from decentlearn.topology import RoundTopology, Topology, edges_of
 
 #: Default seconds a rank waits for any message before declaring its sender dead.
 DEFAULT_TIMEOUT = 60.0
@@ -111,7 +118,8 @@ class MPIComm:
 
     def __init__(self, topology: Topology | RoundTopology, world=None,
                  n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT,
-                 transport: str = "p2p") -> None:
+                 transport: str = "p2p", network=None, samples_per_round: float = 0.0,
+                 mixing_kind: str | None = None) -> None:
         MPI = import_mpi()
         if not isinstance(topology, (Topology, RoundTopology)):
             raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
@@ -135,7 +143,17 @@ class MPIComm:
         self.timeout = float(timeout)
         self.bytes_sent = np.zeros(self._n_local, dtype=np.int64)
         self.server_bytes_sent = 0
-        self.network = self.clock = None
+        #: The network model (decentlearn.network.NetworkModel) or None, as in ``SimComm``: its
+        #: clock and faulty W_t are computed whole, identically, on every rank.
+        self.network, self.clock = network, None
+        if network is not None:
+            from decentlearn.network.clock import SyncClock
+            from decentlearn.network.faults import FaultyTopology
+            if network.n != topology.n:
+                raise ValueError(f"network has {network.n} peers but the topology {topology.n}")
+            self.clock = SyncClock(network, samples_per_round)
+            if network.config.has_faults:
+                self.mixing = FaultyTopology(topology, network, kind=mixing_kind)
         self._plans: dict[int, _Plan] = {}
         self._seq = 0
         self._halo: np.ndarray | None = None
@@ -336,9 +354,15 @@ class MPIComm:
         return compressor.decompress(payload, n_threads=self.n_threads)
 
     def count(self, t: int, payload_nbytes) -> None:
-        """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour."""
+        """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour;
+        with a network model, delivers every peer's messages on the (replicated) clock."""
         nbytes = np.asarray(payload_nbytes, dtype=np.int64)
         self.bytes_sent += self._plan(t).send_counts * nbytes
+        if self.clock is not None:
+            if nbytes.ndim:  # per-peer sizes: the clock needs every peer's
+                nbytes = self.allgather_peers(np.ascontiguousarray(nbytes))
+            dst, src = edges_of(self.mixing, t)
+            self.clock.send(t, dst, src, nbytes)
 
     def allreduce(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """The exact mean of all peers' rows in every local row, bit-identical to
@@ -371,6 +395,8 @@ class MPIComm:
                              dtype=np.int64)
             p = np.arange(self.peer0, self.peer0 + n)
             self.bytes_sent += FLOAT32_BYTES * (2 * dim - chunk[(p + 1) % N] - chunk[p])
+            if self.clock is not None:
+                self.clock.allreduce(t, FLOAT32_BYTES * dim)
         return out
 
     def allreduce_compressed(self, compressor, X: np.ndarray, t: int, seed: int = 0) -> np.ndarray:
@@ -392,6 +418,9 @@ class MPIComm:
                                     n_threads=self.n_threads)
         sizes = np.asarray(first.row_nbytes, dtype=np.int64).reshape(n_local, n)
         self.bytes_sent += sizes.sum(axis=1) - sizes[np.arange(n_local), np.arange(lo, hi)]
+        if self.clock is not None:  # as SimComm: the mean of all n·n first messages
+            every = self.allgather_peers(sizes).reshape(-1)
+            self.clock.allreduce(t, float(np.mean(every)) * n)
         wire = first.compressor
         what = f"compressed allreduce of round {t}"
         # Scatter: rank r gets, from every rank, the rows of its peers' chunks j in its block.
@@ -428,35 +457,167 @@ class MPIComm:
         return np.ascontiguousarray(out[:, :dim])
 
     #: State kept between rounds (checkpoints): the same names as ``SimComm``'s, this rank's
-    #: rows of the per-peer byte counters.
+    #: rows of the per-peer byte counters; with a network model the clock and the fault counters
+    #: (replicated: the same on every rank).
     state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+    #: Prefixes of the replicated network state in ``state_dict`` (never cut into rows).
+    replicated_prefixes = ("clock.", "mixing.")
 
-    def state_dict(self) -> dict:
-        """Byte counters (no network model on MPI), as ``SimComm.state_dict``."""
-        from decentlearn.checkpoint import state_of
-        return state_of(self, self.state_attrs)
+    state_dict = SimComm.state_dict
+    load_state_dict = SimComm.load_state_dict
 
-    def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import load_attrs
-        load_attrs(self, self.state_attrs, state, "comm.")
+    # The simulated clock of a network model (decentlearn.network): every rank keeps the whole
+    # clock, fed with every peer's message sizes, so every rank computes the same times.
+    round_done = SimComm.round_done
+    sim_seconds = SimComm.sim_seconds
+    network_metrics = SimComm.network_metrics
+    network_summary = SimComm.network_summary
 
-    def round_done(self, t: int) -> None:
-        """No simulated clock on real processes."""
+    # ---- operations of the server baselines and the non-IID algorithms -------------------------
+    # Peers named in arguments (clients, permutations) and ``edges`` are global; row arrays are
+    # this rank's. The server's state is replicated: every rank receives every client's upload.
 
-    sim_seconds = None
+    def _owner(self, peers: np.ndarray) -> np.ndarray:
+        """The rank hosting each of ``peers`` (global ids)."""
+        return np.searchsorted(self.bounds, peers, side="right") - 1
 
-    def network_metrics(self) -> dict:
-        return {}
+    def total(self, value):
+        """The sum over ranks of a per-rank integer, in rank order, on every rank (exact)."""
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"value must be an int (a byte count or tally), got "
+                            f"{type(value).__name__}")
+        mine = np.array([int(value)], dtype=np.int64)
+        parts = {r: np.zeros(1, dtype=np.int64) for r in range(self.n_ranks) if r != self.rank}
+        self._swap({r: mine for r in parts}, parts, "total")
+        parts[self.rank] = mine
+        return int(sum(int(parts[r][0]) for r in range(self.n_ranks)))
 
-    def network_summary(self) -> dict:
-        return {}
+    def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+        """``SimComm.upload`` with the server replicated on every rank: each rank sends the wire
+        bytes of its clients' rows (``payload``) to every other rank, and every rank decodes all
+        clients' rows in client order. Bytes: each client's row_nbytes (client to server)."""
+        clients = np.asarray(clients, dtype=np.int64)
+        cut = np.searchsorted(clients, self.bounds)  # clients of rank r: cut[r]:cut[r + 1]
+        if payload.n_rows != cut[self.rank + 1] - cut[self.rank]:
+            raise ValueError(f"payload must have one row per client of this rank "
+                             f"({cut[self.rank + 1] - cut[self.rank]}), got {payload.n_rows}")
+        mine = clients[cut[self.rank]:cut[self.rank + 1]]
+        np.add.at(self.bytes_sent, mine - self.peer0,
+                  np.asarray(payload.row_nbytes, dtype=np.int64))
+        t0 = time.perf_counter()
+        wire, dim = payload.compressor, payload.dim
+        data = payload.to_bytes()
+        others = [r for r in range(self.n_ranks) if r != self.rank and cut[r + 1] > cut[r]]
+        targets = [r for r in range(self.n_ranks) if r != self.rank]
+        self.seconds["communicate"] += time.perf_counter() - t0
+        got = self._swap_bytes({r: data for r in targets} if payload.n_rows else {}, others,
+                               f"upload of round {t}")
+        parts = []
+        for r in range(self.n_ranks):
+            k = int(cut[r + 1] - cut[r])
+            if k:
+                part = payload if r == self.rank else wire.from_bytes(got[r], (k, dim))
+                parts.append(compressor.decompress(part, n_threads=self.n_threads)
+                             .reshape(k, dim))
+        return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
 
-    def _unsupported(self, *args, **kwargs):
-        raise NotImplementedError("this operation of the server baselines is not available on "
-                                  "the MPI backend (docs/mpi.md)")
+    broadcast = SimComm.broadcast
+    count_server = SimComm.count_server
+    edges = SimComm.edges
 
-    upload = broadcast = count_server = _unsupported
-    edges = self_weights = neighbor_rows = reply = shift = _unsupported
+    def self_weights(self, t: int) -> np.ndarray:
+        """w_ii of round t for this rank's peers, float32 (n_peers,)."""
+        return self.mixing.mixing_matrix(t).diagonal()[self.peers].astype(np.float32)
+
+    def _in_edges(self, recv: np.ndarray) -> tuple[int, int]:
+        """The range [e0, e1) of the CSR-ordered edges whose receiver this rank hosts."""
+        lo, hi = self.peer0, self.peer0 + self._n_local
+        return int(np.searchsorted(recv, lo)), int(np.searchsorted(recv, hi))
+
+    def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
+        """The rows X[sender(e)] of this rank's in-edges e (``_in_edges``), from the halo
+        exchange of ``mix``. Bytes as ``mix``."""
+        plan = self._plan(t)
+        halo = self._halo_rows(X, plan, f"neighbor_rows of round {t}")
+        recv, send, _ = self.edges(t)
+        e0, e1 = self._in_edges(recv)
+        lo, n = self.peer0, self._n_local
+        s = send[e0:e1]
+        inside = (s >= lo) & (s < lo + n)
+        col = np.where(inside, s - lo, n + np.searchsorted(plan.halo_peers, s))
+        self.count(t, X.shape[1] * FLOAT32_BYTES)
+        return halo[col]
+
+    def reply(self, compressor, payload, t: int) -> np.ndarray:
+        """``SimComm.reply`` on ranks: ``payload`` holds the rows of this rank's in-edges; each
+        goes, as wire bytes, to the rank of the edge's sender. Returns the decoded rows of the
+        edges whose sender this rank hosts (its peers' out-edges), in edge order."""
+        recv, send, _ = self.edges(t)
+        e0, e1 = self._in_edges(recv)
+        if payload.n_rows != e1 - e0:
+            raise ValueError(f"payload must have one row per in-edge of this rank's peers "
+                             f"({e1 - e0}), got {payload.n_rows}")
+        lo, n = self.peer0, self._n_local
+        self.bytes_sent += np.bincount(recv[e0:e1] - lo, weights=payload.row_nbytes,
+                                       minlength=n).astype(np.int64)
+        t0 = time.perf_counter()
+        to = self._owner(send[e0:e1])  # rank of each in-edge's sender
+        sends = {int(r): b"".join(payload.to_bytes(int(k)) for k in np.flatnonzero(to == r))
+                 for r in np.unique(to) if r != self.rank}
+        out = np.flatnonzero(self._owner(send) == self.rank)  # this rank's peers' out-edges
+        frm = self._owner(recv[out])  # nondecreasing: edges are sorted by receiver
+        sources = [int(r) for r in np.unique(frm)]
+        self.seconds["communicate"] += time.perf_counter() - t0
+        got = self._swap_bytes(sends, [r for r in sources if r != self.rank],
+                               f"reply of round {t}")
+        wire, dim = payload.compressor, payload.dim
+        parts = []
+        for r in sources:
+            k = int(np.count_nonzero(frm == r))
+            if r == self.rank:
+                own = compressor.decompress(payload, n_threads=self.n_threads).reshape(-1, dim)
+                parts.append(own[to == r])
+            else:
+                parts.append(compressor.decompress(wire.from_bytes(got[r], (k, dim)),
+                                                   n_threads=self.n_threads).reshape(k, dim))
+        return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+
+    def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
+        """``SimComm.shift`` on ranks: ``source`` is the global permutation; every row that
+        moves to a peer of another rank travels there (one message per pair of ranks)."""
+        N = self.n_global
+        source = np.asarray(source, dtype=np.int64)
+        if source.shape != (N,) or not np.array_equal(np.sort(source), np.arange(N)):
+            raise ValueError(f"source must be a permutation of range({N})")
+        n, lo = self._n_local, self.peer0
+        if X.shape[0] != n:
+            raise ValueError(f"X must have one row per peer of this rank ({n}), "
+                             f"got shape {X.shape}")
+        src_owner = self._owner(source)
+        out = np.empty_like(X)
+        mine = src_owner[lo:lo + n]
+        here = np.flatnonzero(mine == self.rank)
+        out[here] = X[source[lo + here] - lo]
+        recvs, places = {}, {}
+        for s in np.unique(mine):
+            if s != self.rank:
+                places[int(s)] = np.flatnonzero(mine == s)
+                recvs[int(s)] = np.empty((places[int(s)].size, *X.shape[1:]), dtype=X.dtype)
+        sends = {}
+        for r in range(self.n_ranks):
+            if r == self.rank:
+                continue
+            d = np.arange(self.bounds[r], self.bounds[r + 1])
+            sel = d[src_owner[d] == self.rank]
+            if sel.size:
+                sends[r] = np.ascontiguousarray(X[source[sel] - lo])
+        self._swap(sends, recvs, f"shift of round {t}")
+        for s, rows in places.items():
+            out[rows] = recvs[s]
+        moved = source[source != np.arange(N)]
+        moved = moved[(moved >= lo) & (moved < lo + n)]
+        self.bytes_sent[moved - lo] += X.shape[1] * FLOAT32_BYTES
+        return out
 
     # ---- gathers for the runner, evaluation and checkpoints ------------------------------------
 

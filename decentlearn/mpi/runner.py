@@ -14,9 +14,10 @@ per-peer arrays); ``save_checkpoint`` gathers the rows to rank 0, which writes t
 file; ``load_checkpoint`` reads a file of either backend and keeps the rank's rows.
 
 Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
-checked at evaluation rounds (the loss bounds every round); algorithms that need the server or
-point-to-point operations, the network model, asynchronous gossip, finite-time mixing and Clique
-Averaging are refused with a ValueError.
+checked at evaluation rounds (the loss bounds every round); asynchronous gossip, finite-time and
+nonlinear mixing and Clique Averaging are refused with a ValueError, and so is int8 precision
+with the algorithms that train a subset of the rows (``_SUBSET_ROWS``). A network model
+(``--network``) runs: every rank builds it whole and keeps the whole simulated clock.
 """
 
 from __future__ import annotations
@@ -34,24 +35,23 @@ from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, MPITimeoutError, impo
 from decentlearn.nn import make_model
 from decentlearn.optim import make as make_optimizer
 from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _STREAM_INIT,
-                             _STREAM_LOWP, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY,
+                             _STREAM_LOWP, _STREAM_NETWORK, _STREAM_PARTITION, _STREAM_SAMPLER,
+                             _STREAM_TOPOLOGY,
                              DivergenceError, PeerSampler, Result, Simulator, _stream_seed,
                              eval_sizes, setup_problems, stratified_order)
 
-#: Algorithms whose every exchange is mix / exchange / combine / allreduce(_compressed).
-SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic")
+#: Algorithms that run on MPI, bit-identically to the in-process simulator (docs/mpi.md says
+#: how each exchanges). The server baselines keep the server's state replicated on every rank.
+SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic", "fedavg",
+             "stc-fl", "fedhisyn", "ngc", "compngc", "skewscout", "pushsum")
 
 
-#: Why the other algorithms are refused: their code indexes every peer's rows in one array.
-REFUSED = {
-    "fedavg": "a parameter server (upload/broadcast) and a client sample over all peers",
-    "stc-fl": "a parameter server (upload/broadcast) and a client sample over all peers",
-    "fedhisyn": "a parameter server and point-to-point shifts over all peers",
-    "ngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
-    "compngc": "cross-gradients indexed by global edge lists (edges/neighbor_rows/reply)",
-    "skewscout": "a control loop that averages its probes over all peers (shift)",
-    "pushsum": "its push-sum weights mixed with the whole matrix P_t in one array",
-}
+#: Why the other registered algorithms are refused (none today).
+REFUSED: dict[str, str] = {}
+
+#: Algorithms that compute gradients of a subset of the peers' rows (the clients, the edges),
+#: whose int8 rounding noise is keyed by the row's position in that subset, not by the peer.
+_SUBSET_ROWS = ("fedavg", "stc-fl", "fedhisyn", "ngc", "compngc")
 
 
 #: Prefixes of the state names whose arrays hold one row per peer (a rank holds its block).
@@ -86,13 +86,26 @@ def check_supported(config) -> None:
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
                          f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
                          "backend")
-    for name, bad in (("network", c.network is not None), ("asynchronous", c.asynchronous),
+    if c.precision != "fp32" and c.algorithm in _SUBSET_ROWS:
+        raise ValueError(f"precision={c.precision!r} with algorithm {c.algorithm!r} is not "
+                         "available on the MPI backend (its int8 rounding is keyed by a row's "
+                         "position among the participating rows, which differs per rank); use "
+                         "precision='fp32' or the in-process backend")
+    why = {
+        "asynchronous": "AD-PSGD is an event-driven simulation: one global queue of events in "
+                        "simulated time decides which peer updates next from which neighbour's "
+                        "current row, one event at a time",
+        "clique_averaging": "it averages gradients over each clique inside the local step, and "
+                            "cliques span ranks",
+        "mixing": "finite-time and nonlinear gossip run their own communicators (several "
+                  "exchanges or a nonlinear step per round) that have no MPI form yet",
+    }
+    for name, bad in (("asynchronous", c.asynchronous),
                       ("clique_averaging", c.clique_averaging),
                       ("mixing", c.mixing != "gossip")):
         if bad:
             raise ValueError(f"{name}={getattr(c, name)!r} is not available on the MPI backend "
-                             "(simulated network time and these mixing schemes need every "
-                             "peer in one process)")
+                             f"({why[name]}); use the in-process backend")
 
 
 class _TimedCompressor:
@@ -140,14 +153,20 @@ class MPISimulator(Simulator):
                                               labels=self.partition.histogram(d.y_train,
                                                                               d.n_classes))
         network.check_mixing(self.topology, c.algorithm, accepted)
-        self.network = None
+        # The network model is deterministic from the seed: every rank builds it whole and
+        # keeps the whole simulated clock (MPIComm), so every rank computes the same times.
+        self.network = (network.NetworkModel(c.network, c.peers,
+                                             seed=_stream_seed(c.seed, _STREAM_NETWORK))
+                        if c.network is not None else None)
         threads = c.threads
         if threads is None:  # ranks share the machine: split its cores between them
             from mpi4py import MPI
             size = (world or MPI.COMM_WORLD).Get_size()
             threads = max(1, (os.cpu_count() or 1) // size)
         self.comm = comm = MPIComm(self.topology, world, n_threads=threads, timeout=timeout,
-                                   transport=transport)
+                                   transport=transport, network=self.network,
+                                   samples_per_round=c.local_steps * c.batch_size,
+                                   mixing_kind="column" if "column" in accepted else None)
         lo, hi = comm.peer0, comm.peer0 + comm.n_peers
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
@@ -184,7 +203,10 @@ class MPISimulator(Simulator):
                                          frozen=frozen_local, **extra)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
-        self.offline_hook = None
+        self.offline_hook = (network.OfflineHook(self.network, self.algorithm, init,
+                                                 peers=comm.peers)
+                             if self.network is not None and self.network.config.churn_leave > 0
+                             else None)
         if c.eval_samples is not None and c.eval_samples < len(d.y_test):
             pick = np.random.default_rng(0).choice(len(d.y_test), c.eval_samples, replace=False)
             pick.sort()
@@ -246,6 +268,7 @@ class MPISimulator(Simulator):
                 "consensus_distance": metrics.consensus_distance(X),
                 "bytes_sent_total": int(sent.sum()),
                 "bytes_sent_max_peer": int(sent.max()),
+                **comm.network_metrics(),  # sim_seconds and fault rates with --network
             }
         row = comm.bcast_json(row)
         self.eval_seconds += time.perf_counter() - t0
@@ -296,7 +319,12 @@ class MPISimulator(Simulator):
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                     if self.lr_schedule is not None:
                         self.algorithm.optimizer.lr = self.lr_schedule(t)
+                    if self.offline_hook is not None:  # churn: offline peers' rows rest
+                        self.offline_hook.before_round(t)
                     local = self.algorithm.round(self.sample, t)
+                    if self.offline_hook is not None:
+                        self.offline_hook.after_round(t)
+                comm.round_done(t)  # closes round t on the simulated clock (--network)
             except NonFiniteError:
                 local = np.full(comm.n_peers, np.nan)
             spent["rounds_total"] += time.perf_counter() - r0
@@ -331,6 +359,7 @@ class MPISimulator(Simulator):
                              f"{self.next_round}); raise rounds to continue the run")
         last = result.history[-1]
         result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
+        result.summary.update(comm.network_summary())  # sim_seconds with --network
         topo = self.topology
         result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
                               spectral_gap=topo.spectral_gap(),
@@ -383,8 +412,18 @@ class MPISimulator(Simulator):
     def _row_names(self, state: dict, n_rows: int) -> list[str]:
         """The names of ``state``'s per-peer arrays (one row per peer, ``n_rows`` rows): the
         algorithm's and the communicator's; the sampler and ``run.`` entries are global."""
+        # Replicated state (a server's model, an all-reduce's anchor) is no row of a peer even
+        # where a rank hosts one peer and the array has one row.
         return sorted(k for k, v in state.items() if k.startswith(_ROW_PREFIXES)
+                      and not self._replicated(k)
                       and isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_rows)
+
+    def _replicated(self, name: str) -> bool:
+        """True for state that is the same on every rank whatever its shape: what the algorithm
+        declares (``replicated_attrs``) and the network model's clock and fault counters."""
+        shared = {"algorithm." + a for a in self.algorithm._declared("replicated_attrs")}
+        return name in shared or name.startswith(
+            tuple("comm." + p for p in self.comm.replicated_prefixes))
 
     def gather_state(self) -> dict | None:
         """The run's whole state (every peer's rows, in peer order) on rank 0, None elsewhere:
@@ -402,7 +441,7 @@ class MPISimulator(Simulator):
             return None
         full = {**local, **rows}
         file_names = [k for k in ck.per_peer_names(full, self.config.peers)
-                      if k.startswith(_ROW_PREFIXES)]
+                      if k.startswith(_ROW_PREFIXES) and not self._replicated(k)]
         if file_names != names:
             raise ck.CheckpointError(f"per-peer state {sorted(set(file_names) ^ set(names))[:3]}"
                                      " would be read back with other rows")

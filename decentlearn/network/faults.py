@@ -97,16 +97,22 @@ class OfflineHook:
     state does not move. With churn_state "reset", a peer that comes back in round t restarts from
     ``init`` (the initial model) with zero momentum; with "keep" it resumes where it left."""
 
-    def __init__(self, model: NetworkModel, algorithm, init: np.ndarray) -> None:
+    def __init__(self, model: NetworkModel, algorithm, init: np.ndarray,
+                 peers: slice | None = None) -> None:
         self.model, self.algorithm = model, algorithm
         self.init = np.asarray(init, dtype=np.float32)
+        #: The peers whose rows the algorithm holds (a process's block; default all).
+        self.peers = slice(0, model.n) if peers is None else peers
         self._saved: dict[str, np.ndarray] = {}
         self._rows: np.ndarray | None = None
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        alg, n = self.algorithm, self.model.n
+        alg = self.algorithm
+        n = self.peers.stop - self.peers.start
+        shared = set(alg._declared("replicated_attrs")) if hasattr(alg, "_declared") else set()
         found = {name: a for name, a in vars(alg).items()
-                 if isinstance(a, np.ndarray) and a.ndim == 2 and a.shape[0] == n}
+                 if isinstance(a, np.ndarray) and a.ndim == 2 and a.shape[0] == n
+                 and name not in shared}
         for name, a in _optimizer_state(alg).items():
             found[f"optimizer.{name}"] = a
         return found
@@ -115,7 +121,7 @@ class OfflineHook:
         if self.model.config.churn_leave == 0:
             return
         if self.model.config.churn_state == "reset":
-            back = np.flatnonzero(self.model.joined(t))
+            back = np.flatnonzero(self.model.joined(t)[self.peers])
             if back.size:
                 self.algorithm.params[back] = self.init
                 numerators = getattr(self.algorithm, "numerators", None)  # push-sum: x = z w
@@ -124,7 +130,7 @@ class OfflineHook:
                     numerators[back] = self.init * weights[:, None]
                 for a in _optimizer_state(self.algorithm).values():
                     a[back] = 0
-        rows = np.flatnonzero(~self.model.online(t))
+        rows = np.flatnonzero(~self.model.online(t)[self.peers])
         self._rows = rows
         self._saved = {k: a[rows].copy() for k, a in self._arrays().items()} if rows.size else {}
 

@@ -49,10 +49,15 @@ class PushSum(Algorithm):
         np.divide(self.numerators, self.weights[:, None].astype(np.float32), out=self.params)
 
     def mix_weights(self, w: np.ndarray, t: int) -> np.ndarray:
-        """P_t w in float64 with the float32 weights the gossip kernel uses for the numerators."""
+        """P_t w in float64 with the float32 weights the gossip kernel uses for the numerators.
+        ``w`` holds the hosted peers' weights; a process hosting a block of peers gathers every
+        peer's weight (one float64 per peer) and computes its rows of P_t w."""
         indptr, indices, data = self.comm.mixing.csr(t)
-        n = self.comm.n_peers
-        return sp.csr_array((data.astype(np.float64), indices, indptr), shape=(n, n)) @ w
+        N, lo = self.comm.n_global, self.comm.peer0
+        P = sp.csr_array((data.astype(np.float64), indices, indptr), shape=(N, N))
+        if self.comm.n_peers != N:
+            P = P[lo:lo + self.comm.n_peers]
+        return P @ self.comm.allgather_peers(w)
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         losses = np.zeros(self.comm.n_peers)
