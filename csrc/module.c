@@ -561,7 +561,13 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
 /* >>> glue rng */
 static int call_rng_u32(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
-    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, G_DATA(c, 0), c->n_threads);
+    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, 0, G_DATA(c, 0),
+                           c->n_threads);
+}
+static int call_rng_fast_u32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, 1, G_DATA(c, 0),
+                           c->n_threads);
 }
 static int ext_rowbytes_i0(glue_call_t *c) { /* packed rows of D codes of ints[0] bits */
     c->ext[0] = dl_bitpack_row_bytes(c->dim, c->ints[0]);
@@ -1731,6 +1737,9 @@ static const glue_op_t glue_ops[] = {
     {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
      {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
      0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
+    {"rng_fast_u32", "rng_fast_u32(seed, step, peer0, out, n_threads) -> out.",
+     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_rng_fast_u32, {0}, 1, {0}},
     {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
      {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
       G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},

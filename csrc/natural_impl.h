@@ -47,7 +47,7 @@
 #endif
 #define DL_NAT_BLK 32                    /* elements per vector block (multiple of 16) */
 #define NAT_NV (DL_NAT_BLK / NAT_LANES)  /* vectors per block */
-#define DL_NAT_CHUNK 16384               /* elements per tile; divides 2^16 (see nat_rng) */
+#define DL_NAT_CHUNK 16384               /* elements per tile (a multiple of DL_NAT_BLK) */
 #define DL_NAT_STREAM_BYTES (4 << 20)    /* code outputs this large bypass the caches */
 
 typedef uint32_t nat_vu __attribute__((vector_size(NAT_LANES * 4)));
@@ -174,21 +174,26 @@ static inline void nat_fence(void) {
 }
 
 /* ---- the counter RNG on vectors -------------------------------------------------------------
- * dl_rng_u32(key, j) for the DL_NAT_BLK indices j0 + i, j0 a multiple of DL_NAT_BLK. Two identities
- * save work: j0 + i == j0 ^ i and (j0 ^ i) >> 16 == j0 >> 16 for i < DL_NAT_BLK, so the first
- * round's "x ^= x >> 16" folds into the per-block scalar s1; the second round's key folds into k2
- * the same way. */
+ * dl_rng_fast_u32(key, j) for the DL_NAT_BLK indices j0 + i, j0 a multiple of DL_NAT_BLK: the hash
+ * input of j0 + i is base(j0) + i w (the block never crosses a multiple of 2^32), so a block costs
+ * one scalar base, one vector add per vector and one lowbias32 round (two multiplies) per lane. */
 typedef struct {
-    uint32_t klo, khi; /* key halves */
+    uint64_t key;
+    nat_vu lane; /* i w for lane i */
+    uint32_t vstep; /* NAT_LANES w */
 } nat_key_t;
 
 static inline nat_key_t nat_key(uint64_t seed, uint64_t step, uint64_t peer) {
-    const uint64_t key = dl_rng_key(seed, step, peer);
-    nat_key_t k = {(uint32_t)key, (uint32_t)(key >> 32)};
+    nat_key_t k;
+    k.key = dl_rng_key(seed, step, peer);
+    const uint32_t w = (uint32_t)(k.key >> 32) | 1u;
+    for (int i = 0; i < NAT_LANES; i++) k.lane[i] = (uint32_t)i * w;
+    k.vstep = (uint32_t)NAT_LANES * w;
     return k;
 }
 
-static inline nat_vu nat_hash_rest(nat_vu x) { /* lowbias32 after its first xor-shift */
+static inline nat_vu nat_hash(nat_vu x) { /* lowbias32 (dl_hash32) on every lane */
+    x ^= x >> 16;
     x *= NAT_H1;
     x ^= x >> 15;
     x *= NAT_H2;
@@ -197,16 +202,11 @@ static inline nat_vu nat_hash_rest(nat_vu x) { /* lowbias32 after its first xor-
 }
 
 /* Random words of block j0 (NAT_NV vectors). */
-static inline void nat_rng_block(nat_key_t k, uint64_t j0, nat_vu *r) {
-    const uint32_t jl = (uint32_t)j0;
-    const uint32_t s1 = jl ^ k.klo ^ (k.klo >> 16) ^ (jl >> 16);
-    const uint32_t khi2 = k.khi ^ ((uint32_t)(j0 >> 32) * 0x9e3779b9u);
-    const uint32_t k2 = khi2 ^ (khi2 >> 16);
+static inline void nat_rng_block(const nat_key_t *k, uint64_t j0, nat_vu *r) {
+    nat_vu s = k->lane + dl_rng_fast_base(k->key, j0);
     for (int u = 0; u < NAT_NV; u++) {
-        nat_vu idx;
-        for (int i = 0; i < NAT_LANES; i++) idx[i] = (uint32_t)(u * NAT_LANES + i);
-        nat_vu x = nat_hash_rest(idx ^ s1);
-        r[u] = nat_hash_rest(x ^ (x >> 16) ^ k2);
+        r[u] = nat_hash(s);
+        s += k->vstep;
     }
 }
 
@@ -229,7 +229,7 @@ static inline uint8_t nat_code1(uint32_t b, uint32_t rnd) {
 }
 
 /* Codes of DL_NAT_BLK values; bad accumulates nat_bad_acc. */
-static inline void nat_encode_block(const float *x, uint8_t *out, nat_key_t k, uint64_t j0,
+static inline void nat_encode_block(const float *x, uint8_t *out, const nat_key_t *k, uint64_t j0,
                                     nat_vu *bad) {
     nat_vu r[NAT_NV], code[NAT_NV];
     nat_rng_block(k, j0, r);
@@ -282,14 +282,13 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
             uint8_t *dst = stream ? stage - j0 : codes + r * dim;
             int64_t j = j0;
             for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK)
-                nat_encode_block(xr + j, dst + j, k, (uint64_t)j, &bad);
+                nat_encode_block(xr + j, dst + j, &k, (uint64_t)j, &bad);
             if (j < j1) {
-                const uint64_t key = ((uint64_t)k.khi << 32) | k.klo;
                 for (; j < j1; j++) {
                     uint32_t b;
                     memcpy(&b, xr + j, sizeof b);
                     bad1 |= (b & 0x7fffffffu) + 0x00800000u;
-                    dst[j] = nat_code1(b, dl_rng_u32(key, (uint64_t)j));
+                    dst[j] = nat_code1(b, dl_rng_fast_u32(k.key, (uint64_t)j));
                 }
             }
             if (stream) nat_stream_copy(codes + r * dim + j0, stage, j1 - j0);
@@ -442,7 +441,7 @@ static inline double dith_partial(const float *x, int64_t j0, int64_t j1, int pk
 }
 
 /* Codes of DL_NAT_BLK values of a row whose norm is norm > 0. */
-static inline void dith_encode_block(const float *x, uint8_t *out, nat_key_t k, uint64_t j0,
+static inline void dith_encode_block(const float *x, uint8_t *out, const nat_key_t *k, uint64_t j0,
                                      float norm, int s) {
     nat_vu r[NAT_NV], code[NAT_NV];
     nat_rng_block(k, j0, r);
@@ -527,9 +526,9 @@ int DL_CAT(dl_natural_dither_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
         const nat_key_t k = nat_key(seed, step, (uint64_t)(peer0 + r));
         int64_t j = j0;
         for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK)
-            dith_encode_block(xr + j, cr + j, k, (uint64_t)j, norm, s);
-        const uint64_t key = ((uint64_t)k.khi << 32) | k.klo;
-        for (; j < j1; j++) cr[j] = dith_code1(xr[j], norm, dl_rng_u32(key, (uint64_t)j), s);
+            dith_encode_block(xr + j, cr + j, &k, (uint64_t)j, norm, s);
+        for (; j < j1; j++)
+            cr[j] = dith_code1(xr[j], norm, dl_rng_fast_u32(k.key, (uint64_t)j), s);
     }
     return DL_OK;
 }

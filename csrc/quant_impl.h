@@ -3,16 +3,15 @@
  *
  * Included by quant.c (baseline flags), quant_avx2.c and quant_avx512.c (their own -m flags); each
  * defines DL_SUFFIX first. The loops are plain C that GCC auto-vectorizes: the cost of an encoder
- * is the counter-based RNG (two 32-bit avalanche hashes per value), which SSE2 lacks a 32-bit
- * multiply for, so the wider builds matter. Results are bit-identical across ISAs and thread
- * counts: float multiply-adds are never contracted (the pragma below overrides the ISA files'
- * -ffp-contract=fast),
- * sums are taken in float64 over fixed chunks of DL_QUANT_CHUNK values in DL_QUANT_LANES lanes and
- * combined in a fixed order, and value j of row r draws u = dl_rng_unit(key(seed, step, peer0 + r),
- * j). Stochastic rounding is q = floor(t) + (u < t - floor(t)) for t >= 0 (int8 rounds |t|
- * and keeps the sign), so E[q] = t up to the 2^-24 grid of u. Decoders and validation live in
- * quant.c (ISA independent).
- */
+ * is the compressors' counter-based RNG (dl_rng_fast_u32: one 32-bit avalanche hash, two
+ * multiplies, per value), which SSE2 lacks a 32-bit multiply for, so the wider builds matter.
+ * Results are bit-identical across ISAs and thread counts: float multiply-adds are never
+ * contracted (the pragma below overrides the ISA files' -ffp-contract=fast), sums are taken in
+ * float64 over fixed chunks of DL_QUANT_CHUNK values in DL_QUANT_LANES lanes and combined in a
+ * fixed order, and value j of row r draws u = dl_rng_fast_unit(key(seed, step, peer0 + r), j).
+ * Stochastic rounding is q = floor(t) + (u < t - floor(t)) for t >= 0 (int8 rounds |t| and keeps
+ * the sign), so E[q] = t up to the 2^-24 grid of u. Decoders and validation live in quant.c (ISA
+ * independent). */
 #pragma GCC optimize("fp-contract=off")
 #include <float.h>
 #include <math.h>
@@ -27,14 +26,11 @@
 #define DL_QCAT2(a, b) a##_##b
 #define DL_QCAT(a, b) DL_QCAT2(a, b)
 
-/* dl_rng_unit(key, j0 + k) for k < DL_QUANT_CHUNK, with the index's high half (constant over an
- * aligned chunk, since DL_QUANT_CHUNK divides 2^32) folded into `hi` once. */
-static inline float q_unit(uint32_t klo, uint32_t hi, uint32_t jlo) {
-    return (float)(dl_hash32(dl_hash32(jlo ^ klo) ^ hi) >> 8) * 0x1.0p-24f;
-}
-static inline uint32_t q_hi(uint64_t key, int64_t j0) {
-    return (uint32_t)(key >> 32) ^ ((uint32_t)((uint64_t)j0 >> 32) * 0x9e3779b9u);
-}
+/* dl_rng_fast_unit(key, j0 + k) from the hash input s = dl_rng_fast_base(key, j0) + k w, which
+ * the loops carry as s += w (a vector induction variable once vectorized): valid while j0 + k stays
+ * below the next multiple of 2^32, true within any aligned chunk and any row of dim <= 2^32. */
+static inline float q_unit(uint32_t s) { return (float)(dl_hash32(s) >> 8) * 0x1.0p-24f; }
+static inline uint32_t q_step(uint64_t key) { return (uint32_t)(key >> 32) | 1u; }
 
 /* min(a, b) of two non-negative, non-NaN floats, through their bit patterns (which order like the
  * values): an integer min vectorizes where GCC will not if-convert a float compare-and-select
@@ -127,10 +123,11 @@ static void qsgd_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_
                        int levels, int bits, uint8_t *restrict dst) {
     uint8_t buf[DL_QUANT_CHUNK + 8];
     uint8_t *restrict codes = bits == 8 ? dst : buf;
-    const uint32_t klo = (uint32_t)key, hi = q_hi(key, j0), jlo = (uint32_t)j0;
+    const uint32_t w = q_step(key);
+    uint32_t sr = dl_rng_fast_base(key, (uint64_t)j0);
     const float smax = (float)levels;
-    for (int64_t k = 0; k < len; k++) {
-        const float u = q_unit(klo, hi, jlo + (uint32_t)k);
+    for (int64_t k = 0; k < len; k++, sr += w) {
+        const float u = q_unit(sr);
         const float t = q_minpos(fabsf(x[k]) * inv, smax);
         const int32_t i = (int32_t)t;
         const int32_t l = i + (u < t - (float)i);
@@ -147,9 +144,10 @@ static void qsgd_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_
  * where floor of a negative t does not). */
 static void int8_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_t key, float inv,
                        int8_t *restrict q) {
-    const uint32_t klo = (uint32_t)key, hi = q_hi(key, j0), jlo = (uint32_t)j0;
-    for (int64_t k = 0; k < len; k++) {
-        const float u = q_unit(klo, hi, jlo + (uint32_t)k);
+    const uint32_t w = q_step(key);
+    uint32_t sr = dl_rng_fast_base(key, (uint64_t)j0);
+    for (int64_t k = 0; k < len; k++, sr += w) {
+        const float u = q_unit(sr);
         const float a = q_minpos(fabsf(x[k] * inv), 127.0f);
         const int32_t i = (int32_t)a;
         const int32_t m = i + (u < a - (float)i);
@@ -339,8 +337,8 @@ static inline float q_from_key(int32_t k) {
 /* One bucket: lo = min, scale = (max - lo) / qmax (float64, rounded to float32), codes
  * q = floor(t) + (u < frac t), t = min((x - lo) * inv, qmax), inv = 1 / scale (0 when scale is 0).
  * Returns 0, or 1 when the bucket holds a non-finite value. */
-static int bucket_one(const float *restrict x, int64_t len, int64_t j0, uint32_t klo, uint32_t hi,
-                      int qmax, float *lo_out, float *scale_out, uint8_t *restrict codes) {
+static int bucket_one(const float *restrict x, int64_t len, uint64_t key, int64_t j0, int qmax,
+                      float *lo_out, float *scale_out, uint8_t *restrict codes) {
     int32_t kmin = INT32_MAX, kmax = INT32_MIN;
     uint32_t amax = 0;
     for (int64_t k = 0; k < len; k++) {
@@ -359,9 +357,10 @@ static int bucket_one(const float *restrict x, int64_t len, int64_t j0, uint32_t
     const float tmax = (float)qmax;
     *lo_out = lo;
     *scale_out = scale;
-    const uint32_t jlo = (uint32_t)j0;
-    for (int64_t k = 0; k < len; k++) {
-        const float u = q_unit(klo, hi, jlo + (uint32_t)k);
+    const uint32_t w = q_step(key);
+    uint32_t sr = dl_rng_fast_base(key, (uint64_t)j0);
+    for (int64_t k = 0; k < len; k++, sr += w) {
+        const float u = q_unit(sr);
         const float t = q_minpos((x[k] - lo) * inv, tmax); /* x - lo >= +0 */
         const int32_t i = (int32_t)t;
         codes[k] = (uint8_t)(i + (u < t - (float)i));
@@ -409,8 +408,8 @@ int DL_QCAT(dl_bucket_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, int bi
             for (int64_t b = b0; b < b1; b++) {
                 const int64_t j0 = b * bucket, len = dl_min_i64(bucket, dim - j0);
                 float blo = 0, bscale = 0;
-                bad |= bucket_one(x + r * dim + j0, len, j0, (uint32_t)key, q_hi(key, j0), qmax,
-                                  &blo, &bscale, codes + (j0 - j_start));
+                bad |= bucket_one(x + r * dim + j0, len, key, j0, qmax, &blo, &bscale,
+                                  codes + (j0 - j_start));
                 lo[r * nb + b] = blo;
                 scale[r * nb + b] = bscale;
             }

@@ -158,6 +158,15 @@ def rng_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
     return _core.rng_u32(seed, step, peer0, out, resolve_threads(n_threads, out.size))
 
 
+def rng_fast_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
+                 n_threads: int | None = None) -> np.ndarray:
+    """The compressors' generator (``dl_rng_fast_u32``: natural compression and dithering, the
+    quantizer encoders): row r is peer ``peer0 + r`` at ``step``."""
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    out = np.empty((n_rows, dim), dtype=np.uint32)
+    return _core.rng_fast_u32(seed, step, peer0, out, resolve_threads(n_threads, out.size))
+
+
 def bitpack(codes: np.ndarray, bits: int, out: np.ndarray | None = None,
             n_threads: int | None = None) -> np.ndarray:
     """Packs b-bit codes (uint8 < 2^bits), row by row, little-endian bit order."""
