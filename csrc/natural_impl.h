@@ -19,7 +19,9 @@
  *
  * Work is split into (row, chunk of DL_NAT_CHUNK elements) tiles; within a tile, blocks of
  * DL_NAT_BLK elements starting at row indices that are multiples of DL_NAT_BLK are vectorized and
- * the rest of a row goes through the scalar twin of the same arithmetic.
+ * the rest of a row goes through the scalar twin of the same arithmetic. Tiles are handed out
+ * dynamically: a tile's output depends on its indices only, so the bits do not depend on which
+ * thread takes it, and a thread the OS deschedules (a loaded machine) does not hold the others up.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -272,7 +274,7 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
         nat_vu bad = {0};
         uint32_t bad1 = 0;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
 #endif
         for (int64_t t = 0; t < n_tiles; t++) {
             const int64_t r = t / cpr, j0 = (t % cpr) * DL_NAT_CHUNK;
@@ -338,7 +340,7 @@ int DL_CAT(dl_natural_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
     if (n == 0) return DL_OK;
     const int stream = n >= DL_NAT_STREAM_BYTES;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, n_tiles))
+#pragma omp parallel for schedule(dynamic) num_threads((int)dl_min_i64(n_threads, n_tiles))
 #else
     (void)n_threads;
 #endif
@@ -487,7 +489,7 @@ int DL_CAT(dl_natural_dither_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
     double *part = malloc((size_t)n_tiles * sizeof(double));
     if (part == NULL) return DL_E_NOMEM;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
 #endif
     for (int64_t t = 0; t < n_tiles; t++) {
         const int64_t r = t / cpr, j0 = (t % cpr) * DL_NAT_CHUNK;
@@ -512,7 +514,7 @@ int DL_CAT(dl_natural_dither_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
     free(part);
     if (bad) return DL_E_NONFINITE;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
 #endif
     for (int64_t t = 0; t < n_tiles; t++) {
         const int64_t r = t / cpr, j0 = (t % cpr) * DL_NAT_CHUNK;
@@ -567,7 +569,7 @@ int DL_CAT(dl_natural_dither_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
     const int stream = n_rows * dim >= DL_NAT_STREAM_BYTES;
     int bad_all = 0;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, n_tiles)) \
+#pragma omp parallel for schedule(dynamic) num_threads((int)dl_min_i64(n_threads, n_tiles)) \
     reduction(| : bad_all)
 #endif
     for (int64_t t = 0; t < n_tiles; t++) {

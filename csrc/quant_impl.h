@@ -20,6 +20,11 @@
 
 #include "dl.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define Q_X86 1
+#endif
+
 #ifndef DL_SUFFIX
 #error "define DL_SUFFIX before including quant_impl.h"
 #endif
@@ -181,7 +186,9 @@ static inline int q_row_scale(int kind, double stat, int64_t dim, int levels, fl
 /* Shared driver of QSGD and int8: a per-row statistic over fixed chunks, then per-chunk codes.
  * Many rows: each thread takes whole rows (the row is still in cache for the second pass). Few
  * long rows: all (row, chunk) statistics in parallel, combined per row in chunk order, then all
- * (row, chunk) codes in parallel. Both orders give the same bits. */
+ * (row, chunk) codes in parallel. Both orders give the same bits. Work items are handed out
+ * dynamically (an item's result depends on its indices only), which keeps both threads busy when
+ * the machine is loaded. */
 static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int bits,
                          const float *x, uint64_t seed, uint64_t step, int64_t peer0, float *scale,
                          void *codes, int n_threads) {
@@ -206,7 +213,7 @@ static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int 
     if (n_rows >= 2 * (int64_t)n_threads || n_ch <= 1) {
         int bad = 0;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) reduction(| : bad)               \
     if (n_rows * dim > (1 << 15))
 #endif
         for (int64_t r = 0; r < n_rows; r++) {
@@ -236,7 +243,7 @@ static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int 
         return DL_E_NOMEM;
     }
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads)
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads)
 #endif
     for (int64_t it = 0; it < n_items; it++) {
         const int64_t r = it / n_ch, j0 = (it % n_ch) * DL_QUANT_CHUNK;
@@ -251,7 +258,7 @@ static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int 
     }
     if (status == DL_OK) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads)
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads)
 #endif
         for (int64_t it = 0; it < n_items; it++)
             Q_CHUNK_CODES(it / n_ch, it % n_ch, inv[it / n_ch]);
@@ -281,6 +288,36 @@ int DL_QCAT(dl_int8_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const fl
                          n_threads);
 }
 
+/* dst[k / 8] bit k % 8 = (x[k] < 0) for the whole bytes of x[0:len) (-0.0 and NaN give 0, as the
+ * reference's x < 0); returns how many values it packed (a multiple of 8). A compare and a
+ * movemask per vector where the ISA has them. */
+static inline int64_t q_sign_bytes(const float *restrict x, int64_t len, uint8_t *restrict dst) {
+    int64_t k = 0;
+#if defined(__AVX512F__)
+    for (; k + 16 <= len; k += 16) {
+        const uint16_t m = (uint16_t)_mm512_cmp_ps_mask(_mm512_loadu_ps(x + k),
+                                                        _mm512_setzero_ps(), _CMP_LT_OQ);
+        memcpy(dst + k / 8, &m, 2);
+    }
+#elif defined(__AVX2__)
+    for (; k + 8 <= len; k += 8)
+        dst[k / 8] = (uint8_t)_mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_loadu_ps(x + k), _mm256_setzero_ps(), _CMP_LT_OQ));
+#elif defined(Q_X86)
+    for (; k + 8 <= len; k += 8) {
+        const __m128 z = _mm_setzero_ps();
+        dst[k / 8] = (uint8_t)(_mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(x + k), z)) |
+                               (_mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(x + k + 4), z)) << 4));
+    }
+#endif
+    for (; k + 8 <= len; k += 8) {
+        uint32_t byte = 0;
+        for (int b = 0; b < 8; b++) byte |= (uint32_t)(x[k + b] < 0.0f) << b;
+        dst[k / 8] = (uint8_t)byte;
+    }
+    return k;
+}
+
 /* Sign: x (n_rows x dim) -> scale[n_rows] = ||row||_1 / dim and packed (n_rows x ceil(dim / 8))
  * bits, 1 for x < 0. One pass: the bits do not depend on the scale; chunk sums are combined
  * after. */
@@ -295,7 +332,7 @@ int DL_QCAT(dl_sign_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const fl
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_rows * dim > (1 << 15))
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t it = 0; it < n_items; it++) {
         const int64_t r = it / n_ch, j0 = (it % n_ch) * DL_QUANT_CHUNK;
@@ -303,12 +340,7 @@ int DL_QCAT(dl_sign_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const fl
         const float *xc = x + r * dim + j0;
         uint8_t *dst = packed + r * rb + j0 / 8;
         part[it] = q_sum_chunk(xc, len, 1);
-        int64_t k = 0;
-        for (; k + 8 <= len; k += 8) {
-            uint32_t byte = 0;
-            for (int b = 0; b < 8; b++) byte |= (uint32_t)(xc[k + b] < 0.0f) << b;
-            dst[k / 8] = (uint8_t)byte;
-        }
+        int64_t k = q_sign_bytes(xc, len, dst);
         if (k < len) {
             uint32_t byte = 0;
             for (int b = 0; k + b < len; b++) byte |= (uint32_t)(xc[k + b] < 0.0f) << b;
@@ -396,7 +428,7 @@ int DL_QCAT(dl_bucket_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, int bi
         uint8_t *buf = bits == 8 ? NULL : malloc((size_t)buf_len);
         if (bits != 8 && buf == NULL) nomem = 1;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
 #endif
         for (int64_t it = 0; it < n_items; it++) {
             if (bits != 8 && buf == NULL) continue;
