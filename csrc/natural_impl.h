@@ -331,6 +331,39 @@ static inline uint32_t nat_decode1(uint32_t v) {
     return c ? ((v >> 7) << 31) | ((c + 63) << 23) : 0;
 }
 
+/* Decodes 2 NAT_LANES codes into y (vector-aligned when `stream`) on 16-bit lanes: the upper
+ * half of a decoded float is sign << 15 | (c + 63) << 7 (0 for c = 0), its lower half 0; the
+ * halves are interleaved with zeros after a quadword permute that puts them back in order.
+ * Returns 0 where the ISA has no such path (the caller's loop then does the work). */
+static inline int nat_decode_wide(const uint8_t *codes, float *y, int stream) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    const __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)codes));
+    const __m512i c = _mm512_and_si512(h, _mm512_set1_epi16(0x7f));
+    __m512i hi = _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x80)), 8),
+                                 _mm512_add_epi16(_mm512_slli_epi16(c, 7), _mm512_set1_epi16(0x1f80)));
+    hi = _mm512_maskz_mov_epi16(_mm512_test_epi16_mask(c, c), hi);
+    hi = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0), hi);
+    const __m512i z = _mm512_setzero_si512();
+    nat_st_f(y, (nat_vu)_mm512_unpacklo_epi16(z, hi), stream);
+    nat_st_f(y + NAT_LANES, (nat_vu)_mm512_unpackhi_epi16(z, hi), stream);
+    return 1;
+#elif defined(__AVX2__)
+    const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    const __m256i c = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
+    __m256i hi = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8),
+                                 _mm256_add_epi16(_mm256_slli_epi16(c, 7), _mm256_set1_epi16(0x1f80)));
+    hi = _mm256_andnot_si256(_mm256_cmpeq_epi16(c, _mm256_setzero_si256()), hi);
+    hi = _mm256_permute4x64_epi64(hi, 0xd8); /* quadwords 0, 2, 1, 3 */
+    const __m256i z = _mm256_setzero_si256();
+    nat_st_f(y, (nat_vu)_mm256_unpacklo_epi16(z, hi), stream);
+    nat_st_f(y + NAT_LANES, (nat_vu)_mm256_unpackhi_epi16(z, hi), stream);
+    return 1;
+#else
+    (void)codes, (void)y, (void)stream;
+    return 0;
+#endif
+}
+
 /* y (n_rows x dim) float32 from natural codes (n_rows x dim); never fails on any byte value.
  * Outputs of DL_NAT_STREAM_BYTES floats or more are stored non-temporally. */
 int DL_CAT(dl_natural_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const uint8_t *codes,
@@ -352,6 +385,8 @@ int DL_CAT(dl_natural_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
                 const uint32_t bits = nat_decode1(codes[i]);
                 memcpy(y + i, &bits, sizeof bits);
             }
+        while (i + 2 * NAT_LANES <= i1 && nat_decode_wide(codes + i, y + i, stream))
+            i += 2 * NAT_LANES;
         for (; i + NAT_LANES <= i1; i += NAT_LANES) {
             nat_vb v8;
             memcpy(&v8, codes + i, sizeof v8);
