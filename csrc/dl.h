@@ -445,6 +445,8 @@ int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */
 /* dst[0:n) = src[0:n) with non-temporal stores (no overlap); any n_threads, same result. */
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
+/* *out = XOR of src's n words: a read-only pass (copy.c). */
+int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
 
 /* consensus.c: out[0] = sum_{i,c} X_ic^2 and out[1] = sum_c (sum_i X_ic)^2 of a (P, D) float32
  * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */

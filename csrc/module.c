@@ -1312,6 +1312,19 @@ static int call_copy_f32(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
     return dl_copy_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
+/* read_f32 is a glue_ops[] row: out (1,) uint32 gets the XOR of src's words (a read-only pass). */
+static int check_read_out(glue_call_t *c) {
+    if (PyArray_SIZE(c->arr[1]) != 1) {
+        PyErr_Format(PyExc_ValueError, "read_f32: out must have 1 uint32 entry, got %zd",
+                     (Py_ssize_t)PyArray_SIZE(c->arr[1]));
+        return -1;
+    }
+    return 0;
+}
+static int call_read_f32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_read_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
 
 /* peak_s8(reps, n_threads) -> (ops, check): the active path's int8 peak loop, reps iterations on
  * each thread; ops = operations done (2 per multiply-add). */
@@ -1880,6 +1893,11 @@ static const glue_op_t glue_ops[] = {
      {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
       G_OUT("dst", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_copy_size, NULL, call_copy_f32, {0}, 1, {1}},
+    {"read_f32", "read_f32(src, out, n_threads) -> out: XOR of src's 32-bit words, a read-only "
+     "pass (float32).",
+     {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
+      G_OUT("out", NPY_UINT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_read_out, NULL, call_read_f32, {0}, 1, {1}},
     {"consensus_sums", "consensus_sums(X, out, n_threads) -> out: (sum of X^2, sum over columns "
      "of the squared column sums), float64, one pass over the (P, D) float32 X.",
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),

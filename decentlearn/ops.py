@@ -875,6 +875,17 @@ def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> 
     return _core.copy_f32(src, dst, resolve_threads(n_threads, src.size))
 
 
+def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
+    """XOR of the 32-bit words of the C-contiguous float32 array ``src``, read once: the read-only
+    bandwidth limit of decentlearn.bench (the floor of kernels that must read their input).
+    NumPy reference: ``np.bitwise_xor.reduce(src.view(np.uint32).ravel())``."""
+    if not isinstance(src, np.ndarray):
+        raise TypeError("read_f32: src must be a numpy array")
+    out = np.zeros(1, np.uint32)
+    _core.read_f32(src, out, resolve_threads(n_threads, src.size))
+    return int(out[0])
+
+
 def consensus_sums(X: np.ndarray, out: np.ndarray | None = None,
                    n_threads: int | None = None) -> np.ndarray:
     """``(sum_ic X_ic^2, sum_c (sum_i X_ic)^2)`` as a (2,) float64 array, in one pass over the
