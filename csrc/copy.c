@@ -65,12 +65,12 @@ int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads) {
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads) {
     if (n < 0 || n_threads < 1) return DL_E_ARG;
     const int64_t nc = dl_cdiv_i64(n, DL_COPY_CHUNK);
+    const int nt = (int)dl_max_i64(1, dl_min_i64(n_threads, nc));
     uint32_t acc = 0;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads((int)dl_max_i64(1, dl_min_i64(n_threads, nc))) \
-    reduction(^ : acc)
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(^ : acc)
 #else
-    (void)n_threads;
+    (void)nt;
 #endif
     for (int64_t c = 0; c < nc; c++) {
         const int64_t i0 = c * DL_COPY_CHUNK, len = dl_min_i64(DL_COPY_CHUNK, n - i0);

@@ -339,8 +339,9 @@ static inline int nat_decode_wide(const uint8_t *codes, float *y, int stream) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
     const __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)codes));
     const __m512i c = _mm512_and_si512(h, _mm512_set1_epi16(0x7f));
-    __m512i hi = _mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x80)), 8),
-                                 _mm512_add_epi16(_mm512_slli_epi16(c, 7), _mm512_set1_epi16(0x1f80)));
+    const __m512i sgn = _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x80)), 8);
+    __m512i hi = _mm512_or_si512(
+        sgn, _mm512_add_epi16(_mm512_slli_epi16(c, 7), _mm512_set1_epi16(0x1f80)));
     hi = _mm512_maskz_mov_epi16(_mm512_test_epi16_mask(c, c), hi);
     hi = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0), hi);
     const __m512i z = _mm512_setzero_si512();
@@ -350,8 +351,9 @@ static inline int nat_decode_wide(const uint8_t *codes, float *y, int stream) {
 #elif defined(__AVX2__)
     const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
     const __m256i c = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
-    __m256i hi = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8),
-                                 _mm256_add_epi16(_mm256_slli_epi16(c, 7), _mm256_set1_epi16(0x1f80)));
+    const __m256i sgn = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+    __m256i hi = _mm256_or_si256(
+        sgn, _mm256_add_epi16(_mm256_slli_epi16(c, 7), _mm256_set1_epi16(0x1f80)));
     hi = _mm256_andnot_si256(_mm256_cmpeq_epi16(c, _mm256_setzero_si256()), hi);
     hi = _mm256_permute4x64_epi64(hi, 0xd8); /* quadwords 0, 2, 1, 3 */
     const __m256i z = _mm256_setzero_si256();

@@ -69,7 +69,7 @@ int dl_bucket_decode_f32(int64_t n_rows, int64_t dim, int bits, int64_t bucket, 
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 32) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic, 32) num_threads(n_threads) reduction(| : bad)           \
     if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t it = 0; it < n_items; it++) {

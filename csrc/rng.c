@@ -15,7 +15,8 @@ int dl_rng_fill_u32(int64_t n_rows, int64_t dim, uint64_t seed, uint64_t step, i
     for (int64_t r = 0; r < n_rows; r++) {
         const uint64_t key = dl_rng_key(seed, step, (uint64_t)(peer0 + r));
         for (int64_t j = 0; j < dim; j++)
-            out[r * dim + j] = fast ? dl_rng_fast_u32(key, (uint64_t)j) : dl_rng_u32(key, (uint64_t)j);
+            out[r * dim + j] =
+                fast ? dl_rng_fast_u32(key, (uint64_t)j) : dl_rng_u32(key, (uint64_t)j);
     }
     return DL_OK;
 }

@@ -1,8 +1,9 @@
 """NumPy references of the limit kernels that decentlearn.bench measures the machine with.
 
-``copy_f32(src, dst)`` is ``np.copyto``; ``read_f32(src)`` the XOR of src's 32-bit words. ``peak_ops(isa, reps, threads)`` is the operation count
-the int8 peak loop (csrc/peak_impl.h) reports: reps x 8 unrolled steps x 12 accumulators x the
-operations of one instruction (2 per multiply-add) x threads.
+``copy_f32(src, dst)`` is ``np.copyto``; ``read_f32(src)`` the XOR of src's 32-bit words.
+``peak_ops(isa, reps, threads)`` is the operation count the int8 peak loop (csrc/peak_impl.h)
+reports: reps x 8 unrolled steps x 12 accumulators x the operations of one instruction (2 per
+multiply-add) x threads.
 """
 
 from __future__ import annotations
