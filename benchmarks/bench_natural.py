@@ -7,7 +7,9 @@ natural dithering in NumPy.
 
 Limits (copy bandwidth: C streaming copy and np.copyto; numpy sgemm with its BLAS and threads;
 the int8 peak of the active ISA) are measured first in the same process; every row gives its
-baselines' times, the speedup and the fraction of the matching limit. Best and median of --repeat
+baselines' times, the speedup and the fraction of the matching limit. The encode row also times a
+read-only pass over x (ops.read_f32): natural encode's floor, and the best natural/copy ratio
+this machine allows. Best and median of --repeat
 round-robin runs (the machine may be shared: read ratios, not absolute times). Saves JSON to
 benchmarks/results/natural.json (--out to change). Speeds are never asserted in tests; this is
 where they are read. The measurement is decentlearn.bench.bench_natural.

@@ -1,11 +1,13 @@
-/* copy.c: a streaming copy, the in-process measure of the memory bandwidth limit.
+/* copy.c: a streaming copy and a read-only pass, the in-process measures of the memory limits.
  *
  * Benchmarks compare memory-bound kernels with the fastest copy this machine does, measured in the
  * same process: np.copyto (cached stores: the destination's lines are read before they are
  * written) and this kernel, which stores with non-temporal SSE2 stores (part of x86-64, so one
  * build serves every ISA path) and moves only the 2 n * 4 bytes a copy must move. The array is
  * split into fixed chunks of DL_COPY_CHUNK floats, contiguous runs of which go to each thread.
- * Off x86-64 it falls back to memcpy per chunk.
+ * Off x86-64 it falls back to memcpy per chunk. dl_read_f32 reads an array once (an XOR of its
+ * words, so nothing is optimized away): the floor of a kernel that must read its input, such as
+ * natural compression (4 bytes read per value, 1 written).
  */
 #include <string.h>
 
@@ -55,5 +57,31 @@ int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads) {
         _mm_sfence();
 #endif
     }
+    return DL_OK;
+}
+
+/* *out = XOR of the n 32-bit words of src (any thread count gives the same value: XOR of per-chunk
+ * partials). Reads src once; writes nothing else. */
+int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads) {
+    if (n < 0 || n_threads < 1) return DL_E_ARG;
+    const int64_t nc = dl_cdiv_i64(n, DL_COPY_CHUNK);
+    const int nt = (int)dl_max_i64(1, dl_min_i64(n_threads, nc));
+    uint32_t acc = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(^ : acc)
+#else
+    (void)nt;
+#endif
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * DL_COPY_CHUNK, len = dl_min_i64(DL_COPY_CHUNK, n - i0);
+        const uint32_t *w = (const uint32_t *)(const void *)(src + i0);
+        uint32_t a[16] = {0};
+        int64_t i = 0;
+        for (; i + 16 <= len; i += 16)
+            for (int l = 0; l < 16; l++) a[l] ^= w[i + l];
+        for (; i < len; i++) a[0] ^= w[i];
+        for (int l = 0; l < 16; l++) acc ^= a[l];
+    }
+    *out = acc;
     return DL_OK;
 }

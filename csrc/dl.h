@@ -268,6 +268,25 @@ static inline float dl_rng_unit(uint64_t key, uint64_t index) {
     return (float)(dl_rng_u32(key, index) >> 8) * 0x1.0p-24f;
 }
 
+/* The compressors' generator (natural compression/dithering, the quantizer encoders): half the
+ * multiplies of dl_rng_u32, since they draw one word per value of the whole state. One lowbias32
+ * round of a Weyl sequence whose start and odd step come from the 64-bit key: element j of a row
+ * hashes klo + j w (mod 2^32), w = khi | 1, so consecutive elements advance the hash input by one
+ * add (vectorized: lane i of a block starts at base + i w). The index's high half adds
+ * (j >> 32) * 0x9e3779b9. Peers' streams are not shifted copies of one another (each has its own
+ * step w). decentlearn/_reference/rng.py (rng_fast_u32) is its NumPy twin. */
+static inline uint32_t dl_rng_fast_base(uint64_t key, uint64_t index) {
+    return (uint32_t)key + (uint32_t)index * ((uint32_t)(key >> 32) | 1u) +
+           (uint32_t)(index >> 32) * 0x9e3779b9u;
+}
+static inline uint32_t dl_rng_fast_u32(uint64_t key, uint64_t index) {
+    return dl_hash32(dl_rng_fast_base(key, index));
+}
+/* Uniform float in [0, 1) with 24 random bits from dl_rng_fast_u32. */
+static inline float dl_rng_fast_unit(uint64_t key, uint64_t index) {
+    return (float)(dl_rng_fast_u32(key, index) >> 8) * 0x1.0p-24f;
+}
+
 /* ---- Compression kernels (csrc/<family>.c) ----------------------------------------------
  * Conventions: x is a C-contiguous (n_rows, dim) float32 matrix, each row compressed on its own
  * (a 1-D vector is n_rows = 1); stochastic kernels take (seed, step, peer0) as above; kernels that
@@ -275,8 +294,9 @@ static inline float dl_rng_unit(uint64_t key, uint64_t index) {
  * out of bounds. Each family adds its prototypes in its own section below. */
 
 /* rng.c */
+/* fast = 0: dl_rng_u32, 1: dl_rng_fast_u32 (the compressors' generator). */
 int dl_rng_fill_u32(int64_t n_rows, int64_t dim, uint64_t seed, uint64_t step, int64_t peer0,
-                    uint32_t *out, int n_threads);
+                    int fast, uint32_t *out, int n_threads);
 
 /* bitpack.c: b-bit codes (1 <= b <= 8), little-endian bit order, rows padded to whole bytes. */
 int64_t dl_bitpack_row_bytes(int64_t dim, int bits);
@@ -425,6 +445,8 @@ int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */
 /* dst[0:n) = src[0:n) with non-temporal stores (no overlap); any n_threads, same result. */
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
+/* *out = XOR of src's n words: a read-only pass (copy.c). */
+int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
 
 /* consensus.c: out[0] = sum_{i,c} X_ic^2 and out[1] = sum_c (sum_i X_ic)^2 of a (P, D) float32
  * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */

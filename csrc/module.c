@@ -561,7 +561,13 @@ static PyObject *glue_run(PyObject *self, PyObject *args) {
 /* >>> glue rng */
 static int call_rng_u32(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
-    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, G_DATA(c, 0), c->n_threads);
+    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, 0, G_DATA(c, 0),
+                           c->n_threads);
+}
+static int call_rng_fast_u32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_rng_fill_u32(c->rows, c->dim, c->seed, c->step, c->peer0, 1, G_DATA(c, 0),
+                           c->n_threads);
 }
 static int ext_rowbytes_i0(glue_call_t *c) { /* packed rows of D codes of ints[0] bits */
     c->ext[0] = dl_bitpack_row_bytes(c->dim, c->ints[0]);
@@ -1306,6 +1312,19 @@ static int call_copy_f32(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
     return dl_copy_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
+/* read_f32 is a glue_ops[] row: out (1,) uint32 gets the XOR of src's words (a read-only pass). */
+static int check_read_out(glue_call_t *c) {
+    if (PyArray_SIZE(c->arr[1]) != 1) {
+        PyErr_Format(PyExc_ValueError, "read_f32: out must have 1 uint32 entry, got %zd",
+                     (Py_ssize_t)PyArray_SIZE(c->arr[1]));
+        return -1;
+    }
+    return 0;
+}
+static int call_read_f32(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_read_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
 
 /* peak_s8(reps, n_threads) -> (ops, check): the active path's int8 peak loop, reps iterations on
  * each thread; ops = operations done (2 per multiply-add). */
@@ -1731,6 +1750,9 @@ static const glue_op_t glue_ops[] = {
     {"rng_u32", "rng_u32(seed, step, peer0, out, n_threads) -> out.",
      {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
      0, 0, NULL, NULL, call_rng_u32, {0}, 1, {0}},
+    {"rng_fast_u32", "rng_fast_u32(seed, step, peer0, out, n_threads) -> out.",
+     {G_SEED_ARG, G_STEP_ARG, G_PEER0_ARG, G_OUT("out", NPY_UINT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_rng_fast_u32, {0}, 1, {0}},
     {"bitpack", "bitpack(codes, bits, out, n_threads) -> out.",
      {G_IN("codes", NPY_UINT8, 2, X_R, X_D), G_INT_IN("bits", 1, 8),
       G_OUT("out", NPY_UINT8, 2, X_R, X_E0), G_THREADS_ARG},
@@ -1871,6 +1893,11 @@ static const glue_op_t glue_ops[] = {
      {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
       G_OUT("dst", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_copy_size, NULL, call_copy_f32, {0}, 1, {1}},
+    {"read_f32", "read_f32(src, out, n_threads) -> out: XOR of src's 32-bit words, a read-only "
+     "pass (float32).",
+     {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
+      G_OUT("out", NPY_UINT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_read_out, NULL, call_read_f32, {0}, 1, {1}},
     {"consensus_sums", "consensus_sums(X, out, n_threads) -> out: (sum of X^2, sum over columns "
      "of the squared column sums), float64, one pass over the (P, D) float32 X.",
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),

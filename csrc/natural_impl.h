@@ -19,7 +19,9 @@
  *
  * Work is split into (row, chunk of DL_NAT_CHUNK elements) tiles; within a tile, blocks of
  * DL_NAT_BLK elements starting at row indices that are multiples of DL_NAT_BLK are vectorized and
- * the rest of a row goes through the scalar twin of the same arithmetic.
+ * the rest of a row goes through the scalar twin of the same arithmetic. Tiles are handed out
+ * dynamically: a tile's output depends on its indices only, so the bits do not depend on which
+ * thread takes it, and a thread the OS deschedules (a loaded machine) does not hold the others up.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,7 +49,7 @@
 #endif
 #define DL_NAT_BLK 32                    /* elements per vector block (multiple of 16) */
 #define NAT_NV (DL_NAT_BLK / NAT_LANES)  /* vectors per block */
-#define DL_NAT_CHUNK 16384               /* elements per tile; divides 2^16 (see nat_rng) */
+#define DL_NAT_CHUNK 16384               /* elements per tile (a multiple of DL_NAT_BLK) */
 #define DL_NAT_STREAM_BYTES (4 << 20)    /* code outputs this large bypass the caches */
 
 typedef uint32_t nat_vu __attribute__((vector_size(NAT_LANES * 4)));
@@ -174,21 +176,26 @@ static inline void nat_fence(void) {
 }
 
 /* ---- the counter RNG on vectors -------------------------------------------------------------
- * dl_rng_u32(key, j) for the DL_NAT_BLK indices j0 + i, j0 a multiple of DL_NAT_BLK. Two identities
- * save work: j0 + i == j0 ^ i and (j0 ^ i) >> 16 == j0 >> 16 for i < DL_NAT_BLK, so the first
- * round's "x ^= x >> 16" folds into the per-block scalar s1; the second round's key folds into k2
- * the same way. */
+ * dl_rng_fast_u32(key, j) for the DL_NAT_BLK indices j0 + i, j0 a multiple of DL_NAT_BLK: the hash
+ * input of j0 + i is base(j0) + i w (the block never crosses a multiple of 2^32), so a block costs
+ * one scalar base, one vector add per vector and one lowbias32 round (two multiplies) per lane. */
 typedef struct {
-    uint32_t klo, khi; /* key halves */
+    uint64_t key;
+    nat_vu lane; /* i w for lane i */
+    uint32_t vstep; /* NAT_LANES w */
 } nat_key_t;
 
 static inline nat_key_t nat_key(uint64_t seed, uint64_t step, uint64_t peer) {
-    const uint64_t key = dl_rng_key(seed, step, peer);
-    nat_key_t k = {(uint32_t)key, (uint32_t)(key >> 32)};
+    nat_key_t k;
+    k.key = dl_rng_key(seed, step, peer);
+    const uint32_t w = (uint32_t)(k.key >> 32) | 1u;
+    for (int i = 0; i < NAT_LANES; i++) k.lane[i] = (uint32_t)i * w;
+    k.vstep = (uint32_t)NAT_LANES * w;
     return k;
 }
 
-static inline nat_vu nat_hash_rest(nat_vu x) { /* lowbias32 after its first xor-shift */
+static inline nat_vu nat_hash(nat_vu x) { /* lowbias32 (dl_hash32) on every lane */
+    x ^= x >> 16;
     x *= NAT_H1;
     x ^= x >> 15;
     x *= NAT_H2;
@@ -197,16 +204,11 @@ static inline nat_vu nat_hash_rest(nat_vu x) { /* lowbias32 after its first xor-
 }
 
 /* Random words of block j0 (NAT_NV vectors). */
-static inline void nat_rng_block(nat_key_t k, uint64_t j0, nat_vu *r) {
-    const uint32_t jl = (uint32_t)j0;
-    const uint32_t s1 = jl ^ k.klo ^ (k.klo >> 16) ^ (jl >> 16);
-    const uint32_t khi2 = k.khi ^ ((uint32_t)(j0 >> 32) * 0x9e3779b9u);
-    const uint32_t k2 = khi2 ^ (khi2 >> 16);
+static inline void nat_rng_block(const nat_key_t *k, uint64_t j0, nat_vu *r) {
+    nat_vu s = k->lane + dl_rng_fast_base(k->key, j0);
     for (int u = 0; u < NAT_NV; u++) {
-        nat_vu idx;
-        for (int i = 0; i < NAT_LANES; i++) idx[i] = (uint32_t)(u * NAT_LANES + i);
-        nat_vu x = nat_hash_rest(idx ^ s1);
-        r[u] = nat_hash_rest(x ^ (x >> 16) ^ k2);
+        r[u] = nat_hash(s);
+        s += k->vstep;
     }
 }
 
@@ -229,7 +231,7 @@ static inline uint8_t nat_code1(uint32_t b, uint32_t rnd) {
 }
 
 /* Codes of DL_NAT_BLK values; bad accumulates nat_bad_acc. */
-static inline void nat_encode_block(const float *x, uint8_t *out, nat_key_t k, uint64_t j0,
+static inline void nat_encode_block(const float *x, uint8_t *out, const nat_key_t *k, uint64_t j0,
                                     nat_vu *bad) {
     nat_vu r[NAT_NV], code[NAT_NV];
     nat_rng_block(k, j0, r);
@@ -272,7 +274,7 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
         nat_vu bad = {0};
         uint32_t bad1 = 0;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
 #endif
         for (int64_t t = 0; t < n_tiles; t++) {
             const int64_t r = t / cpr, j0 = (t % cpr) * DL_NAT_CHUNK;
@@ -282,14 +284,13 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
             uint8_t *dst = stream ? stage - j0 : codes + r * dim;
             int64_t j = j0;
             for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK)
-                nat_encode_block(xr + j, dst + j, k, (uint64_t)j, &bad);
+                nat_encode_block(xr + j, dst + j, &k, (uint64_t)j, &bad);
             if (j < j1) {
-                const uint64_t key = ((uint64_t)k.khi << 32) | k.klo;
                 for (; j < j1; j++) {
                     uint32_t b;
                     memcpy(&b, xr + j, sizeof b);
                     bad1 |= (b & 0x7fffffffu) + 0x00800000u;
-                    dst[j] = nat_code1(b, dl_rng_u32(key, (uint64_t)j));
+                    dst[j] = nat_code1(b, dl_rng_fast_u32(k.key, (uint64_t)j));
                 }
             }
             if (stream) nat_stream_copy(codes + r * dim + j0, stage, j1 - j0);
@@ -330,6 +331,41 @@ static inline uint32_t nat_decode1(uint32_t v) {
     return c ? ((v >> 7) << 31) | ((c + 63) << 23) : 0;
 }
 
+/* Decodes 2 NAT_LANES codes into y (vector-aligned when `stream`) on 16-bit lanes: the upper
+ * half of a decoded float is sign << 15 | (c + 63) << 7 (0 for c = 0), its lower half 0; the
+ * halves are interleaved with zeros after a quadword permute that puts them back in order.
+ * Returns 0 where the ISA has no such path (the caller's loop then does the work). */
+static inline int nat_decode_wide(const uint8_t *codes, float *y, int stream) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    const __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)codes));
+    const __m512i c = _mm512_and_si512(h, _mm512_set1_epi16(0x7f));
+    const __m512i sgn = _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x80)), 8);
+    __m512i hi = _mm512_or_si512(
+        sgn, _mm512_add_epi16(_mm512_slli_epi16(c, 7), _mm512_set1_epi16(0x1f80)));
+    hi = _mm512_maskz_mov_epi16(_mm512_test_epi16_mask(c, c), hi);
+    hi = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0), hi);
+    const __m512i z = _mm512_setzero_si512();
+    nat_st_f(y, (nat_vu)_mm512_unpacklo_epi16(z, hi), stream);
+    nat_st_f(y + NAT_LANES, (nat_vu)_mm512_unpackhi_epi16(z, hi), stream);
+    return 1;
+#elif defined(__AVX2__)
+    const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    const __m256i c = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
+    const __m256i sgn = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+    __m256i hi = _mm256_or_si256(
+        sgn, _mm256_add_epi16(_mm256_slli_epi16(c, 7), _mm256_set1_epi16(0x1f80)));
+    hi = _mm256_andnot_si256(_mm256_cmpeq_epi16(c, _mm256_setzero_si256()), hi);
+    hi = _mm256_permute4x64_epi64(hi, 0xd8); /* quadwords 0, 2, 1, 3 */
+    const __m256i z = _mm256_setzero_si256();
+    nat_st_f(y, (nat_vu)_mm256_unpacklo_epi16(z, hi), stream);
+    nat_st_f(y + NAT_LANES, (nat_vu)_mm256_unpackhi_epi16(z, hi), stream);
+    return 1;
+#else
+    (void)codes, (void)y, (void)stream;
+    return 0;
+#endif
+}
+
 /* y (n_rows x dim) float32 from natural codes (n_rows x dim); never fails on any byte value.
  * Outputs of DL_NAT_STREAM_BYTES floats or more are stored non-temporally. */
 int DL_CAT(dl_natural_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const uint8_t *codes,
@@ -339,7 +375,7 @@ int DL_CAT(dl_natural_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
     if (n == 0) return DL_OK;
     const int stream = n >= DL_NAT_STREAM_BYTES;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, n_tiles))
+#pragma omp parallel for schedule(dynamic) num_threads((int)dl_min_i64(n_threads, n_tiles))
 #else
     (void)n_threads;
 #endif
@@ -351,6 +387,8 @@ int DL_CAT(dl_natural_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
                 const uint32_t bits = nat_decode1(codes[i]);
                 memcpy(y + i, &bits, sizeof bits);
             }
+        while (i + 2 * NAT_LANES <= i1 && nat_decode_wide(codes + i, y + i, stream))
+            i += 2 * NAT_LANES;
         for (; i + NAT_LANES <= i1; i += NAT_LANES) {
             nat_vb v8;
             memcpy(&v8, codes + i, sizeof v8);
@@ -442,7 +480,7 @@ static inline double dith_partial(const float *x, int64_t j0, int64_t j1, int pk
 }
 
 /* Codes of DL_NAT_BLK values of a row whose norm is norm > 0. */
-static inline void dith_encode_block(const float *x, uint8_t *out, nat_key_t k, uint64_t j0,
+static inline void dith_encode_block(const float *x, uint8_t *out, const nat_key_t *k, uint64_t j0,
                                      float norm, int s) {
     nat_vu r[NAT_NV], code[NAT_NV];
     nat_rng_block(k, j0, r);
@@ -488,7 +526,7 @@ int DL_CAT(dl_natural_dither_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
     double *part = malloc((size_t)n_tiles * sizeof(double));
     if (part == NULL) return DL_E_NOMEM;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
 #endif
     for (int64_t t = 0; t < n_tiles; t++) {
         const int64_t r = t / cpr, j0 = (t % cpr) * DL_NAT_CHUNK;
@@ -513,7 +551,7 @@ int DL_CAT(dl_natural_dither_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
     free(part);
     if (bad) return DL_E_NONFINITE;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
 #endif
     for (int64_t t = 0; t < n_tiles; t++) {
         const int64_t r = t / cpr, j0 = (t % cpr) * DL_NAT_CHUNK;
@@ -527,9 +565,9 @@ int DL_CAT(dl_natural_dither_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
         const nat_key_t k = nat_key(seed, step, (uint64_t)(peer0 + r));
         int64_t j = j0;
         for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK)
-            dith_encode_block(xr + j, cr + j, k, (uint64_t)j, norm, s);
-        const uint64_t key = ((uint64_t)k.khi << 32) | k.klo;
-        for (; j < j1; j++) cr[j] = dith_code1(xr[j], norm, dl_rng_u32(key, (uint64_t)j), s);
+            dith_encode_block(xr + j, cr + j, &k, (uint64_t)j, norm, s);
+        for (; j < j1; j++)
+            cr[j] = dith_code1(xr[j], norm, dl_rng_fast_u32(k.key, (uint64_t)j), s);
     }
     return DL_OK;
 }
@@ -568,7 +606,7 @@ int DL_CAT(dl_natural_dither_decode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim,
     const int stream = n_rows * dim >= DL_NAT_STREAM_BYTES;
     int bad_all = 0;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, n_tiles)) \
+#pragma omp parallel for schedule(dynamic) num_threads((int)dl_min_i64(n_threads, n_tiles)) \
     reduction(| : bad_all)
 #endif
     for (int64_t t = 0; t < n_tiles; t++) {

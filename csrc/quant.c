@@ -26,7 +26,7 @@ int dl_qsgd_decode_f32(int64_t n_rows, int64_t dim, int levels, const float *nor
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) reduction(| : bad)               \
     if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t it = 0; it < n_items; it++) {
@@ -69,7 +69,7 @@ int dl_bucket_decode_f32(int64_t n_rows, int64_t dim, int bits, int64_t bucket, 
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic, 32) num_threads(n_threads) reduction(| : bad)           \
     if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t it = 0; it < n_items; it++) {
@@ -105,7 +105,7 @@ int dl_sign_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const ui
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) reduction(| : bad)               \
     if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t r = 0; r < n_rows; r++) {
@@ -130,7 +130,7 @@ int dl_int8_decode_f32(int64_t n_rows, int64_t dim, const float *scale, const in
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) reduction(| : bad)               \
     if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t r = 0; r < n_rows; r++) {

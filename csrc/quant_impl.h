@@ -3,16 +3,15 @@
  *
  * Included by quant.c (baseline flags), quant_avx2.c and quant_avx512.c (their own -m flags); each
  * defines DL_SUFFIX first. The loops are plain C that GCC auto-vectorizes: the cost of an encoder
- * is the counter-based RNG (two 32-bit avalanche hashes per value), which SSE2 lacks a 32-bit
- * multiply for, so the wider builds matter. Results are bit-identical across ISAs and thread
- * counts: float multiply-adds are never contracted (the pragma below overrides the ISA files'
- * -ffp-contract=fast),
- * sums are taken in float64 over fixed chunks of DL_QUANT_CHUNK values in DL_QUANT_LANES lanes and
- * combined in a fixed order, and value j of row r draws u = dl_rng_unit(key(seed, step, peer0 + r),
- * j). Stochastic rounding is q = floor(t) + (u < t - floor(t)) for t >= 0 (int8 rounds |t|
- * and keeps the sign), so E[q] = t up to the 2^-24 grid of u. Decoders and validation live in
- * quant.c (ISA independent).
- */
+ * is the compressors' counter-based RNG (dl_rng_fast_u32: one 32-bit avalanche hash, two
+ * multiplies, per value), which SSE2 lacks a 32-bit multiply for, so the wider builds matter.
+ * Results are bit-identical across ISAs and thread counts: float multiply-adds are never
+ * contracted (the pragma below overrides the ISA files' -ffp-contract=fast), sums are taken in
+ * float64 over fixed chunks of DL_QUANT_CHUNK values in DL_QUANT_LANES lanes and combined in a
+ * fixed order, and value j of row r draws u = dl_rng_fast_unit(key(seed, step, peer0 + r), j).
+ * Stochastic rounding is q = floor(t) + (u < t - floor(t)) for t >= 0 (int8 rounds |t| and keeps
+ * the sign), so E[q] = t up to the 2^-24 grid of u. Decoders and validation live in quant.c (ISA
+ * independent). */
 #pragma GCC optimize("fp-contract=off")
 #include <float.h>
 #include <math.h>
@@ -21,20 +20,22 @@
 
 #include "dl.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define Q_X86 1
+#endif
+
 #ifndef DL_SUFFIX
 #error "define DL_SUFFIX before including quant_impl.h"
 #endif
 #define DL_QCAT2(a, b) a##_##b
 #define DL_QCAT(a, b) DL_QCAT2(a, b)
 
-/* dl_rng_unit(key, j0 + k) for k < DL_QUANT_CHUNK, with the index's high half (constant over an
- * aligned chunk, since DL_QUANT_CHUNK divides 2^32) folded into `hi` once. */
-static inline float q_unit(uint32_t klo, uint32_t hi, uint32_t jlo) {
-    return (float)(dl_hash32(dl_hash32(jlo ^ klo) ^ hi) >> 8) * 0x1.0p-24f;
-}
-static inline uint32_t q_hi(uint64_t key, int64_t j0) {
-    return (uint32_t)(key >> 32) ^ ((uint32_t)((uint64_t)j0 >> 32) * 0x9e3779b9u);
-}
+/* dl_rng_fast_unit(key, j0 + k) from the hash input s = dl_rng_fast_base(key, j0) + k w, which
+ * the loops carry as s += w (a vector induction variable once vectorized): valid while j0 + k stays
+ * below the next multiple of 2^32, true within any aligned chunk and any row of dim <= 2^32. */
+static inline float q_unit(uint32_t s) { return (float)(dl_hash32(s) >> 8) * 0x1.0p-24f; }
+static inline uint32_t q_step(uint64_t key) { return (uint32_t)(key >> 32) | 1u; }
 
 /* min(a, b) of two non-negative, non-NaN floats, through their bit patterns (which order like the
  * values): an integer min vectorizes where GCC will not if-convert a float compare-and-select
@@ -127,10 +128,11 @@ static void qsgd_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_
                        int levels, int bits, uint8_t *restrict dst) {
     uint8_t buf[DL_QUANT_CHUNK + 8];
     uint8_t *restrict codes = bits == 8 ? dst : buf;
-    const uint32_t klo = (uint32_t)key, hi = q_hi(key, j0), jlo = (uint32_t)j0;
+    const uint32_t w = q_step(key);
+    uint32_t sr = dl_rng_fast_base(key, (uint64_t)j0);
     const float smax = (float)levels;
-    for (int64_t k = 0; k < len; k++) {
-        const float u = q_unit(klo, hi, jlo + (uint32_t)k);
+    for (int64_t k = 0; k < len; k++, sr += w) {
+        const float u = q_unit(sr);
         const float t = q_minpos(fabsf(x[k]) * inv, smax);
         const int32_t i = (int32_t)t;
         const int32_t l = i + (u < t - (float)i);
@@ -147,9 +149,10 @@ static void qsgd_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_
  * where floor of a negative t does not). */
 static void int8_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_t key, float inv,
                        int8_t *restrict q) {
-    const uint32_t klo = (uint32_t)key, hi = q_hi(key, j0), jlo = (uint32_t)j0;
-    for (int64_t k = 0; k < len; k++) {
-        const float u = q_unit(klo, hi, jlo + (uint32_t)k);
+    const uint32_t w = q_step(key);
+    uint32_t sr = dl_rng_fast_base(key, (uint64_t)j0);
+    for (int64_t k = 0; k < len; k++, sr += w) {
+        const float u = q_unit(sr);
         const float a = q_minpos(fabsf(x[k] * inv), 127.0f);
         const int32_t i = (int32_t)a;
         const int32_t m = i + (u < a - (float)i);
@@ -183,7 +186,9 @@ static inline int q_row_scale(int kind, double stat, int64_t dim, int levels, fl
 /* Shared driver of QSGD and int8: a per-row statistic over fixed chunks, then per-chunk codes.
  * Many rows: each thread takes whole rows (the row is still in cache for the second pass). Few
  * long rows: all (row, chunk) statistics in parallel, combined per row in chunk order, then all
- * (row, chunk) codes in parallel. Both orders give the same bits. */
+ * (row, chunk) codes in parallel. Both orders give the same bits. Work items are handed out
+ * dynamically (an item's result depends on its indices only), which keeps both threads busy when
+ * the machine is loaded. */
 static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int bits,
                          const float *x, uint64_t seed, uint64_t step, int64_t peer0, float *scale,
                          void *codes, int n_threads) {
@@ -208,7 +213,7 @@ static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int 
     if (n_rows >= 2 * (int64_t)n_threads || n_ch <= 1) {
         int bad = 0;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) reduction(| : bad)               \
     if (n_rows * dim > (1 << 15))
 #endif
         for (int64_t r = 0; r < n_rows; r++) {
@@ -238,7 +243,7 @@ static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int 
         return DL_E_NOMEM;
     }
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads)
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads)
 #endif
     for (int64_t it = 0; it < n_items; it++) {
         const int64_t r = it / n_ch, j0 = (it % n_ch) * DL_QUANT_CHUNK;
@@ -253,7 +258,7 @@ static int q_encode_rows(int kind, int64_t n_rows, int64_t dim, int levels, int 
     }
     if (status == DL_OK) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads)
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads)
 #endif
         for (int64_t it = 0; it < n_items; it++)
             Q_CHUNK_CODES(it / n_ch, it % n_ch, inv[it / n_ch]);
@@ -283,6 +288,36 @@ int DL_QCAT(dl_int8_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const fl
                          n_threads);
 }
 
+/* dst[k / 8] bit k % 8 = (x[k] < 0) for the whole bytes of x[0:len) (-0.0 and NaN give 0, as the
+ * reference's x < 0); returns how many values it packed (a multiple of 8). A compare and a
+ * movemask per vector where the ISA has them. */
+static inline int64_t q_sign_bytes(const float *restrict x, int64_t len, uint8_t *restrict dst) {
+    int64_t k = 0;
+#if defined(__AVX512F__)
+    for (; k + 16 <= len; k += 16) {
+        const uint16_t m = (uint16_t)_mm512_cmp_ps_mask(_mm512_loadu_ps(x + k),
+                                                        _mm512_setzero_ps(), _CMP_LT_OQ);
+        memcpy(dst + k / 8, &m, 2);
+    }
+#elif defined(__AVX2__)
+    for (; k + 8 <= len; k += 8)
+        dst[k / 8] = (uint8_t)_mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_loadu_ps(x + k), _mm256_setzero_ps(), _CMP_LT_OQ));
+#elif defined(Q_X86)
+    for (; k + 8 <= len; k += 8) {
+        const __m128 z = _mm_setzero_ps();
+        dst[k / 8] = (uint8_t)(_mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(x + k), z)) |
+                               (_mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(x + k + 4), z)) << 4));
+    }
+#endif
+    for (; k + 8 <= len; k += 8) {
+        uint32_t byte = 0;
+        for (int b = 0; b < 8; b++) byte |= (uint32_t)(x[k + b] < 0.0f) << b;
+        dst[k / 8] = (uint8_t)byte;
+    }
+    return k;
+}
+
 /* Sign: x (n_rows x dim) -> scale[n_rows] = ||row||_1 / dim and packed (n_rows x ceil(dim / 8))
  * bits, 1 for x < 0. One pass: the bits do not depend on the scale; chunk sums are combined
  * after. */
@@ -297,7 +332,7 @@ int DL_QCAT(dl_sign_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const fl
     (void)n_threads;
 #endif
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_rows * dim > (1 << 15))
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) if (n_rows * dim > (1 << 15))
 #endif
     for (int64_t it = 0; it < n_items; it++) {
         const int64_t r = it / n_ch, j0 = (it % n_ch) * DL_QUANT_CHUNK;
@@ -305,12 +340,7 @@ int DL_QCAT(dl_sign_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const fl
         const float *xc = x + r * dim + j0;
         uint8_t *dst = packed + r * rb + j0 / 8;
         part[it] = q_sum_chunk(xc, len, 1);
-        int64_t k = 0;
-        for (; k + 8 <= len; k += 8) {
-            uint32_t byte = 0;
-            for (int b = 0; b < 8; b++) byte |= (uint32_t)(xc[k + b] < 0.0f) << b;
-            dst[k / 8] = (uint8_t)byte;
-        }
+        int64_t k = q_sign_bytes(xc, len, dst);
         if (k < len) {
             uint32_t byte = 0;
             for (int b = 0; k + b < len; b++) byte |= (uint32_t)(xc[k + b] < 0.0f) << b;
@@ -339,8 +369,8 @@ static inline float q_from_key(int32_t k) {
 /* One bucket: lo = min, scale = (max - lo) / qmax (float64, rounded to float32), codes
  * q = floor(t) + (u < frac t), t = min((x - lo) * inv, qmax), inv = 1 / scale (0 when scale is 0).
  * Returns 0, or 1 when the bucket holds a non-finite value. */
-static int bucket_one(const float *restrict x, int64_t len, int64_t j0, uint32_t klo, uint32_t hi,
-                      int qmax, float *lo_out, float *scale_out, uint8_t *restrict codes) {
+static int bucket_one(const float *restrict x, int64_t len, uint64_t key, int64_t j0, int qmax,
+                      float *lo_out, float *scale_out, uint8_t *restrict codes) {
     int32_t kmin = INT32_MAX, kmax = INT32_MIN;
     uint32_t amax = 0;
     for (int64_t k = 0; k < len; k++) {
@@ -359,9 +389,10 @@ static int bucket_one(const float *restrict x, int64_t len, int64_t j0, uint32_t
     const float tmax = (float)qmax;
     *lo_out = lo;
     *scale_out = scale;
-    const uint32_t jlo = (uint32_t)j0;
-    for (int64_t k = 0; k < len; k++) {
-        const float u = q_unit(klo, hi, jlo + (uint32_t)k);
+    const uint32_t w = q_step(key);
+    uint32_t sr = dl_rng_fast_base(key, (uint64_t)j0);
+    for (int64_t k = 0; k < len; k++, sr += w) {
+        const float u = q_unit(sr);
         const float t = q_minpos((x[k] - lo) * inv, tmax); /* x - lo >= +0 */
         const int32_t i = (int32_t)t;
         codes[k] = (uint8_t)(i + (u < t - (float)i));
@@ -397,7 +428,7 @@ int DL_QCAT(dl_bucket_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, int bi
         uint8_t *buf = bits == 8 ? NULL : malloc((size_t)buf_len);
         if (bits != 8 && buf == NULL) nomem = 1;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
 #endif
         for (int64_t it = 0; it < n_items; it++) {
             if (bits != 8 && buf == NULL) continue;
@@ -409,8 +440,8 @@ int DL_QCAT(dl_bucket_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, int bi
             for (int64_t b = b0; b < b1; b++) {
                 const int64_t j0 = b * bucket, len = dl_min_i64(bucket, dim - j0);
                 float blo = 0, bscale = 0;
-                bad |= bucket_one(x + r * dim + j0, len, j0, (uint32_t)key, q_hi(key, j0), qmax,
-                                  &blo, &bscale, codes + (j0 - j_start));
+                bad |= bucket_one(x + r * dim + j0, len, key, j0, qmax, &blo, &bscale,
+                                  codes + (j0 - j_start));
                 lo[r * nb + b] = blo;
                 scale[r * nb + b] = bscale;
             }

@@ -158,6 +158,15 @@ def rng_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
     return _core.rng_u32(seed, step, peer0, out, resolve_threads(n_threads, out.size))
 
 
+def rng_fast_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
+                 n_threads: int | None = None) -> np.ndarray:
+    """The compressors' generator (``dl_rng_fast_u32``: natural compression and dithering, the
+    quantizer encoders): row r is peer ``peer0 + r`` at ``step``."""
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    out = np.empty((n_rows, dim), dtype=np.uint32)
+    return _core.rng_fast_u32(seed, step, peer0, out, resolve_threads(n_threads, out.size))
+
+
 def bitpack(codes: np.ndarray, bits: int, out: np.ndarray | None = None,
             n_threads: int | None = None) -> np.ndarray:
     """Packs b-bit codes (uint8 < 2^bits), row by row, little-endian bit order."""
@@ -864,6 +873,17 @@ def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> 
     if not isinstance(src, np.ndarray) or not isinstance(dst, np.ndarray):
         raise TypeError("copy_f32: src and dst must be numpy arrays")
     return _core.copy_f32(src, dst, resolve_threads(n_threads, src.size))
+
+
+def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
+    """XOR of the 32-bit words of the C-contiguous float32 array ``src``, read once: the read-only
+    bandwidth limit of decentlearn.bench (the floor of kernels that must read their input).
+    NumPy reference: ``np.bitwise_xor.reduce(src.view(np.uint32).ravel())``."""
+    if not isinstance(src, np.ndarray):
+        raise TypeError("read_f32: src must be a numpy array")
+    out = np.zeros(1, np.uint32)
+    _core.read_f32(src, out, resolve_threads(n_threads, src.size))
+    return int(out[0])
 
 
 def consensus_sums(X: np.ndarray, out: np.ndarray | None = None,

@@ -24,6 +24,16 @@ def test_copy_matches_copyto(n, offset):
         np.testing.assert_array_equal(buf, want)  # nothing written outside dst
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 33, 100_000, (1 << 16) * 3 + 5])
+def test_read_matches_xor_reduce(n):
+    buf = np.random.default_rng(n).standard_normal(n + 1, dtype=np.float32)
+    for src in (buf[:n], buf[1:]):  # aligned and 4 bytes off
+        for threads in (1, 2):
+            assert ops.read_f32(src, n_threads=threads) == ref.read_f32(src)
+    with pytest.raises(TypeError, match="src must have dtype float32"):
+        ops.read_f32(buf.astype(np.float64))
+
+
 def test_copy_shapes_and_errors():
     src = np.arange(12, dtype=np.float32).reshape(3, 4)
     dst = np.empty(12, np.float32)

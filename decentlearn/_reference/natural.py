@@ -2,13 +2,13 @@
 
 Natural compression (Horváth et al., "Natural Compression for Distributed Deep Learning") rounds
 each value to a signed power of two, unbiasedly, on the IEEE-754 bits: with u the low 23 bits of the
-counter RNG's word for the element, the exponent of ``bits(|x|) + u`` is 2^e's or 2^(e+1)'s, the
-latter with probability exactly m for |x| = 2^e (1 + m). One byte per value: bit 7 sign, bits 0-6
-c: c = 0 is 0, c in 1..127 is 2^(c - 64). |x| < 2^-63 goes to 2^-63 with probability
-floor(|x| 2^94) / 2^31 (compared with the word's low 31 bits), else to 0: unbiased up to an
-absolute error below 2^-94 (subnormals always give 0). Results above 2^63 saturate to 2^63 (the
-only biased case). NaN/Inf raise ValueError; the sign bit is kept only on nonzero codes; code 0x80
-decodes to 0.
+word the compressors' counter RNG (``rng_fast_u32``) draws for the element, the exponent of
+``bits(|x|) + u`` is 2^e's or 2^(e+1)'s, the latter with probability exactly m for
+|x| = 2^e (1 + m). One byte per value: bit 7 sign, bits 0-6 c: c = 0 is 0, c in 1..127 is
+2^(c - 64). |x| < 2^-63 goes to 2^-63 with probability floor(|x| 2^94) / 2^31 (compared with the
+word's low 31 bits), else to 0: unbiased up to an absolute error below 2^-94 (subnormals always
+give 0). Results above 2^63 saturate to 2^63 (the only biased case). NaN/Inf raise ValueError; the
+sign bit is kept only on nonzero codes; code 0x80 decodes to 0.
 
 Natural dithering with s levels applies the same rounding to r = |x| / ||x||_p (p = 1, 2 or inf;
 computed as described in ``dither_norms``) between the levels 0, 2^(1-s), ..., 1/2, 1: code
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn._reference.rng import rng_u32
+from decentlearn._reference.rng import rng_fast_u32 as rng_u32
 
 #: Elements per tile of the C kernels (the norm's summation order depends on it).
 CHUNK = 16384

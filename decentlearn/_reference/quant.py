@@ -3,9 +3,9 @@
 Same signatures as the ``decentlearn.ops`` wrappers (``n_threads`` is ignored) and bit-identical
 results: float32 arithmetic op for op as the C code (no fused multiply-adds), row sums in float64
 over chunks of ``CHUNK`` values in ``LANES`` lanes combined in the C kernels' fixed order, random
-numbers from ``_reference.rng``. Stochastic rounding is q = floor(t) + (u < t - floor(t)) for t >= 0
-(int8 rounds |t| and keeps the sign) with u the generator's unit float for (seed, step,
-peer0 + row, index), so E[q] = t.
+numbers from ``_reference.rng.rng_fast_unit`` (the compressors' generator). Stochastic rounding is
+q = floor(t) + (u < t - floor(t)) for t >= 0 (int8 rounds |t| and keeps the sign) with u the
+generator's unit float for (seed, step, peer0 + row, index), so E[q] = t.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def qsgd_encode(x, levels, seed=0, step=0, peer0=0, out=None, n_threads=None):
     norm = np.sqrt(row_sums(x64 * x64)).astype(np.float32)
     norm = np.where(np.isinf(norm), np.float32(FLT_MAX), norm).astype(np.float32)
     inv = _inv(norm.astype(np.float64) / levels)
-    u = ref_rng.rng_unit(seed, step, peer0, rows, dim)
+    u = ref_rng.rng_fast_unit(seed, step, peer0, rows, dim)
     t = np.minimum(np.abs(x) * inv[:, None], np.float32(levels))
     level = _round(t, u)
     codes = ((level << 1) | (x < 0)).astype(np.uint8)
@@ -111,7 +111,7 @@ def bucket_encode(x, bits, bucket, seed=0, step=0, peer0=0, out=None, n_threads=
     scale = ((hi.astype(np.float64) - lo.astype(np.float64)) / qmax).astype(np.float32)
     inv = _inv(scale.astype(np.float64))
     per = lambda a: np.repeat(a, bucket, axis=1)[:, :dim]
-    u = ref_rng.rng_unit(seed, step, peer0, rows, dim)
+    u = ref_rng.rng_fast_unit(seed, step, peer0, rows, dim)
     with np.errstate(over="ignore"):
         t = np.minimum((x - per(lo)) * per(inv), np.float32(qmax))
     codes = _round(t, u).astype(np.uint8)
@@ -155,7 +155,7 @@ def int8_encode(x, seed=0, step=0, peer0=0, out=None, n_threads=None):
     m = np.abs(x).max(axis=1) if dim else np.zeros(rows, np.float32)
     scale = (m.astype(np.float64) / 127.0).astype(np.float32)
     inv = _inv(scale.astype(np.float64))
-    u = ref_rng.rng_unit(seed, step, peer0, rows, dim)
+    u = ref_rng.rng_fast_unit(seed, step, peer0, rows, dim)
     a = np.minimum(np.abs(x * inv[:, None]), np.float32(127))
     m = _round(a, u)
     return scale, np.where(x < 0, -m, m).astype(np.int8)

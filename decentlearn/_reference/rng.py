@@ -1,8 +1,11 @@
-"""Bit-exact NumPy twin of the counter-based generator in csrc/dl.h.
+"""Bit-exact NumPy twins of the counter-based generators in csrc/dl.h.
 
-``rng_u32(seed, step, peer0, n_rows, dim)[r, j]`` is the 32-bit number every stochastic C kernel
-draws for element j of peer ``peer0 + r`` at ``step``. Written with wrapping uint32/uint64 array
-arithmetic, exactly as the C code.
+``rng_u32(seed, step, peer0, n_rows, dim)[r, j]`` is the 32-bit number a stochastic C kernel
+draws for element j of peer ``peer0 + r`` at ``step`` (``dl_rng_u32``: two lowbias32 rounds).
+``rng_fast_u32`` is the compressors' generator (``dl_rng_fast_u32``: natural compression and
+dithering, the quantizer encoders): one lowbias32 round of the Weyl sequence klo + j w (mod 2^32),
+w = khi | 1, plus (j >> 32) 0x9e3779b9, with (klo, khi) the key's halves. Written with wrapping
+uint32/uint64 array arithmetic, exactly as the C code.
 """
 
 from __future__ import annotations
@@ -56,4 +59,30 @@ def rng_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np.ndarr
 def rng_unit(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np.ndarray:
     """Uniform float32 in [0, 1) with 24 random bits: (u32 >> 8) * 2^-24, as dl_rng_unit."""
     u = rng_u32(seed, step, peer0, n_rows, dim) >> np.uint32(8)
+    return u.astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def rng_fast_u32_keyed(key: int, index: np.ndarray) -> np.ndarray:
+    """dl_rng_fast_u32(key, index) for an array of int64 indices."""
+    index = np.asarray(index, dtype=np.uint64)
+    lo = (index & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    hi = (index >> np.uint64(32)).astype(np.uint32)
+    w = np.uint32((key >> 32) | 1)
+    base = np.uint32(key & 0xFFFFFFFF) + lo * w + hi * np.uint32(0x9E3779B9)
+    return hash32(base)
+
+
+def rng_fast_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np.ndarray:
+    """(n_rows, dim) uint32 of the compressors' generator: row r uses rng_key(seed, step,
+    peer0 + r), index j."""
+    out = np.empty((n_rows, dim), dtype=np.uint32)
+    idx = np.arange(dim, dtype=np.uint64)
+    for r in range(n_rows):
+        out[r] = rng_fast_u32_keyed(rng_key(seed, step, peer0 + r), idx)
+    return out
+
+
+def rng_fast_unit(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np.ndarray:
+    """Uniform float32 in [0, 1) with 24 random bits of rng_fast_u32, as dl_rng_fast_unit."""
+    u = rng_fast_u32(seed, step, peer0, n_rows, dim) >> np.uint32(8)
     return u.astype(np.float32) * np.float32(2.0 ** -24)

@@ -7,8 +7,10 @@ messages and the only source of communication cost in the project; ``Payload.to_
 them, and ``compressor.from_bytes(data, shape)`` parses them back, treating the bytes as untrusted:
 any truncated, oversized or inconsistent message raises ValueError.
 
-Stochastic compressors draw from the counter-based generator keyed by (seed, step, peer, index),
-so results are bit-identical for any thread count and any split of rows between processes.
+Stochastic compressors draw from a counter-based generator keyed by (seed, step, peer, index)
+(natural, dither, qsgd, bucket and int8 from the compressors' one-round generator, random-k from
+the two-round one; docs/compression.md#randomness), so results are bit-identical for any thread
+count and any split of rows between processes.
 Error feedback is a wrapper (``ErrorFeedback(compressor)``), not a flag. Specs such as
 ``"topk:0.01"`` are parsed by the registry: ``make("topk:0.01")``.
 """
