@@ -287,15 +287,31 @@ def test_char_lstm_on_leaf_shakespeare_natural_partition(tmp_path):
 MODES = ("batched", "grouped:2", "grouped:1", "auto")
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread (its pool is process-wide: restored after). On a loaded 2-core
+    machine two spinning OpenMP threads make these small passes 20x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _model(spec, shape, n_classes=10):
+    model = make_torch_model(spec, shape, n_classes)
+    model.n_threads = 1
+    return model
+
+
 @pytest.mark.parametrize("spec,shape", [("resnet20", (3, 8, 8)), ("char-lstm:8", (6,)),
                                         ("mlp:16", (1, 8, 8))])
-def test_modes_equal_per_peer_loop_grads_in_buffer_stats_per_peer(spec, shape):
+def test_modes_equal_per_peer_loop_grads_in_buffer_stats_per_peer(spec, shape, one_thread):
     """Every mode gives each peer what its own nn.Module gives (the tolerance of
     test_batched_equals_per_peer_loop: the modes differ from one another only by float32
     rounding of different kernels), writes the gradient into the caller's buffer and each peer's
     BatchNorm statistics into its own row."""
     n_classes = 20 if spec.startswith("char") else 10
-    model = make_torch_model(spec, shape, n_classes)
+    model = _model(spec, shape, n_classes)
     P = 5
     X0 = np.stack([model.init(s) for s in range(P)])
     X0[:, model.params_dim:] += np.random.default_rng(1).random(
@@ -326,12 +342,13 @@ def test_modes_equal_per_peer_loop_grads_in_buffer_stats_per_peer(spec, shape):
         assert not np.allclose(X[0, p:] - X0[0, p:], X[1, p:] - X0[1, p:])
 
 
-def test_modes_equal_native_twin_forward_evaluate_shared_batch_and_frozen():
+def test_modes_equal_native_twin_forward_evaluate_shared_batch_and_frozen(one_thread):
     """torch:cnn in every mode against the native cnn (the twin test's tolerances), with a
     shared batch, evaluation, and CoCoFL's mixed per-peer freezing."""
     shape = (1, 8, 8)
     native = make_model("cnn", shape, 10)
     twin = make_model("torch:cnn", shape, 10)
+    twin.n_threads = 1
     X = np.stack([native.init(s) for s in range(4)]).astype(np.float32)
     x, y = _batch(shape, 4, 5)
     ln, gn = native.loss_and_grad(X.copy(), x, y)
@@ -358,11 +375,11 @@ def test_modes_equal_native_twin_forward_evaluate_shared_batch_and_frozen():
                                        atol=ATOL * np.abs(gn).max(), err_msg=mode)
 
 
-def test_auto_records_its_choice_and_equals_that_mode_bit_for_bit():
+def test_auto_records_its_choice_and_equals_that_mode_bit_for_bit(one_thread):
     """auto times its candidates on scratch copies (params, statistics and torch's RNG as they
     were), caches the choice per batch shape, and then computes exactly what the chosen mode
     computes, so the recorded choice reproduces the numbers."""
-    model = make_torch_model("resnet20", (3, 8, 8), 10, )
+    model = _model("resnet20", (3, 8, 8))
     X0 = np.stack([model.init(s) for s in range(4)])
     x, y = _batch((3, 8, 8), 4, 4)
     model.mode = "auto"
@@ -386,7 +403,7 @@ def test_auto_records_its_choice_and_equals_that_mode_bit_for_bit():
     np.testing.assert_array_equal(X1, X2)  # statistics updated once, by the real pass
 
 
-def test_torch_mode_in_simulator_summary_and_dpsgd_agrees_across_modes():
+def test_torch_mode_in_simulator_summary_and_dpsgd_agrees_across_modes(one_thread):
     cfg = RunConfig(peers=4, rounds=3, eval_every=3, model="torch:cnn", batch_size=4, lr=0.05,
                     threads=1, torch_mode="grouped:1")
     a = Simulator(cfg).run()
@@ -402,7 +419,7 @@ def test_torch_mode_in_simulator_summary_and_dpsgd_agrees_across_modes():
 @pytest.mark.parametrize("mode", ["fast", "grouped", "grouped:0", "grouped:-2", "grouped:2.5",
                                   "Batched", "grouped:²", 3, None])
 def test_bad_mode_is_one_line_value_error_naming_the_argument(mode):
-    model = make_torch_model("mlp:8", (1, 8, 8), 10)
+    model = TorchModel(torch.nn.Linear(4, 2), (4,), 2)
     with pytest.raises(ValueError, match=r"^mode must be 'batched', 'grouped:G'") as e:
         model.mode = mode
     assert "\n" not in str(e.value)
@@ -415,7 +432,7 @@ def test_bad_mode_is_one_line_value_error_naming_the_argument(mode):
 
 @pytest.mark.parametrize("mode", ["batched", "auto", "grouped:1", "grouped:16", "grouped:007"])
 def test_good_modes_accepted_by_model_and_config(mode):
-    model = make_torch_model("mlp:8", (1, 8, 8), 10)
+    model = TorchModel(torch.nn.Linear(4, 2), (4,), 2)
     model.mode = mode
     assert model.mode == mode
     assert RunConfig(model="torch:mlp", torch_mode=mode).torch_mode == mode
