@@ -1,9 +1,8 @@
 """Torch-model benchmark: one D-PSGD round (ring, momentum SGD) for 16 peers, every execution mode
 of ``TorchModel`` against a per-peer loop over nn.Module copies, in one process.
 
-    PYTHONPATH=. python benchmarks/bench_torch.py [--models resnet20,cnn,mlp] [--peers 16] [--batch 32]
-                                     [--repeat 2] [--threads 2]
-                                     [--out benchmarks/results/torch.json]
+    PYTHONPATH=. python benchmarks/bench_torch.py [--models resnet20,cnn,mlp] [--peers 16]
+        [--batch 32] [--repeat 2] [--threads 2] [--out benchmarks/results/torch.json]
 
 For every model (resnet20 on 3x32x32 inputs, the native twins cnn and mlp on 1x28x28), measured
 in one process, interleaved, best of ``repeat`` after one warm-up round:
@@ -244,8 +243,9 @@ def main() -> None:
     for k, name in enumerate(names):
         r = bench_model(name, P, B, args.threads, args.repeat, thread_check=k == 0)
         report["models"][name] = r
+        cand = {m: round(s, 3) for m, s in r["auto"]["candidates_seconds"].items()}
         print(f"torch:{name} (dim {r['dim']:,}): auto chose {r['auto']['chosen']} "
-              f"(candidates {({m: round(s, 3) for m, s in r['auto']['candidates_seconds'].items()})})")
+              f"(candidates {cand})")
         for case, s in r["seconds"].items():
             print(f"  {case:<24} {s:8.3f} s / round ({r['cpu_seconds'][case]:.3f} CPU s)")
         for key in ("ratio_per_peer_loop_over", "ratio_per_peer_loop_over_cpu"):
