@@ -25,11 +25,10 @@ BatchNorm, decentlearn.batchnorm; the average model gets the peers' average stat
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 import re
 import time
+from typing import Any
 
 import numpy as np
 import torch
