@@ -1,21 +1,29 @@
-"""Torch-model benchmark: one D-PSGD round (ring, momentum SGD) of ResNet-20 for 16 peers.
+"""Torch-model benchmark: one D-PSGD round (ring, momentum SGD) for 16 peers, every execution mode
+of ``TorchModel`` against a per-peer loop over nn.Module copies, in one process.
 
-    python benchmarks/bench_torch.py [--peers 16] [--batch 32] [--repeat 3] [--threads 2]
-                                     [--out benchmarks/results/torch.json]
+    PYTHONPATH=. python benchmarks/bench_torch.py [--models resnet20,cnn,mlp] [--peers 16]
+        [--batch 32] [--repeat 2] [--threads 2] [--out benchmarks/results/torch.json]
 
-Measured in one process, interleaved, best of ``repeat``:
-- batched: decentlearn's D-PSGD round with ``TorchModel`` (all peers in one vmapped
-  forward/backward on rows of the shared (P, dim) array, then decentlearn's C optimizer and gossip);
-- torch compute: the same vmapped forward + backward alone, on tensors prepared beforehand: the
-  overhead of decentlearn around torch is (batched - torch compute) / batched (views, checks, the
-  gradient copy into the algorithm's buffer, optimizer, gossip, bookkeeping);
+For every model (resnet20 on 3x32x32 inputs, the native twins cnn and mlp on 1x28x28), measured
+in one process, interleaved, best of ``repeat`` after one warm-up round:
+- decentlearn's D-PSGD round with ``TorchModel`` (then decentlearn's C optimizer and gossip) in
+  mode ``batched`` (one vmapped pass over all peers: each convolution is one convolution of the
+  peers folded into the channels, ``groups = P``), ``grouped:1`` (a plain ``functional_call``
+  per peer on its row: ordinary convolutions) and ``auto`` (the mode auto chose; the one-off cost
+  of its measurement, on the first batch, is reported apart with every candidate's time);
+- torch compute: the forward + backward alone of ``batched`` and of the mode auto chose, on
+  views prepared the same way but without the checks and the gradient copy; the overhead of
+  decentlearn around torch is (round - torch compute) / round (views, checks, the gradient copy
+  into the algorithm's buffer, optimizer, gossip, bookkeeping);
 - per-peer loop: how decentralizepy-style simulators run it, 16 ``nn.Module`` copies, each
   forward/backward and ``torch.optim.SGD`` step in turn, then gossip as a loop over peers and
-  their state tensors (new = sum_j W_ij x_j). The ratio is loop / batched.
-Thread discipline: process CPU seconds / wall seconds of batched rounds at each thread count
-(above the thread count would mean oversubscription) and the OpenMP runtimes loaded.
-Inputs are random 3x32x32 images (CIFAR's shape); the absolute numbers move with the machine's
-load (the JSON records the load average), the ratios much less.
+  their state tensors (new = sum_j W_ij x_j). Ratios are loop / decentlearn.
+For resnet20 also one convolution alone (its first stage's 16->16 3x3 at 32x32), forward and
+backward: the peers folded into the channels (``groups = P``, what vmap runs) against P ordinary
+convolutions. Thread discipline: process CPU seconds / wall seconds of decentlearn's rounds at
+``threads`` and at 1 thread (above the thread count would be oversubscription) and the OpenMP
+runtimes loaded. Inputs are random; absolute seconds move with the machine's load (the JSON
+records the load average), ratios much less.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,14 +42,17 @@ import torch
 
 import decentlearn
 from decentlearn import algorithms, topology
+from decentlearn.bench import cpu_info
 from decentlearn.comm import SimComm
 from decentlearn.optim import SGD, SGDConfig
-from decentlearn.torch import make_torch_model
+from decentlearn.torch import TorchModel, make_torch_model
+
+SHAPES = {"resnet20": (3, 32, 32), "cnn": (1, 28, 28), "mlp": (1, 28, 28)}
+LR, MOMENTUM = 0.05, 0.9
 
 
 def _cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
+    return time.process_time()  # every thread of the process, user + system
 
 
 def _openmp_runtimes() -> list[str]:
@@ -51,56 +63,27 @@ def _openmp_runtimes() -> list[str]:
         return []
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--peers", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default="resnet20")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "torch.json"))
-    args = ap.parse_args()
-    P, B = args.peers, args.batch
+def _torch_compute(model: TorchModel, X: np.ndarray, xt: torch.Tensor, yt: torch.Tensor,
+                   group: int) -> None:
+    """Forward + backward of every peer, ``group`` peers per pass, nothing else."""
+    model.module.train()
+    for s, e in model._spans(X.shape[0], group):
+        plain = group == 1
+        p, b, leaves = model._views(X[s:e], 0, plain)
+        logits = model._logits(p, b, xt[s] if plain else xt[s:e], False, plain)
+        torch.autograd.grad(model._loss(logits, yt[s:e]).sum(), leaves)
 
-    model = make_torch_model(args.model, (3, 32, 32), 10)
-    model.n_threads = args.threads
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((P, B, 3, 32, 32)).astype(np.float32)
-    y = rng.integers(0, 10, (P, B))
-    init = model.init(0)
-    top = topology.make("ring", P)
-    lr, momentum = 0.05, 0.9
 
-    # --- batched: decentlearn's D-PSGD round -------------------------------------------------
-    params = np.ascontiguousarray(np.broadcast_to(init, (P, model.dim)))
-    alg = algorithms.make("dpsgd", model=model, comm=SimComm(top, n_threads=args.threads),
-                          optimizer=SGD(SGDConfig(lr=lr, momentum=momentum), params.shape,
-                                        n_threads=args.threads),
-                          params=params)
-
-    def batched_round(t: int) -> None:
-        alg.round(lambda: (x, y), t)
-
-    # --- torch compute alone ---------------------------------------------------------------
-    X = alg.params.copy()
-
-    def torch_compute() -> None:
-        model.module.train()
-        p, b, leaves = model._views(X, 0)
-        losses = model._loss(model._logits(p, b, torch.from_numpy(x), False),
-                             torch.from_numpy(y))
-        torch.autograd.grad(losses.sum(), leaves)
-
-    # --- per-peer loop over nn.Module copies ------------------------------------------------
+def _loop_case(model: TorchModel, init: np.ndarray, top, P: int, xt: torch.Tensor,
+               yt: torch.Tensor) -> Callable[[int], None]:
     model.load_row(init)
     mods = [copy.deepcopy(model.module).train() for _ in range(P)]
-    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum) for m in mods]
+    opts = [torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for m in mods]
     indptr, indices, data = top.csr(0)
     W = np.zeros((P, P))
     for i in range(P):
         W[i, indices[indptr[i]:indptr[i + 1]]] = data[indptr[i]:indptr[i + 1]]
     neighbours = [[(j, float(W[i, j])) for j in np.flatnonzero(W[i])] for i in range(P)]
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
     def loop_round(t: int) -> None:
         for i in range(P):
@@ -114,53 +97,176 @@ def main() -> None:
                     if v.is_floating_point():
                         v.copy_(sum(w * states[j][k] for j, w in neighbours[i]))
 
-    cases = {"batched": batched_round, "torch_compute": lambda t: torch_compute(),
-             "per_peer_loop": loop_round}
+    return loop_round
+
+
+def _interleaved(cases: dict[str, Callable[[int], None]],
+                 repeat: int) -> tuple[dict, dict]:
+    """Best wall seconds and best process CPU seconds of each case. On a loaded machine the CPU
+    seconds (at 1 thread: the work itself, whoever else runs) are the steadier measure."""
     for fn in cases.values():  # warm-up (allocations, kernels' first calls)
         fn(0)
     best = {k: float("inf") for k in cases}
-    cpu_ratio = {}
-    for r in range(args.repeat):
+    cpu = {k: float("inf") for k in cases}
+    for r in range(repeat):
         for name, fn in cases.items():
             c0, t0 = _cpu_seconds(), time.perf_counter()
             fn(r + 1)
-            wall = time.perf_counter() - t0
-            best[name] = min(best[name], wall)
-            if name == "batched":
-                cpu_ratio[args.threads] = max(cpu_ratio.get(args.threads, 0.0),
-                                              (_cpu_seconds() - c0) / wall)
-    # thread discipline at one thread as well
-    model.n_threads = 1
-    alg.comm.n_threads = 1
-    c0, t0 = _cpu_seconds(), time.perf_counter()
-    batched_round(99)
-    cpu_ratio[1] = (_cpu_seconds() - c0) / (time.perf_counter() - t0)
-    model.n_threads = args.threads
+            best[name] = min(best[name], time.perf_counter() - t0)
+            cpu[name] = min(cpu[name], _cpu_seconds() - c0)
+    return best, cpu
 
-    overhead = (best["batched"] - best["torch_compute"]) / best["batched"]
-    report = {
-        "benchmark": "one D-PSGD round (ring, SGD momentum 0.9)",
-        "model": f"torch:{args.model}", "dim": model.dim, "peers": P, "batch": B,
-        "threads": args.threads, "repeat": args.repeat,
-        "seconds": best,
-        "ratio_per_peer_loop_over_batched": best["per_peer_loop"] / best["batched"],
-        "decentlearn_overhead_fraction": overhead,
-        "cpu_seconds_per_wall_second": {str(k): v for k, v in cpu_ratio.items()},
+
+def _conv_layer(P: int, B: int, repeat: int) -> dict:
+    """One 16->16 3x3 convolution at 32x32 (ResNet-20's first stage), forward + backward with
+    respect to input and weight, for P peers: folded into the channels (groups=P) vs P calls."""
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.standard_normal((P, B, 16, 32, 32), dtype=np.float32))
+    w = torch.from_numpy(rng.standard_normal((P, 16, 16, 3, 3), dtype=np.float32))
+
+    def folded() -> None:
+        xf = x.transpose(0, 1).reshape(B, P * 16, 32, 32).requires_grad_(True)
+        wf = w.reshape(P * 16, 16, 3, 3).clone().requires_grad_(True)
+        out = torch.nn.functional.conv2d(xf, wf, padding=1, groups=P)
+        torch.autograd.grad(out.square().sum(), (xf, wf))
+
+    def per_peer() -> None:
+        for i in range(P):
+            xi = x[i].clone().requires_grad_(True)
+            wi = w[i].clone().requires_grad_(True)
+            out = torch.nn.functional.conv2d(xi, wi, padding=1)
+            torch.autograd.grad(out.square().sum(), (xi, wi))
+
+    best, cpu = _interleaved({"folded_groups_P": lambda t: folded(),
+                              "per_peer_plain": lambda t: per_peer()}, repeat)
+    return {"layer": "conv3x3 16->16 at 32x32, padding 1, forward + backward", "seconds": best,
+            "cpu_seconds": cpu,
+            "ratio_folded_over_per_peer": best["folded_groups_P"] / best["per_peer_plain"],
+            "ratio_folded_over_per_peer_cpu": cpu["folded_groups_P"] / cpu["per_peer_plain"]}
+
+
+def bench_model(name: str, P: int, B: int, threads: int, repeat: int,
+                thread_check: bool) -> dict:
+    shape = SHAPES[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((P, B, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, (P, B))
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    top = topology.make("ring", P)
+    models: dict[str, TorchModel] = {}
+    algs = {}
+    for mode in ("batched", "grouped:1", "auto"):
+        model = make_torch_model(name, shape, 10)
+        model.n_threads = threads
+        model.mode = mode
+        init = model.init(0)
+        params = np.ascontiguousarray(np.broadcast_to(init, (P, model.dim)))
+        models[mode] = model
+        algs[mode] = algorithms.make(
+            "dpsgd", model=model, comm=SimComm(top, n_threads=threads),
+            optimizer=SGD(SGDConfig(lr=LR, momentum=MOMENTUM), params.shape, n_threads=threads),
+            params=params)
+    # auto's one-off measurement (every candidate, twice) on the first batch, plus its real pass
+    t0 = time.perf_counter()
+    models["auto"].loss_and_grad(algs["auto"].params.copy(), x, y)
+    auto_seconds = time.perf_counter() - t0
+    (choice,) = models["auto"].mode_report()["chosen"]
+    X = algs["batched"].params.copy()
+    cases: dict[str, Callable[[int], None]] = {
+        f"decentlearn_{m}": (lambda t, a=algs[m]: a.round(lambda: (x, y), t)) for m in algs}
+    cases["torch_compute_batched"] = lambda t: _torch_compute(models["batched"], X, xt, yt, P)
+    cases["torch_compute_auto"] = lambda t: _torch_compute(models["auto"], X, xt, yt,
+                                                           choice["group"])
+    cases["per_peer_loop"] = _loop_case(models["batched"], models["batched"].init(0), top, P,
+                                        xt, yt)
+    best, cpu = _interleaved(cases, repeat)
+    out = {
+        "model": f"torch:{name}", "input_shape": list(shape), "dim": models["batched"].dim,
+        "seconds": best, "cpu_seconds": cpu,
+        "auto": {"chosen": choice["chosen"], "candidates_seconds": choice["seconds"],
+                 "measurement_and_first_pass_seconds": auto_seconds},
+        "ratio_per_peer_loop_over": {m: best["per_peer_loop"] / best[f"decentlearn_{m}"]
+                                     for m in algs},
+        "ratio_batched_over": {m: best["decentlearn_batched"] / best[f"decentlearn_{m}"]
+                               for m in algs},
+        "ratio_per_peer_loop_over_cpu": {m: cpu["per_peer_loop"] / cpu[f"decentlearn_{m}"]
+                                         for m in algs},
+        "decentlearn_overhead_fraction": {
+            "batched": 1 - best["torch_compute_batched"] / best["decentlearn_batched"],
+            "auto": 1 - best["torch_compute_auto"] / best["decentlearn_auto"]},
+        "decentlearn_overhead_fraction_cpu": {
+            "batched": 1 - cpu["torch_compute_batched"] / cpu["decentlearn_batched"],
+            "auto": 1 - cpu["torch_compute_auto"] / cpu["decentlearn_auto"]},
+    }
+    if thread_check:  # CPU s / wall s of one round at `threads` and at 1 thread
+        ratio = {}
+        for n in sorted({threads, 1}, reverse=True):
+            models["auto"].n_threads = n
+            algs["auto"].comm.n_threads = n
+            c0, t0 = _cpu_seconds(), time.perf_counter()
+            algs["auto"].round(lambda: (x, y), 99)
+            ratio[str(n)] = (_cpu_seconds() - c0) / (time.perf_counter() - t0)
+        out["cpu_seconds_per_wall_second_auto"] = ratio
+        models["auto"].n_threads = threads
+        algs["auto"].comm.n_threads = threads
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet20,cnn,mlp")
+    ap.add_argument("--peers", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "torch.json"))
+    args = ap.parse_args()
+    P, B = args.peers, args.batch
+    names = args.models.split(",")
+    for name in names:
+        if name not in SHAPES:
+            ap.error(f"--models: {name!r} is not one of {', '.join(SHAPES)}")
+    load_before = os.getloadavg()
+    report: dict = {
+        "benchmark": "one D-PSGD round (ring, SGD momentum 0.9), TorchModel modes vs a per-peer "
+                     "loop over nn.Module copies",
+        "peers": P, "batch": B, "threads": args.threads, "repeat": args.repeat, "models": {}}
+    print(f"{P} peers, batch {B}, {args.threads} threads, best of {args.repeat} "
+          f"(load average {load_before[0]:.1f} on {os.cpu_count()} CPUs)")
+    torch.set_num_threads(args.threads)
+    if "resnet20" in names:
+        report["conv_layer"] = conv = _conv_layer(P, B, args.repeat)
+        print(f"  one conv layer: folded (groups=P) {conv['seconds']['folded_groups_P']:.3f} s "
+              f"({conv['cpu_seconds']['folded_groups_P']:.3f} CPU s), {P} plain "
+              f"{conv['seconds']['per_peer_plain']:.3f} s "
+              f"({conv['cpu_seconds']['per_peer_plain']:.3f} CPU s)")
+    for k, name in enumerate(names):
+        r = bench_model(name, P, B, args.threads, args.repeat, thread_check=k == 0)
+        report["models"][name] = r
+        cand = {m: round(s, 3) for m, s in r["auto"]["candidates_seconds"].items()}
+        print(f"torch:{name} (dim {r['dim']:,}): auto chose {r['auto']['chosen']} "
+              f"(candidates {cand})")
+        for case, s in r["seconds"].items():
+            print(f"  {case:<24} {s:8.3f} s / round ({r['cpu_seconds'][case]:.3f} CPU s)")
+        for key in ("ratio_per_peer_loop_over", "ratio_per_peer_loop_over_cpu"):
+            print(f"  per-peer loop / decentlearn{' (CPU s)' if key.endswith('cpu') else ''}: "
+                  + ", ".join(f"{m} {v:.2f}x" for m, v in r[key].items()))
+        for key in ("decentlearn_overhead_fraction", "decentlearn_overhead_fraction_cpu"):
+            print(f"  decentlearn overhead around torch"
+                  f"{' (CPU s)' if key.endswith('cpu') else ''}: "
+                  + ", ".join(f"{m} {100 * v:.1f}%" for m, v in r[key].items()))
+        if "cpu_seconds_per_wall_second_auto" in r:
+            print(f"  CPU s per wall s: {r['cpu_seconds_per_wall_second_auto']}")
+    report.update({
         "openmp_runtimes": _openmp_runtimes(),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-                    "load_average_1_5_15": os.getloadavg(),
+                    "cpu": cpu_info(),
+                    "load_average_1_5_15_before": load_before,
+                    "load_average_1_5_15_after": os.getloadavg(),
                     "note": "shared machine, loaded by other jobs while this ran"},
         "versions": {"decentlearn": decentlearn.__version__, "torch": torch.__version__,
-                     "numpy": np.__version__},
-    }
-    print(f"{report['model']}, {P} peers, batch {B}, {args.threads} threads, best of "
-          f"{args.repeat} (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    for k, v in best.items():
-        print(f"  {k:<15} {v:8.3f} s / round")
-    print(f"  per-peer loop / batched: {report['ratio_per_peer_loop_over_batched']:.2f}x")
-    print(f"  decentlearn overhead around torch: {100 * overhead:.1f}% of the round")
-    print(f"  CPU s per wall s: {report['cpu_seconds_per_wall_second']}; OpenMP runtimes: "
-          f"{report['openmp_runtimes']}")
+                     "numpy": np.__version__}})
+    print(f"  OpenMP runtimes: {report['openmp_runtimes']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 

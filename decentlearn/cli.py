@@ -94,6 +94,10 @@ def _add_run_parser(sub) -> None:
                           "(default dirichlet:0.1)")
     a("--model", help="linear, mlp, mlp:H1,H2, cnn, cnn:gn; with the torch extra: torch:resnet20, "
                       "torch:vgg11, torch:gn-lenet, torch:char-lstm, torch:PKG.MODULE:FACTORY")
+    a("--torch-mode", metavar="MODE",
+      help="torch models: how peers are split into forward/backward passes: batched (default, "
+           "one vmapped pass over all peers), grouped:G (passes of G peers; 1 = a plain pass "
+           "per peer) or auto (the fastest, timed on the first batch; see docs/torch.md)")
     a("--precision", choices=["fp32", "int8"],
       help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
            "stochastic rounding of gradients, float32 master weights)")

@@ -10,6 +10,7 @@ see every round and every evaluation; the library itself never prints.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -163,6 +164,7 @@ class RunConfig:
     weights: str = "metropolis"
     partition: str = "dirichlet:0.1"
     model: str = "mlp"
+    torch_mode: str = "batched"
     precision: str = "fp32"
     cocofl: str | None = None
     algorithm: str = "dpsgd"
@@ -248,6 +250,16 @@ class RunConfig:
             raise ValueError(f"threads must be None, -1 or >= 1, got {self.threads!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        # the same rule as decentlearn.torch.adapter.parse_mode, which needs torch to import
+        if not (self.torch_mode in ("batched", "auto") or (
+                isinstance(self.torch_mode, str)
+                and re.fullmatch(r"grouped:0*[1-9][0-9]*", self.torch_mode))):
+            raise ValueError(f"torch_mode must be 'batched', 'grouped:G' (G a positive int: peers "
+                             f"per pass, 1 = one plain pass per peer) or 'auto', got "
+                             f"{self.torch_mode!r}")
+        if self.torch_mode != "batched" and not str(self.model).startswith("torch:"):
+            raise ValueError(f"torch_mode applies to torch models (model='torch:...'), got "
+                             f"model={self.model!r} with torch_mode={self.torch_mode!r}")
         if self.cocofl is not None:
             cocofl.parse(self.cocofl)
             if self.precision != "fp32":
@@ -393,6 +405,8 @@ class Simulator:
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
         self.model.n_threads = c.threads
+        if c.model.startswith("torch:"):
+            self.model.mode = c.torch_mode
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
         if c.mixing == "finite-time":
@@ -615,6 +629,8 @@ class Simulator:
                                             or c.peers <= SUMMARY_GAP_MAX_N else None),
                               n_params=self.model.dim, precision=c.precision,
                               warnings=list(self.problems), config=c.to_dict())
+        if hasattr(self.model, "mode_report"):  # a torch model: its mode, and what auto chose
+            result.summary["torch_mode"] = self.model.mode_report()
         if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
             edges = topo.edge_count()
             result.summary.update(edges=edges, edges_fraction_of_complete=(

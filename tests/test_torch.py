@@ -280,3 +280,170 @@ def test_char_lstm_on_leaf_shakespeare_natural_partition(tmp_path):
                     eval_every=2, model="torch:char-lstm:8", partition="natural", threads=1)
     r = Simulator(cfg).run()
     assert r.params.shape[0] == 2 and np.isfinite(r.summary["test_loss_avg_model"])
+
+
+# ---- execution modes (TorchModel.mode, --torch-mode) -------------------------------------------
+
+MODES = ("batched", "grouped:2", "grouped:1", "auto")
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread (its pool is process-wide: restored after). On a loaded 2-core
+    machine two spinning OpenMP threads make these small passes 20x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _model(spec, shape, n_classes=10):
+    model = make_torch_model(spec, shape, n_classes)
+    model.n_threads = 1
+    return model
+
+
+@pytest.mark.parametrize("spec,shape", [("resnet20", (3, 8, 8)), ("char-lstm:8", (6,)),
+                                        ("mlp:16", (1, 8, 8))])
+def test_modes_equal_per_peer_loop_grads_in_buffer_stats_per_peer(spec, shape, one_thread):
+    """Every mode gives each peer what its own nn.Module gives (the tolerance of
+    test_batched_equals_per_peer_loop: the modes differ from one another only by float32
+    rounding of different kernels), writes the gradient into the caller's buffer and each peer's
+    BatchNorm statistics into its own row."""
+    n_classes = 20 if spec.startswith("char") else 10
+    model = _model(spec, shape, n_classes)
+    P = 5
+    X0 = np.stack([model.init(s) for s in range(P)])
+    X0[:, model.params_dim:] += np.random.default_rng(1).random(
+        (P, model.dim - model.params_dim), dtype=np.float32)
+    rng = np.random.default_rng(0)
+    if spec.startswith("char"):
+        x = rng.integers(0, n_classes, (P, 4, *shape)).astype(np.float32)
+        y = rng.integers(0, n_classes, (P, 4))
+    else:
+        x, y = _batch(shape, P, 4)
+    ref_loss, ref_grad, ref_rows = _loop_reference(model, X0, x, y)
+    p = model.params_dim
+    for mode in MODES:
+        model.mode = mode
+        X = X0.copy()
+        g = np.full_like(X, np.nan)
+        loss, out = model.loss_and_grad(X, x, y, grad=g)
+        assert out is g and np.isfinite(g).all(), mode
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, err_msg=mode)
+        np.testing.assert_allclose(g[:, :p], ref_grad, rtol=1e-3,
+                                   atol=2e-4 * np.abs(ref_grad).max(), err_msg=mode)
+        assert not g[:, p:].any()
+        np.testing.assert_allclose(X[:, p:], ref_rows[:, p:], rtol=1e-5, atol=1e-6,
+                                   err_msg=mode)  # each peer's own statistics, in its row
+        np.testing.assert_array_equal(X[:, :p], X0[:, :p])  # weights untouched
+    if model.params_dim < model.dim:  # the statistics moved, and differently for each peer
+        assert not np.allclose(X[:, p:], X0[:, p:])
+        assert not np.allclose(X[0, p:] - X0[0, p:], X[1, p:] - X0[1, p:])
+
+
+def test_modes_equal_native_twin_forward_evaluate_shared_batch_and_frozen(one_thread):
+    """torch:cnn in every mode against the native cnn (the twin test's tolerances), with a
+    shared batch, evaluation, and CoCoFL's mixed per-peer freezing."""
+    shape = (1, 8, 8)
+    native = make_model("cnn", shape, 10)
+    twin = make_model("torch:cnn", shape, 10)
+    twin.n_threads = 1
+    X = np.stack([native.init(s) for s in range(4)]).astype(np.float32)
+    x, y = _batch(shape, 4, 5)
+    ln, gn = native.loss_and_grad(X.copy(), x, y)
+    lsh, gsh = native.loss_and_grad(X.copy(), x[0], y[0])
+    frozen = np.array([0, 1, 2, len(twin.param_layers)])
+    for mode in MODES:
+        twin.mode = mode
+        lt, gt = twin.loss_and_grad(X.copy(), x, y)
+        np.testing.assert_allclose(lt, ln, rtol=RTOL, atol=ATOL, err_msg=mode)
+        np.testing.assert_allclose(gt, gn, rtol=1e-4, atol=ATOL * np.abs(gn).max(), err_msg=mode)
+        lt, gt = twin.loss_and_grad(X.copy(), x[0], y[0])
+        np.testing.assert_allclose(lt, lsh, rtol=RTOL, atol=ATOL, err_msg=mode)
+        np.testing.assert_allclose(gt, gsh, rtol=1e-4, atol=ATOL * np.abs(gsh).max())
+        np.testing.assert_allclose(twin.forward(X, x[0]), native.forward(X, x[0]), rtol=1e-4,
+                                   atol=1e-5, err_msg=mode)
+        for a, b in zip(twin.evaluate(X, x[0], y[0], batch_size=2),
+                        native.evaluate(X, x[0], y[0])):
+            np.testing.assert_allclose(a, b, rtol=1e-5, err_msg=mode)
+        _, gf = twin.loss_and_grad(X.copy(), x, y, frozen=frozen)
+        for i, k in enumerate(frozen):
+            cut = twin.frozen_cut(int(k))
+            assert not gf[i, :cut].any()
+            np.testing.assert_allclose(gf[i, cut:], gn[i, cut:], rtol=1e-4,
+                                       atol=ATOL * np.abs(gn).max(), err_msg=mode)
+
+
+def test_auto_records_its_choice_and_equals_that_mode_bit_for_bit(one_thread):
+    """auto times its candidates on scratch copies (params, statistics and torch's RNG as they
+    were), caches the choice per batch shape, and then computes exactly what the chosen mode
+    computes, so the recorded choice reproduces the numbers."""
+    model = _model("resnet20", (3, 8, 8))
+    X0 = np.stack([model.init(s) for s in range(4)])
+    x, y = _batch((3, 8, 8), 4, 4)
+    model.mode = "auto"
+    rng_state = torch.random.get_rng_state()
+    X1 = X0.copy()
+    l1, g1 = model.loss_and_grad(X1, x, y)
+    assert torch.equal(rng_state, torch.random.get_rng_state())
+    (entry,) = model.mode_report()["chosen"]
+    assert entry["peers"] == 4 and entry["input_shape"] == [4, 4, 3, 8, 8]
+    assert set(entry["seconds"]) == {"batched", "grouped:2", "grouped:1"}
+    assert entry["chosen"] in entry["seconds"]
+    assert entry["seconds"][entry["chosen"]] == min(entry["seconds"].values())
+    model.loss_and_grad(X0.copy(), x, y)  # same shape: cached, no new measurement
+    assert len(model.mode_report()["chosen"]) == 1
+    model.mode = entry["chosen"]
+    assert model.mode_report() == {"mode": entry["chosen"]}
+    X2 = X0.copy()
+    l2, g2 = model.loss_and_grad(X2, x, y)
+    np.testing.assert_array_equal(l1, l2)
+    np.testing.assert_array_equal(g1, g2)
+    np.testing.assert_array_equal(X1, X2)  # statistics updated once, by the real pass
+
+
+def test_torch_mode_in_simulator_summary_and_dpsgd_agrees_across_modes(one_thread):
+    cfg = RunConfig(peers=4, rounds=3, eval_every=3, model="torch:cnn", batch_size=4, lr=0.05,
+                    threads=1, torch_mode="grouped:1")
+    a = Simulator(cfg).run()
+    b = Simulator(cfg.replace(torch_mode="auto")).run()
+    c = Simulator(cfg.replace(torch_mode="batched")).run()
+    assert a.summary["torch_mode"] == {"mode": "grouped:1"}
+    assert b.summary["torch_mode"]["mode"] == "auto" and b.summary["torch_mode"]["chosen"]
+    assert c.summary["config"]["torch_mode"] == "batched"
+    np.testing.assert_allclose(a.params, c.params, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(b.params, c.params, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["fast", "grouped", "grouped:0", "grouped:-2", "grouped:2.5",
+                                  "Batched", "grouped:²", 3, None])
+def test_bad_mode_is_one_line_value_error_naming_the_argument(mode):
+    model = TorchModel(torch.nn.Linear(4, 2), (4,), 2)
+    with pytest.raises(ValueError, match=r"^mode must be 'batched', 'grouped:G'") as e:
+        model.mode = mode
+    assert "\n" not in str(e.value)
+    assert model.mode == "batched"  # unchanged
+    with pytest.raises(ValueError, match=r"^mode must be"):
+        TorchModel(torch.nn.Linear(4, 2), (4,), 2, mode=mode)
+    with pytest.raises(ValueError, match=r"^torch_mode must be"):  # the torch-free twin check
+        RunConfig(model="torch:mlp", torch_mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["batched", "auto", "grouped:1", "grouped:16", "grouped:007"])
+def test_good_modes_accepted_by_model_and_config(mode):
+    model = TorchModel(torch.nn.Linear(4, 2), (4,), 2)
+    model.mode = mode
+    assert model.mode == mode
+    assert RunConfig(model="torch:mlp", torch_mode=mode).torch_mode == mode
+
+
+def test_cli_torch_mode_bad_value_exit_2(capsys):
+    from decentlearn.cli import main
+    assert main(["run", "--model", "torch:mlp", "--torch-mode", "fastest", "--rounds", "1",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("run: torch_mode must be") and "\n" not in err
+    assert main(["run", "--model", "mlp", "--torch-mode", "auto", "--rounds", "1",
+                 "--quiet"]) == 2
+    assert "torch models" in capsys.readouterr().err

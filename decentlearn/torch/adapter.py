@@ -9,6 +9,14 @@ Each tensor of the module is seen by torch as a strided view of its columns of t
 linear layers one batched matmul), the backward pass is one autograd call, and each parameter's
 gradient is written by one ``copy_`` straight into its view of the algorithm's gradient buffer.
 
+``mode`` chooses how the peers are split into passes (docs/torch.md, "Execution modes"):
+``"batched"`` is the one vmapped pass above; ``"grouped:G"`` runs the same pass on groups of G
+consecutive peers (rows ``[s, s + G)``), G = 1 being a plain ``functional_call`` per peer on
+contiguous row views (a convolution then runs as an ordinary, not a grouped, convolution);
+``"auto"`` times the candidates on a scratch copy of the first batch of each shape and keeps the
+fastest. Every mode computes each peer's loss, gradient and statistics from that peer's row and
+batch alone, so the modes agree to float32 rounding (not bit for bit: the kernels differ).
+
 Floating-point buffers (BatchNorm's running mean and variance) are per-peer state kept in the row
 after all parameters: training passes update them in place, their gradient is zero, and every
 algorithm exchanges and averages them exactly like the weights (the policy of decentlearn's own
@@ -17,6 +25,9 @@ BatchNorm, decentlearn.batchnorm; the average model gets the peers' average stat
 
 from __future__ import annotations
 
+import math
+import re
+import time
 from typing import Any
 
 import numpy as np
@@ -28,6 +39,25 @@ from decentlearn import ops
 # Upper bound on P * chunk samples of one evaluation pass (keeps activations near 100 MB for the
 # zoo's models at 32x32).
 _EVAL_BUDGET_SAMPLES = 4096
+
+
+#: Execution modes (``TorchModel.mode``); ``grouped:G`` takes a positive group size G.
+MODES = ("batched", "grouped:G", "auto")
+
+
+def parse_mode(mode: object, name: str = "mode") -> int | str:
+    """``"batched"`` / ``"auto"`` as they are, ``"grouped:G"`` as the int G; anything else is a
+    ValueError naming ``name``."""
+    if mode in ("batched", "auto"):
+        return mode  # type: ignore[return-value]
+    if isinstance(mode, str) and re.fullmatch(r"grouped:0*[1-9][0-9]*", mode):
+        return int(mode[len("grouped:"):])
+    raise ValueError(f"{name} must be 'batched', 'grouped:G' (G a positive int: peers per "
+                     f"pass, 1 = one plain pass per peer) or 'auto', got {mode!r}")
+
+
+def _mode_name(group: int, n_peers: int) -> str:
+    return "batched" if group >= n_peers else f"grouped:{group}"
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -44,12 +74,15 @@ class TorchModel:
     every floating-point buffer in ``named_buffers()`` order. Integer buffers (BatchNorm's
     ``num_batches_tracked``) stay in the module, shared; a BatchNorm with ``momentum=None`` (which
     needs that counter per peer) is rejected. The loss is the mean softmax cross-entropy.
+    ``mode``: ``"batched"`` (one vmapped pass over all peers), ``"grouped:G"`` (passes over
+    groups of G peers; G = 1: a plain per-peer pass) or ``"auto"`` (the fastest of these,
+    measured on first use of each batch shape; ``mode_report()`` says which).
     """
 
     precision = "fp32"
 
     def __init__(self, module: torch.nn.Module, input_shape: tuple[int, ...], n_classes: int,
-                 spec: str = "custom", seed: int = 0) -> None:
+                 spec: str = "custom", seed: int = 0, mode: str = "batched") -> None:
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         if not isinstance(input_shape, tuple) or not input_shape or not all(
@@ -111,6 +144,32 @@ class TorchModel:
                              f"{self.n_classes}) logits, got {tuple(out.shape)} for B=1")
         self._n_threads: int | None = None
         self.n_threads = None
+        self._mode = "batched"
+        self._group: int | str = "batched"
+        # auto's measurements: (n_peers, x shape, shared, first trained column) -> choice
+        self._auto: dict[tuple, dict] = {}
+        self.mode = mode
+
+    @property
+    def mode(self) -> str:
+        """How peers are split into passes: "batched", "grouped:G" or "auto" (module docstring;
+        docs/torch.md). Setting it forgets auto's earlier measurements."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        self._group = parse_mode(value)
+        self._mode = value
+        self._auto.clear()
+
+    def mode_report(self) -> dict:
+        """The mode and, under "auto", each measured case: peers, input shape, the mode chosen
+        and the seconds of one forward/backward pass of every candidate (for the run summary:
+        rerunning with the chosen mode reproduces the run's numbers)."""
+        report: dict = {"mode": self._mode}
+        if self._mode == "auto":
+            report["chosen"] = [dict(v) for v in self._auto.values()]
+        return report
 
     # ---- what decentlearn reads -----------------------------------------------------------
 
@@ -250,36 +309,45 @@ class TorchModel:
 
     # ---- passes ---------------------------------------------------------------------------
 
-    def _views(self, arr: np.ndarray, trained_from: int | None) -> tuple[dict, dict, list]:
-        """Per-tensor torch views of the columns of ``arr`` (P, dim): (params, buffers, the
+    def _views(self, arr: np.ndarray, trained_from: int | None,
+               plain: bool = False) -> tuple[dict, dict, list]:
+        """Per-tensor torch views of the columns of ``arr`` (G, dim): (params, buffers, the
         leaves to differentiate). Each view is its own ``from_numpy`` tensor, so an in-place
         update of a buffer never bumps the version counter of a parameter saved for backward.
-        Parameters starting at or after column ``trained_from`` require grad."""
+        Parameters starting at or after column ``trained_from`` require grad. ``plain`` (G = 1):
+        views of the one row without the peer axis, buffers included (a plain BatchNorm updates
+        its statistics in place, straight into the row)."""
         n = arr.shape[0]
         params: dict[str, torch.Tensor] = {}
         buffers: dict[str, torch.Tensor] = {}
         leaves: list[torch.Tensor] = []
         for i, (name, sl, shape) in enumerate(self._layout):
-            t = torch.from_numpy(arr[:, sl]).view(n, *shape)
+            t = (torch.from_numpy(arr[0, sl]).view(shape) if plain
+                 else torch.from_numpy(arr[:, sl]).view(n, *shape))
             if i < self._n_params:
                 if trained_from is not None and sl.start >= trained_from:
                     t.requires_grad_(True)
                     leaves.append(t)
                 params[name] = t
             else:
-                # vmap's BatchNorm rule updates running statistics on a flattened (P * C) tensor,
+                # vmap's BatchNorm rule updates running statistics on a flattened (G * C) tensor,
                 # which for a strided column view is a copy: the update would be lost. Buffers
                 # (a few floats per channel) go through a contiguous copy, written back by
                 # _store_buffers.
-                buffers[name] = t.clone()
+                buffers[name] = t if plain else t.clone()
         return params, buffers, leaves
 
     def _store_buffers(self, arr: np.ndarray, buffers: dict) -> None:
         for name, sl, _ in self._layout[self._n_params:]:
             arr[:, sl] = buffers[name].reshape(arr.shape[0], -1).numpy()
 
-    def _logits(self, params: dict, buffers: dict, x: torch.Tensor, shared: bool) -> torch.Tensor:
+    def _logits(self, params: dict, buffers: dict, x: torch.Tensor, shared: bool,
+                plain: bool = False) -> torch.Tensor:
+        """Logits (G, B, n_classes) of the peers whose views ``_views`` made; ``x`` is their
+        (G, B, ...) batches, or one (B, ...) batch when ``shared`` or ``plain``."""
         module = self.module
+        if plain:
+            return functional_call(module, (params, buffers), (x,)).unsqueeze(0)
 
         def one_peer(p: dict, b: dict, xb: torch.Tensor) -> torch.Tensor:
             return functional_call(module, (p, b), (xb,))
@@ -289,6 +357,31 @@ class TorchModel:
         return vmap(one_peer, in_dims=(0, 0, None if shared else 0),
                     randomness="different")(params, buffers, x)
 
+    @staticmethod
+    def _spans(n_peers: int, group: int) -> list[tuple[int, int]]:
+        return [(s, min(s + group, n_peers)) for s in range(0, n_peers, group)]
+
+    def _eval_group(self, n_peers: int) -> int:
+        """Group size of evaluation passes: the mode's, or under "auto" the one last chosen for a
+        training pass of ``n_peers`` peers (all peers at once before any)."""
+        if self._group == "batched":
+            return n_peers
+        if self._group == "auto":
+            chosen = [v["group"] for v in self._auto.values() if v["peers"] == n_peers]
+            return chosen[-1] if chosen else n_peers
+        return int(self._group)
+
+    def _eval_logits(self, params: np.ndarray, xt: torch.Tensor, shared: bool,
+                     group: int) -> torch.Tensor:
+        """Evaluation-mode logits (P, B, n_classes), no autograd, in passes of ``group`` peers."""
+        out = []
+        for s, e in self._spans(params.shape[0], group):
+            plain = group == 1
+            p, b, _ = self._views(params[s:e], None, plain)
+            xs = xt if shared else (xt[s] if plain else xt[s:e])
+            out.append(self._logits(p, b, xs, shared, plain))
+        return out[0] if len(out) == 1 else torch.cat(out)
+
     def forward(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Logits (P, B, n_classes) float32 in evaluation mode, for per-peer batches (P, B, ...)
         or a shared batch (B, ...)."""
@@ -296,8 +389,7 @@ class TorchModel:
         xt, shared = self._check_x(x, params.shape[0])
         self.module.eval()
         with torch.no_grad():
-            p, b, _ = self._views(params, None)
-            return self._logits(p, b, xt, shared).numpy()
+            return self._eval_logits(params, xt, shared, self._eval_group(params.shape[0])).numpy()
 
     def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray,
                       grad: np.ndarray | None = None, step: int | None = None,
@@ -357,24 +449,75 @@ class TorchModel:
         if n_frozen == len(self.param_layers):  # nothing trains: a forward pass
             self.module.eval()
             with torch.no_grad():
-                p, b, _ = self._views(params, None)
-                logits = self._logits(p, b, xt, shared)
+                logits = self._eval_logits(params, xt, shared, self._eval_group(n_peers))
             grad.fill(0)
             return self._loss(logits, yt).double().numpy()
-        self.module.train()
-        p, b, leaves = self._views(params, cut)
-        logits = self._logits(p, b, xt, shared)
-        self._store_buffers(params, b)  # the running statistics this pass updated
-        losses = self._loss(logits, yt)
-        grads = torch.autograd.grad(losses.sum(), leaves)  # peers independent: d(sum)/dx_i
-        g_views = [torch.from_numpy(grad[:, sl]).view(n_peers, *shape)
-                   for _, sl, shape in self._layout[: self._n_params] if sl.start >= cut]
-        with torch.no_grad():
-            for gv, g in zip(g_views, grads):
-                gv.copy_(g)
+        if self._group == "batched":
+            group = n_peers
+        elif self._group == "auto":
+            group = self._auto_group(params, xt, shared, yt, cut)
+        else:
+            group = min(int(self._group), n_peers)
+        losses = self._train_passes(params, xt, shared, yt, grad, cut, group)
         grad[:, :cut] = 0
         grad[:, self.params_dim:] = 0
-        return losses.detach().double().numpy()
+        return losses
+
+    def _train_passes(self, params: np.ndarray, xt: torch.Tensor, shared: bool,
+                      yt: torch.Tensor, grad: np.ndarray, cut: int, group: int) -> np.ndarray:
+        """Training-mode forward and backward of peers ``[s, s + group)`` at a time (rows of
+        ``params`` and ``grad`` are views, so buffers and gradients land in place); the
+        gradients of columns >= ``cut`` are written into ``grad``, the others left alone."""
+        self.module.train()
+        losses = np.empty(params.shape[0])
+        trained = [(sl, shape) for _, sl, shape in self._layout[: self._n_params]
+                   if sl.start >= cut]
+        for s, e in self._spans(params.shape[0], group):
+            plain = group == 1
+            arr = params[s:e]
+            p, b, leaves = self._views(arr, cut, plain)
+            xs = xt if shared else (xt[s] if plain else xt[s:e])
+            logits = self._logits(p, b, xs, shared, plain)
+            if not plain:
+                self._store_buffers(arr, b)  # the running statistics this pass updated
+            loss = self._loss(logits, yt[s:e])
+            grads = torch.autograd.grad(loss.sum(), leaves)  # peers independent: d(sum)/dx_i
+            with torch.no_grad():
+                for (sl, shape), g in zip(trained, grads):
+                    gv = (torch.from_numpy(grad[s, sl]).view(shape) if plain
+                          else torch.from_numpy(grad[s:e, sl]).view(e - s, *shape))
+                    gv.copy_(g)
+            losses[s:e] = loss.detach().double().numpy()
+        return losses
+
+    def _auto_group(self, params: np.ndarray, xt: torch.Tensor, shared: bool,
+                    yt: torch.Tensor, cut: int) -> int:
+        """The group size "auto" uses for this batch shape. On first use it times a training
+        forward/backward of every candidate (P, ceil(P/2), ceil(P/4) and 1 peers per pass), all
+        candidates in turn twice, keeping each one's best time (the first turn also warms up),
+        on scratch copies of ``params`` and of the gradient with torch's RNG restored after: the
+        measurement leaves no trace in the run's numbers. Ties go to the larger group."""
+        n_peers = params.shape[0]
+        key = (n_peers, tuple(xt.shape), shared, cut)
+        if key not in self._auto:
+            candidates = sorted({n_peers, math.ceil(n_peers / 2), math.ceil(n_peers / 4), 1},
+                                reverse=True)
+            seconds = {g: math.inf for g in candidates}
+            scratch = params.copy()
+            scratch_grad = np.empty_like(scratch)
+            with torch.random.fork_rng(devices=[]):
+                for _ in range(2):
+                    for g in candidates:
+                        t0 = time.perf_counter()
+                        self._train_passes(scratch, xt, shared, yt, scratch_grad, cut, g)
+                        seconds[g] = min(seconds[g], time.perf_counter() - t0)
+            best = min(candidates, key=lambda g: (seconds[g], -g))
+            self._auto[key] = {"peers": n_peers, "input_shape": list(xt.shape),
+                               "shared_batch": shared, "group": best,
+                               "chosen": _mode_name(best, n_peers),
+                               "seconds": {_mode_name(g, n_peers): seconds[g]
+                                           for g in candidates}}
+        return self._auto[key]["group"]
 
     @staticmethod
     def _loss(logits: torch.Tensor, yt: torch.Tensor) -> torch.Tensor:
@@ -402,14 +545,13 @@ class TorchModel:
         correct = np.zeros(n_peers, dtype=np.int64)
         loss_sum = np.zeros(n_peers, dtype=np.float64)
         self.module.eval()
+        group = self._eval_group(n_peers)
         with torch.no_grad():
-            p, b, _ = self._views(params, None)
             for start in range(0, n, chunk):
                 xc, _ = self._check_x(x[start:start + chunk], n_peers)
                 yc = yt[start:start + chunk]
-                logits = self._logits(p, b, xc, True)
+                logits = self._eval_logits(params, xc, True, group)
                 correct += (logits.argmax(dim=-1) == yc).sum(dim=1).numpy()
                 loss_sum += self._loss(logits, yc.expand(n_peers, -1)).double().numpy() \
                     * yc.shape[0]
         return correct / n, loss_sum / n
-
