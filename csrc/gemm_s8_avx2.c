@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "dl.h"
+
 #define DL_SUFFIX avx2
 #define DL_GEMM_MR 6
 #define DL_GEMM_NR 16
@@ -46,6 +48,58 @@ static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t
 }
 
 #include "gemm_s8_impl.h"
+
+/* 8 lanes of dl_hash32 (lowbias32). */
+static inline __m256i gemm_hash8(__m256i x) {
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x21f0aaad));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x735a2d97));
+    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+}
+
+/* Stochastic rounding core (see dl.h), 8 lanes: the same IEEE operations as the portable code
+ * (product, vmaxps/vminps clamp with NaN -> -127, floor, u < v - f with u = dl_rng_unit of the
+ * lane's index), so the codes are bit-identical. Indices past 2^32 take the portable code (the
+ * RNG's high index word is then not 0). */
+uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
+                                 uint64_t key, uint64_t j0, int8_t *q) {
+    if (n <= 0) return 0;
+    if (((j0 + (uint64_t)n) >> 32) != 0) return dl_gemm_qstoch_f32_generic(x, inv, inv0, n, key, j0, q);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 one = _mm256_set1_ps(1.0f), s8 = _mm256_set1_ps(inv0);
+    const __m256 ulp = _mm256_set1_ps(0x1.0p-24f);
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i klo = _mm256_set1_epi32((int32_t)(uint32_t)key);
+    const __m256i khi = _mm256_set1_epi32((int32_t)(uint32_t)(key >> 32));
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int32_t)(uint32_t)j0),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i mx = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + j);
+        const __m256 sc = inv != NULL ? _mm256_loadu_ps(inv + j) : s8;
+        mx = _mm256_max_epu32(mx, _mm256_and_si256(_mm256_castps_si256(xv), absm));
+        const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(xv, sc), lo), hi);
+        const __m256 f = _mm256_floor_ps(v);
+        const __m256i h = gemm_hash8(_mm256_xor_si256(gemm_hash8(_mm256_xor_si256(idx, klo)), khi));
+        const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), ulp);
+        const __m256 up = _mm256_and_ps(_mm256_cmp_ps(u, _mm256_sub_ps(v, f), _CMP_LT_OQ), one);
+        const __m256i iv = _mm256_cvttps_epi32(_mm256_add_ps(f, up));
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
+        _mm_storel_epi64((__m128i *)(q + j), _mm_packs_epi16(w, w));
+        idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+    }
+    uint32_t l[8], m = 0;
+    _mm256_storeu_si256((__m256i *)l, mx);
+    for (int i = 0; i < 8; i++) m = l[i] > m ? l[i] : m;
+    if (j < n) {
+        const uint32_t t = dl_gemm_qstoch_f32_generic(x + j, inv != NULL ? inv + j : NULL, inv0,
+                                                      n - j, key, j0 + (uint64_t)j, q + j);
+        m = t > m ? t : m;
+    }
+    return m;
+}
 #else
 typedef int dl_gemm_s8_avx2_unused;
 #endif
