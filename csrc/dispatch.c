@@ -45,12 +45,12 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .nn_gemm_f32 = W(dl_nn_gemm_f32_##isa), .nn_dense_forward_f32 = W(dl_nn_dense_forward_f32_##isa), \
     .nn_dense_backward_f32 = W(dl_nn_dense_backward_f32_##isa)
 
-/* The exact int8 GEMM on the int16 layout (generic, AVX2) with the portable quantize helpers
- * (the stochastic rounding core has an AVX2 build, also run by the AVX-512 paths). */
+/* The exact int8 GEMM on the int16 layout (generic, AVX2) and its quantizer cores (the AVX2
+ * stochastic rounding core is also run by the AVX-512 VNNI path). */
 #define DL_GEMM_S16_KERNELS(isa, W)                                                                \
     .gemm_s8_layout = &dl_gemm_s8_layout_s16, .gemm_s8_pack_b = W(dl_gemm_s8_pack_b_##isa),        \
-    .gemm_s8 = W(dl_gemm_s8_##isa), .gemm_qnearest_f32 = dl_gemm_qnearest_f32_generic,             \
-    .gemm_absmax_bits_f32 = dl_gemm_absmax_bits_f32_generic,                                      \
+    .gemm_s8 = W(dl_gemm_s8_##isa), .gemm_qnearest_f32 = W(dl_gemm_qnearest_f32_##isa),            \
+    .gemm_absmax_bits_f32 = W(dl_gemm_absmax_bits_f32_##isa),                                     \
     .gemm_qstoch_f32 = W(dl_gemm_qstoch_f32_##isa),                                               \
     .gemm_s8_batched = W(dl_gemm_s8_batched_##isa),                                               \
     .gemm_s8_dense_forward = W(dl_gemm_s8_dense_forward_##isa),                                   \

@@ -445,6 +445,9 @@ uint32_t dl_gemm_qnearest_f32_avx512vnni(const float *x, const float *inv, float
                                          int8_t *q);
 uint32_t dl_gemm_absmax_bits_f32_generic(const float *x, int64_t n);
 uint32_t dl_gemm_absmax_bits_f32_avx512vnni(const float *x, int64_t n);
+uint32_t dl_gemm_qnearest_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
+                                   int8_t *q);
+uint32_t dl_gemm_absmax_bits_f32_avx2(const float *x, int64_t n);
 uint32_t dl_gemm_qstoch_f32_generic(const float *x, const float *inv, float inv0, int64_t n,
                                     uint64_t key, uint64_t j0, int8_t *q);
 uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,

@@ -1,7 +1,8 @@
 /* gemm_s8_impl.h: packing and the blocked driver of the exact int8 GEMM, compiled once per layout.
  *
  * Included by gemm_s8.c (portable), gemm_s8_avx2.c and gemm_s8_avx512vnni.c after each defines
- * DL_SUFFIX, the register tile (DL_GEMM_MR rows x DL_GEMM_NR columns, k in groups of DL_GEMM_KG),
+ * DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a SIMD packing of
+ * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR columns, k in groups of DL_GEMM_KG),
  * the packed element types dl_gemm_a_t / dl_gemm_b_t, dl_gemm_a_conv() (how an A value is stored)
  * and the microkernel dl_gemm_ukernel(). Packed B: panels of NR columns (n zero-padded to a
  * multiple of NR), each panel ceil(k / KG) groups of NR columns x KG consecutive k values, so one
@@ -82,6 +83,10 @@ static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs,
     int32_t cs_[DL_GEMM_NR] = {0};
     int64_t g = 0;
     if (nv == DL_GEMM_NR && cs == 1) {
+#ifdef DL_GEMM_HAVE_PACK_B_ROWS /* the ISA file's packing of whole groups */
+        dl_gemm_pack_b_rows(kfull, b + j0, rs, dst, cs_);
+        g = kfull;
+#endif
         for (; g < kfull; g++) {
             const int8_t *r0 = b + g * DL_GEMM_KG * rs + j0;
             dl_gemm_b_t *d = dst + g * DL_GEMM_NR * DL_GEMM_KG;
@@ -408,21 +413,30 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
             const int64_t i0 = t * DL_GEMM_MR;
             const int mv = (int)dl_min_i64(DL_GEMM_MR, m - i0);
             dl_gemm_ukernel(kgn, wb->ap + t * a_tile, wb->bp + q * b_panel, wb->colsum + j0, tile);
-            for (int r = 0; r < mv; r++) {
-                float *dst = c + (i0 + r) * c_rs + j0;
+            for (int r = 0; r < mv; r++) { /* whole rows of the tile: loops GCC vectorizes */
+                float v[DL_GEMM_NR], mk[DL_GEMM_NR];
                 const int32_t *tr = tile + r * DL_GEMM_NR;
+                for (int j = 0; j < DL_GEMM_NR; j++) v[j] = (float)tr[j] * s + bv[j];
                 if (mask != NULL) {
                     const float *mr = mask + (i0 + r) * m_rs + j0;
-                    for (int j = 0; j < nv; j++)
-                        dst[j] = ((float)tr[j] * s + bv[j]) * (mr[j] > 0.0f ? 1.0f : 0.0f);
-                } else if (relu) {
-                    for (int j = 0; j < nv; j++) {
-                        const float v = (float)tr[j] * s + bv[j];
-                        dst[j] = (v > 0.0f || v != v) ? v : 0.0f;
+                    if (nv == DL_GEMM_NR) {
+                        memcpy(mk, mr, sizeof mk);
+                    } else {
+                        memset(mk, 0, sizeof mk);
+                        memcpy(mk, mr, (size_t)nv * sizeof(float));
                     }
-                } else {
-                    for (int j = 0; j < nv; j++) dst[j] = (float)tr[j] * s + bv[j];
+                    uint32_t one[DL_GEMM_NR]; /* bits of 1.0f or 0.0f: a select, not a branch */
+                    for (int j = 0; j < DL_GEMM_NR; j++)
+                        one[j] = 0x3f800000u & (0u - (uint32_t)(mk[j] > 0.0f));
+                    memcpy(mk, one, sizeof mk);
+                    for (int j = 0; j < DL_GEMM_NR; j++) v[j] *= mk[j];
+                } else if (relu) { /* !(v <= 0): v > 0 or NaN, as np.maximum(v, 0); branch-free */
+                    for (int j = 0; j < DL_GEMM_NR; j++) v[j] = !(v[j] <= 0.0f) ? v[j] : 0.0f;
                 }
+                if (nv == DL_GEMM_NR)
+                    memcpy(c + (i0 + r) * c_rs + j0, v, sizeof v);
+                else
+                    memcpy(c + (i0 + r) * c_rs + j0, v, (size_t)nv * sizeof(float));
             }
         }
     }
