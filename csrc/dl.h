@@ -476,7 +476,7 @@ int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64
 int dl_gemm_s8_batched_generic(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx2(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
-/* Fused int8 dense layer over peers (gemm_s8_impl.h, one build per layout; see dl_gemm_s8_dense_t). */
+/* Fused int8 dense layer over peers (gemm_s8_impl.h, one build per layout; dl_gemm_s8_dense_t). */
 int dl_gemm_s8_dense_forward_generic(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_forward_avx2(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_forward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_threads);

@@ -317,7 +317,8 @@ int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64
                                int rounding, uint64_t key, int8_t *q, float *scale) {
     const dl_dispatch_t *d = dl_dispatch();
     uint32_t mb = 0;
-    for (int64_t r = 0; r < rows; r++) mb = gemm_max_u32(mb, d->gemm_absmax_bits_f32(x + r * ldx, cols));
+    for (int64_t r = 0; r < rows; r++)
+        mb = gemm_max_u32(mb, d->gemm_absmax_bits_f32(x + r * ldx, cols));
     if (mb >= 0x7f800000u) return DL_E_NONFINITE;
     const float s = gemm_scale_of(gemm_bits_float(mb)), inv = 1.0f / s;
     *scale = s;
@@ -325,7 +326,8 @@ int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64
         if (rounding == 0)
             d->gemm_qnearest_f32(x + r * ldx, NULL, inv, cols, q + r * cols);
         else
-            d->gemm_qstoch_f32(x + r * ldx, NULL, inv, cols, key, (uint64_t)(r * cols), q + r * cols);
+            d->gemm_qstoch_f32(x + r * ldx, NULL, inv, cols, key, (uint64_t)(r * cols),
+                               q + r * cols);
     }
     return DL_OK;
 }

@@ -116,8 +116,10 @@ uint32_t dl_gemm_absmax_bits_f32_avx2(const float *x, int64_t n) {
     __m256i m0 = _mm256_setzero_si256(), m1 = m0;
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + j)), absm));
-        m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + j + 8)), absm));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + j));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + j + 8));
+        m0 = _mm256_max_epu32(m0, _mm256_and_si256(x0, absm));
+        m1 = _mm256_max_epu32(m1, _mm256_and_si256(x1, absm));
     }
     uint32_t l[8], m = 0;
     _mm256_storeu_si256((__m256i *)l, _mm256_max_epu32(m0, m1));
@@ -145,7 +147,8 @@ static inline __m256i gemm_hash8(__m256i x) {
 uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
                                  uint64_t key, uint64_t j0, int8_t *q) {
     if (n <= 0) return 0;
-    if (((j0 + (uint64_t)n) >> 32) != 0) return dl_gemm_qstoch_f32_generic(x, inv, inv0, n, key, j0, q);
+    if (((j0 + (uint64_t)n) >> 32) != 0)
+        return dl_gemm_qstoch_f32_generic(x, inv, inv0, n, key, j0, q);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     const __m256 one = _mm256_set1_ps(1.0f), s8 = _mm256_set1_ps(inv0);
     const __m256 ulp = _mm256_set1_ps(0x1.0p-24f);
@@ -166,7 +169,8 @@ uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, i
         const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), ulp);
         const __m256 up = _mm256_and_ps(_mm256_cmp_ps(u, _mm256_sub_ps(v, f), _CMP_LT_OQ), one);
         const __m256i iv = _mm256_cvttps_epi32(_mm256_add_ps(f, up));
-        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
+        const __m128i w =
+            _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
         _mm_storel_epi64((__m128i *)(q + j), _mm_packs_epi16(w, w));
         idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
     }

@@ -2,15 +2,18 @@
  *
  * Included by gemm_s8.c (portable), gemm_s8_avx2.c and gemm_s8_avx512vnni.c after each defines
  * DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a SIMD packing of
- * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR columns, k in groups of DL_GEMM_KG),
- * the packed element types dl_gemm_a_t / dl_gemm_b_t, dl_gemm_a_conv() (how an A value is stored)
- * and the microkernel dl_gemm_ukernel(). Packed B: panels of NR columns (n zero-padded to a
- * multiple of NR), each panel ceil(k / KG) groups of NR columns x KG consecutive k values, so one
- * group of one panel is what the microkernel loads per step; colsum[j] = sum_k B[k, j] (needed by
- * the VNNI kernel, which computes (A + 128) B - 128 colsum). A is packed inside each call the same
- * way in tiles of MR rows. C is cut into tasks of whole register tiles, handed to threads
- * dynamically; every element of C is one exact integer sum over all of k computed by one
- * microkernel call, so the result does not depend on the thread count or the partition.
+ * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR
+ * columns, k in groups of DL_GEMM_KG), the packed element types dl_gemm_a_t / dl_gemm_b_t,
+ * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel(). Packed B:
+ * panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG) groups of NR
+ * columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
+ * step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B - 128
+ * colsum). A is packed inside each call the same way in tiles of MR rows. C is cut into tasks of
+ * whole register tiles, handed to threads dynamically; every element of C is one exact integer sum
+ * over all of k computed by one microkernel call, so the result does not depend on the thread count
+ * or the partition. The fused int8 dense layer (dl_gemm_s8_dense_forward/backward, at the end)
+ * instead gives each peer to one thread, which quantizes, packs into its own buffers, multiplies
+ * and dequantizes that peer's three products.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -237,9 +240,10 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
 
 /* Batched over peers: for p < P, C_p (m, n) = A_p (m, k) @ B_p (k, n), each an exact int32 sum,
  * stored as int32 or dequantized with per-peer scales (see dl_gemm_s8_batch_t). Every B_p and
- * A_p (once when shared by every peer: peer stride 0) is packed inside the call; then the (peer, row
- * block, column block) tasks are split statically between threads. Operands may be strided views
- * (row stride, peer stride) or stored transposes; C must not overlap A, B, scales or bias. */
+ * A_p (once when shared by every peer: peer stride 0) is packed inside the call; then the
+ * (peer, row block, column block) tasks are split statically between threads. Operands may be
+ * strided views (row stride, peer stride) or stored transposes; C must not overlap A, B, scales or
+ * bias. */
 int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_threads) {
     if (bt == NULL || n_threads < 1 || bt->p < 0 || bt->m < 0 || bt->k < 0 || bt->n < 0 ||
         bt->k > DL_GEMM_S8_MAX_K || (bt->c == NULL) == (bt->c_f32 == NULL) || bt->a_ps < 0 ||
@@ -362,10 +366,12 @@ typedef struct {
 #define gemm_dense_buf_t DL_CAT(gemm_dense_buf, DL_SUFFIX)
 
 static size_t gemm_dense_a_elems(int64_t m, int64_t k) {
-    return (size_t)(dl_cdiv_i64(m, DL_GEMM_MR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_MR * DL_GEMM_KG);
+    return (size_t)(dl_cdiv_i64(m, DL_GEMM_MR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_MR *
+                    DL_GEMM_KG);
 }
 static size_t gemm_dense_b_elems(int64_t k, int64_t n) {
-    return (size_t)(dl_cdiv_i64(n, DL_GEMM_NR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG);
+    return (size_t)(dl_cdiv_i64(n, DL_GEMM_NR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_NR *
+                    DL_GEMM_KG);
 }
 static size_t gemm_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -389,9 +395,10 @@ static void gemm_dense_buf_free(gemm_dense_buf_t *wb) {
     free(wb->dyq);
 }
 
-/* c (m, n; row stride c_rs) = epilogue(float(A B) * s + bias) for A[i, kk] = a[i * a_rs + kk * a_cs],
- * B[kk, j] = b[kk * b_rs + j * b_cs]; bias NULL adds 0; relu as np.maximum(v, 0); mask (row stride
- * m_rs) multiplies by (mask > 0 ? 1 : 0). The same store arithmetic as gemm_store. */
+/* c (m, n; row stride c_rs) = epilogue(float(A B) * s + bias) for
+ * A[i, kk] = a[i * a_rs + kk * a_cs], B[kk, j] = b[kk * b_rs + j * b_cs]; bias NULL adds 0;
+ * relu as np.maximum(v, 0); mask (row stride m_rs) multiplies by (mask > 0 ? 1 : 0). The same
+ * store arithmetic as gemm_store, so results match the batched kernel's bit for bit. */
 static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int64_t a_rs,
                           int64_t a_cs, const int8_t *b, int64_t b_rs, int64_t b_cs, float s,
                           const float *bias, int relu, const float *mask, int64_t m_rs, float *c,

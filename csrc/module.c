@@ -1623,13 +1623,15 @@ static PyObject *py_gemm_s8_dense_forward(PyObject *self, PyObject *args) {
     const npy_intp P = PyArray_DIM((PyArrayObject *)w, 0), NI = PyArray_DIM((PyArrayObject *)w, 1),
                    NO = PyArray_DIM((PyArrayObject *)w, 2);
     const npy_intp shape_x[3] = {-1, -1, NI};
-    if (nn_operand(x, fn, "x", 3, shape_x, s8_dense_unit(x), 0, sx) < 0 || nn_peers(fn, "x", x, P) < 0)
+    if (nn_operand(x, fn, "x", 3, shape_x, s8_dense_unit(x), 0, sx) < 0 ||
+        nn_peers(fn, "x", x, P) < 0)
         return NULL;
     const npy_intp PX = PyArray_DIM((PyArrayObject *)x, 0), NB = PyArray_DIM((PyArrayObject *)x, 1);
     const npy_intp shape_y[3] = {P, NB, NO}, shape_b[2] = {P, NO}, shape_xq[3] = {PX, NB, NI},
                    shape_wq[3] = {P, NI, NO}, shape_sx[1] = {PX}, shape_sw[1] = {P};
     if (nn_operand(y, fn, "y", 3, shape_y, s8_dense_unit(y), 1, sy) < 0 ||
-        (bias != Py_None && nn_operand(bias, fn, "bias", 2, shape_b, s8_dense_unit(bias), 0, sbias) < 0) ||
+        (bias != Py_None &&
+         nn_operand(bias, fn, "bias", 2, shape_b, s8_dense_unit(bias), 0, sbias) < 0) ||
         s8_dense_array(xq, fn, "xq", NPY_INT8, 3, shape_xq, 1) < 0 ||
         s8_dense_array(sxo, fn, "sx", NPY_FLOAT32, 1, shape_sx, 1) < 0 ||
         s8_dense_array(wq, fn, "wq", NPY_INT8, 3, shape_wq, 1) < 0 ||
@@ -1637,7 +1639,8 @@ static PyObject *py_gemm_s8_dense_forward(PyObject *self, PyObject *args) {
         check_threads(fn, n_threads) < 0)
         return NULL;
     if (NI > 1 && sw[1] != NO) {
-        PyErr_Format(PyExc_ValueError, "%s: w must hold each peer's (I, O) matrix contiguously", fn);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: w must hold each peer's (I, O) matrix contiguously", fn);
         return NULL;
     }
     if (PX == P && P > 1 && sx[0] == 0) {
@@ -1689,7 +1692,8 @@ static PyObject *py_gemm_s8_dense_backward(PyObject *self, PyObject *args) {
         return NULL;
     const npy_intp any3[3] = {-1, -1, -1};
     if (nn_operand(dy, fn, "dy", 3, any3, s8_dense_unit(dy), 0, sdy) < 0) return NULL;
-    const npy_intp P = PyArray_DIM((PyArrayObject *)dy, 0), NB = PyArray_DIM((PyArrayObject *)dy, 1),
+    const npy_intp P = PyArray_DIM((PyArrayObject *)dy, 0),
+                   NB = PyArray_DIM((PyArrayObject *)dy, 1),
                    NO = PyArray_DIM((PyArrayObject *)dy, 2);
     if (!PyArray_Check(wq) || PyArray_NDIM((PyArrayObject *)wq) != 3) {
         PyErr_Format(PyExc_ValueError, "%s: wq must be a 3-dimensional int8 array (P, I, O)", fn);
@@ -1714,7 +1718,8 @@ static PyObject *py_gemm_s8_dense_backward(PyObject *self, PyObject *args) {
         s8_dense_array(sxo, fn, "sx", NPY_FLOAT32, 1, shape_sx, 0) < 0 ||
         s8_dense_array(wq, fn, "wq", NPY_INT8, 3, shape_wq, 0) < 0 ||
         s8_dense_array(swo, fn, "sw", NPY_FLOAT32, 1, shape_sw, 0) < 0 ||
-        (mask != Py_None && nn_operand(mask, fn, "mask", 3, shape_dx, s8_dense_unit(mask), 0, sm) < 0) ||
+        (mask != Py_None &&
+         nn_operand(mask, fn, "mask", 3, shape_dx, s8_dense_unit(mask), 0, sm) < 0) ||
         nn_operand(gw, fn, "gw", 3, shape_gw, s8_dense_unit(gw), 1, sgw) < 0 ||
         nn_operand(gb, fn, "gb", 2, shape_gb, s8_dense_unit(gb), 1, sgb) < 0 ||
         (dx != Py_None && nn_operand(dx, fn, "dx", 3, shape_dx, s8_dense_unit(dx), 1, sdx) < 0) ||
