@@ -1,13 +1,14 @@
-"""int8 training step benchmark: one D-PSGD local step (loss_and_grad + SGD step) of 16 peers,
-batch 32, on 28x28 inputs, with precision="int8" vs "fp32", in one process.
+"""int8 training round benchmark: D-PSGD ring rounds with precision="int8" against "fp32", in one
+process, for the digits MLP (256 peers, 64-128-10) and CNN (16 peers), batch 32, momentum 0.9.
 
-    python benchmarks/bench_lowp.py [--repeat 30] [--model mlp] [--peers 16] [--batch 32]
+    python benchmarks/bench_lowp.py [--threads 1] [--cpu-time] [--repeat 30] [--out FILE]
 
-Per precision: the best and median of ``repeat`` warm steps (after 3 warm-up steps), split into
-loss_and_grad and the optimizer step, plus the forward pass alone. fp32 runs NumPy float32 matmul
-(OpenBLAS sgemm); int8 quantizes activations, weights and (stochastically) output gradients and runs
-the batched exact int8 GEMM with fused dequantization. The machine is shared: compare ratios taken
-in the same run. Saves JSON to benchmarks/results/lowp.json.
+The two precisions run round-robin (one fp32 round, one int8 round, ...) so that load on a shared
+machine hits both alike; per precision the best ``loss_and_grad`` and the best whole round
+(sampling, loss_and_grad, SGD step, gossip) are reported, and their ratio (fp32 time / int8 time:
+> 1 means int8 is faster). ``--cpu-time`` times with this thread's CPU clock (needs --threads 1:
+the cycles the thread got, the fair figure on a loaded machine). numpy's BLAS is limited to the
+same thread count with threadpoolctl. Writes JSON (default benchmarks/results/lowp.json).
 """
 
 import argparse
@@ -15,61 +16,66 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from decentlearn import config
-from decentlearn.nn import make_model
-from decentlearn.optim import SGD, SGDConfig
+from decentlearn.bench import cpu_info
+from decentlearn.sim import RunConfig, Simulator
+
+CASES = {"mlp_256_peers_digits": ("mlp", 256), "cnn_16_peers_digits": ("cnn", 16)}
 
 
-def _time(fn, repeat: int) -> tuple[float, float]:
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts), float(np.median(ts))
+def run_case(model: str, peers: int, threads: int, repeat: int, clock) -> dict:
+    cfg = RunConfig(dataset="digits", peers=peers, topology="ring", partition="iid", model=model,
+                    batch_size=32, momentum=0.9, eval_every=10**6, rounds=10**6, threads=threads)
+    sims = {p: Simulator(cfg.replace(precision=p)) for p in ("fp32", "int8")}
+    best = {p: {"loss_and_grad_s": float("inf"), "round_s": float("inf")} for p in sims}
+    for t in range(repeat + 3):
+        for p, sim in sims.items():
+            alg = sim.algorithm
+            x, y = sim.sample()
+            t0 = clock()
+            sim.model.loss_and_grad(alg.params, x, y, grad=alg._grad)
+            t1 = clock()
+            alg.round(sim.sample, t)
+            t2 = clock()
+            if t >= 3:  # warm-up rounds excluded
+                best[p]["loss_and_grad_s"] = min(best[p]["loss_and_grad_s"], t1 - t0)
+                best[p]["round_s"] = min(best[p]["round_s"], t2 - t1)
+    return {**best,
+            "int8_speed_vs_fp32_round": best["fp32"]["round_s"] / best["int8"]["round_s"],
+            "int8_speed_vs_fp32_loss_and_grad":
+                best["fp32"]["loss_and_grad_s"] / best["int8"]["loss_and_grad_s"]}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=30)
-    p.add_argument("--model", default="mlp")
-    p.add_argument("--peers", type=int, default=16)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cpu-time", action="store_true", help="this thread's CPU clock (--threads 1)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "lowp.json"))
     args = p.parse_args()
-    rng = np.random.default_rng(0)
-    x = rng.random((args.peers, args.batch, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, (args.peers, args.batch))
+    if args.cpu_time and args.threads != 1:
+        p.error("--cpu-time needs --threads 1 (it counts one thread's cycles)")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     cfg = config()
-    print(f"decentlearn int8 training step: {args.model}, {args.peers} peers, batch {args.batch}, "
-          f"ISA {cfg.get('isa')}, numpy BLAS: see numpy.show_config()")
-    rows = {}
-    for precision in ("fp32", "int8"):
-        model = make_model(args.model, (1, 28, 28), 10, precision=precision)
-        params = np.ascontiguousarray(
-            np.broadcast_to(model.init(0).astype(np.float32), (args.peers, model.dim)))
-        grad = np.empty_like(params)
-        opt = SGD(SGDConfig(lr=0.01, momentum=0.9), params.shape)
-
-        def step():
-            model.loss_and_grad(params, x, y, grad=grad)
-            opt.step(params, grad)
-
-        best, med = _time(step, args.repeat)
-        lg, _ = _time(lambda: model.loss_and_grad(params, x, y, grad=grad), args.repeat)
-        fw, _ = _time(lambda: model.forward(params, x), args.repeat)
-        rows[precision] = {"step_best_ms": best * 1e3, "step_median_ms": med * 1e3,
-                           "loss_and_grad_best_ms": lg * 1e3, "forward_best_ms": fw * 1e3}
-        print(f"  {precision}: step best {best * 1e3:7.2f} ms (median {med * 1e3:7.2f}), "
-              f"loss_and_grad {lg * 1e3:7.2f} ms, forward {fw * 1e3:7.2f} ms")
-    ratio = rows["fp32"]["step_best_ms"] / rows["int8"]["step_best_ms"]
-    print(f"  int8 step speed-up over fp32: {ratio:.2f}x (best of {args.repeat})")
-    report = {"model": args.model, "peers": args.peers, "batch": args.batch, "isa": cfg.get("isa"),
-              "repeat": args.repeat, "rows": rows, "speedup_int8_over_fp32": ratio}
+    blas = [{k: i.get(k) for k in ("internal_api", "version", "architecture")}
+            for i in threadpool_info() if i.get("user_api") == "blas"]
+    cpu = cpu_info()["model_name"]
+    print(f"int8 vs fp32 rounds: CPU {cpu}, ISA {cfg.get('isa')}, {args.threads} thread(s), "
+          f"{'thread CPU time' if args.cpu_time else 'wall time'}, best of {args.repeat}")
+    report = {"cpu": cpu, "isa": cfg.get("isa"), "threads": args.threads,
+              "clock": "thread_time" if args.cpu_time else "perf_counter", "repeat": args.repeat,
+              "numpy_blas": blas, "cases": {}}
+    with threadpool_limits(limits=args.threads, user_api="blas"):
+        for name, (model, peers) in CASES.items():
+            r = run_case(model, peers, args.threads, args.repeat, clock)
+            report["cases"][name] = r
+            print(f"  {name}: round fp32 {1e3 * r['fp32']['round_s']:.2f} ms, int8 "
+                  f"{1e3 * r['int8']['round_s']:.2f} ms -> int8 {r['int8_speed_vs_fp32_round']:.2f}x "
+                  f"fp32 speed; loss_and_grad {1e3 * r['fp32']['loss_and_grad_s']:.2f} / "
+                  f"{1e3 * r['int8']['loss_and_grad_s']:.2f} ms -> "
+                  f"{r['int8_speed_vs_fp32_loss_and_grad']:.2f}x")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

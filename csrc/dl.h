@@ -111,6 +111,10 @@ typedef int (*dl_gemm_s8_fn)(int64_t m, int64_t k, int64_t n, const int8_t *a,
 typedef uint32_t (*dl_gemm_qnearest_f32_fn)(const float *x, const float *inv, float inv0,
                                             int64_t n, int8_t *q);
 typedef uint32_t (*dl_gemm_absmax_bits_f32_fn)(const float *x, int64_t n);
+/* Stochastic rounding core: floor(v) + (u < v - floor(v)) for v = clamp(x[j] * (inv ? inv[j] :
+ * inv0)), u = dl_rng_unit(key, j0 + j); returns the largest |x| bit pattern. */
+typedef uint32_t (*dl_gemm_qstoch_f32_fn)(const float *x, const float *inv, float inv0, int64_t n,
+                                          uint64_t key, uint64_t j0, int8_t *q);
 /* One batched int8 GEMM over P peers: C_p = A_p @ B_p for p < P (see dl_gemm_s8_batched_*).
  * Strides are in elements; the last axis of every stored operand is contiguous. A stored
  * transposed (a_trans) is (k, m) with row stride a_rs, else (m, k); B likewise (n, k) or (k, n). */
@@ -131,6 +135,44 @@ typedef struct {
     int64_t c_ps, c_rs;
 } dl_gemm_s8_batch_t;
 typedef int (*dl_gemm_s8_batched_fn)(const dl_gemm_s8_batch_t *bt, int n_threads);
+/* One peer-batched int8 dense layer, fused (gemm_s8_impl.h); strides in elements, rows contiguous.
+ * Forward: sx[p], xq[p] (B, I) = absmax scale and nearest codes of x[p] (per tensor; x_ps 0: x is
+ * shared and quantized once into xq[0], sx[0]), sw[p], wq[p] (I, O) the same of w[p] (contiguous);
+ * y[p] = act(float(xq[p] wq[p]) * (sx[p] sw[p]) + bias[p]) (bias NULL: + 0), act the ReLU of
+ * np.maximum(v, 0) when relu. Backward (xq_ps: 0 or B * I): gb[p] = sum_b dy[p] in batch order;
+ * dyq = stochastic codes of dy[p] (scale sdy, counter RNG keyed by (seed, step, peer0 + p) at index
+ * b * O + o); gw[p] = float(xq[p]^T dyq) * (sx[p] sdy) + 0; dx[p] (when not NULL) =
+ * (float(dyq wq[p]^T) * (sdy sw[p]) + 0) * (mask[p] > 0 ? 1 : 0) (mask NULL: no factor). */
+typedef struct {
+    int64_t n_peers, batch, n_in, n_out;
+    const float *x;
+    int64_t x_ps, x_rs;
+    const float *w;
+    int64_t w_ps;
+    const float *bias;
+    int64_t b_ps;
+    int relu;
+    float *y;
+    int64_t y_ps, y_rs;
+    int8_t *xq; /* (1 or P, B, I) contiguous codes and (1 or P) scales of x */
+    float *sx;
+    int64_t xq_ps;
+    int8_t *wq; /* (P, I, O) contiguous codes and (P) scales of w */
+    float *sw;
+    const float *dy;
+    int64_t dy_ps, dy_rs;
+    uint64_t seed, step;
+    int64_t peer0;
+    float *gw;
+    int64_t gw_ps;
+    float *gb;
+    int64_t gb_ps;
+    float *dx;
+    int64_t dx_ps, dx_rs;
+    const float *mask;
+    int64_t m_ps, m_rs;
+} dl_gemm_s8_dense_t;
+typedef int (*dl_gemm_s8_dense_fn)(const dl_gemm_s8_dense_t *d, int n_threads);
 /* <<< dispatch-types gemm */
 /* >>> dispatch-types limits */
 typedef int (*dl_peak_s8_fn)(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
@@ -207,7 +249,10 @@ typedef struct {
     dl_gemm_s8_fn gemm_s8;
     dl_gemm_qnearest_f32_fn gemm_qnearest_f32;
     dl_gemm_absmax_bits_f32_fn gemm_absmax_bits_f32;
+    dl_gemm_qstoch_f32_fn gemm_qstoch_f32;
     dl_gemm_s8_batched_fn gemm_s8_batched;
+    dl_gemm_s8_dense_fn gemm_s8_dense_forward;
+    dl_gemm_s8_dense_fn gemm_s8_dense_backward;
     /* <<< dispatch-members gemm */
     /* >>> dispatch-members limits */
     dl_peak_s8_fn peak_s8; /* the int8 peak loop of the instruction the active gemm_s8 uses */
@@ -420,6 +465,13 @@ uint32_t dl_gemm_qnearest_f32_avx512vnni(const float *x, const float *inv, float
                                          int8_t *q);
 uint32_t dl_gemm_absmax_bits_f32_generic(const float *x, int64_t n);
 uint32_t dl_gemm_absmax_bits_f32_avx512vnni(const float *x, int64_t n);
+uint32_t dl_gemm_qnearest_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
+                                   int8_t *q);
+uint32_t dl_gemm_absmax_bits_f32_avx2(const float *x, int64_t n);
+uint32_t dl_gemm_qstoch_f32_generic(const float *x, const float *inv, float inv0, int64_t n,
+                                    uint64_t key, uint64_t j0, int8_t *q);
+uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
+                                 uint64_t key, uint64_t j0, int8_t *q);
 /* Quantization (gemm_s8.c; the nearest-rounding and absmax cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
  * tensor (scale_n == 1), per row (axis 0, scale_n == n_rows) or per column (axis 1, scale_n ==
  * dim), row r of x at x + r * ldx (ldx >= dim: strided rows, e.g. a weight slice of every
@@ -436,10 +488,21 @@ int dl_gemm_dequantize_s8(int64_t n_rows, int64_t dim, const int8_t *q, const fl
  * row (axis 0, n_rows values) or per column (axis 1, dim values). DL_E_NONFINITE for NaN/inf. */
 int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_t ldx, int axis,
                              float *scale, int n_threads);
+/* One tensor (rows x cols, row stride ldx) quantized per tensor, single-threaded: *scale and the
+ * contiguous codes q; rounding 0 nearest, 1 stochastic keyed by key at index r * cols + c. */
+int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                               int rounding, uint64_t key, int8_t *q, float *scale);
 /* Batched exact int8 GEMM over peers (gemm_s8_impl.h, one build per layout). */
 int dl_gemm_s8_batched_generic(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx2(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
+/* Fused int8 dense layer over peers (gemm_s8_impl.h, one build per layout; dl_gemm_s8_dense_t). */
+int dl_gemm_s8_dense_forward_generic(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_forward_avx2(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_forward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_backward_generic(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_backward_avx2(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_backward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_threads);
 /* <<< section gemm */
 
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */

@@ -131,6 +131,21 @@ uint32_t dl_gemm_qnearest_f32_generic(const float *x, const float *sv, float s0,
     return mx;
 }
 
+/* Stochastically rounded codes of x[0..n) * (sv ? sv[j] : s0): floor(v) + (u < v - floor(v)), u
+ * the counter RNG's unit float for (key, j0 + j); returns the largest |x| bit pattern. */
+uint32_t dl_gemm_qstoch_f32_generic(const float *x, const float *sv, float s0, int64_t n,
+                                    uint64_t key, uint64_t j0, int8_t *q) {
+    uint32_t mx = 0;
+    for (int64_t j = 0; j < n; j++) {
+        mx = gemm_max_u32(mx, gemm_abs_bits(x[j]));
+        const float v = gemm_clamp127(x[j] * (sv != NULL ? sv[j] : s0));
+        const float f = floorf(v);
+        const float u = dl_rng_unit(key, j0 + (uint64_t)j);
+        q[j] = (int8_t)(int32_t)(f + (u < v - f ? 1.0f : 0.0f));
+    }
+    return mx;
+}
+
 /* Largest |x| bit pattern of x[0..n). */
 uint32_t dl_gemm_absmax_bits_f32_generic(const float *x, int64_t n) {
     uint32_t mx = 0;
@@ -158,6 +173,7 @@ int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, int64_t ldx
     if (!gemm_scale_ok(n_rows, dim, scale, scale_n, axis)) return DL_E_ARG;
     const int64_t n_ch = dl_cdiv_i64(dim, DL_GEMM_QCHUNK), n_items = n_rows * n_ch;
     const dl_gemm_qnearest_f32_fn qn = dl_dispatch()->gemm_qnearest_f32;
+    const dl_gemm_qstoch_f32_fn qs = dl_dispatch()->gemm_qstoch_f32;
     float *inv = NULL; /* 1 / scale per column (axis 1) */
     if (axis == 1) {
         inv = malloc((size_t)(dim > 0 ? dim : 1) * sizeof(float));
@@ -184,14 +200,7 @@ int dl_gemm_quantize_s8(int64_t n_rows, int64_t dim, const float *x, int64_t ldx
             mx = qn(xr + c0, sv != NULL ? sv + c0 : NULL, s0, c1 - c0, qr + c0);
         } else {
             const uint64_t key = dl_rng_key(seed, step, (uint64_t)(peer0 + r));
-            for (int64_t j = c0; j < c1; j++) {
-                const float s = sv != NULL ? sv[j] : s0;
-                mx = gemm_max_u32(mx, gemm_abs_bits(xr[j]));
-                const float v = gemm_clamp127(xr[j] * s);
-                const float f = floorf(v);
-                const float u = dl_rng_unit(key, (uint64_t)j);
-                qr[j] = (int8_t)(int32_t)(f + (u < v - f ? 1.0f : 0.0f));
-            }
+            mx = qs(xr + c0, sv != NULL ? sv + c0 : NULL, s0, c1 - c0, key, (uint64_t)c0, qr + c0);
         }
         const int b = mx >= 0x7f800000u;
         bad |= b;
@@ -297,4 +306,28 @@ int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_
     }
     free(part);
     return bad ? DL_E_NONFINITE : DL_OK;
+}
+
+/* One tensor's absmax quantization, single-threaded (the fused layer kernels call it once per
+ * peer inside their parallel loop): *scale = max|x| / 127 over the rows x rows of cols values (row
+ * r at x + r * ldx), q (rows, cols) contiguous = nearest (rounding 0) or stochastic codes (1, the
+ * RNG keyed by key at index r * cols + c). The same operations as dl_gemm_absmax_scale_f32 and
+ * dl_gemm_quantize_s8 on the flattened tensor, so the codes and scale are bit-identical. */
+int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                               int rounding, uint64_t key, int8_t *q, float *scale) {
+    const dl_dispatch_t *d = dl_dispatch();
+    uint32_t mb = 0;
+    for (int64_t r = 0; r < rows; r++)
+        mb = gemm_max_u32(mb, d->gemm_absmax_bits_f32(x + r * ldx, cols));
+    if (mb >= 0x7f800000u) return DL_E_NONFINITE;
+    const float s = gemm_scale_of(gemm_bits_float(mb)), inv = 1.0f / s;
+    *scale = s;
+    for (int64_t r = 0; r < rows; r++) {
+        if (rounding == 0)
+            d->gemm_qnearest_f32(x + r * ldx, NULL, inv, cols, q + r * cols);
+        else
+            d->gemm_qstoch_f32(x + r * ldx, NULL, inv, cols, key, (uint64_t)(r * cols),
+                               q + r * cols);
+    }
+    return DL_OK;
 }

@@ -1,15 +1,19 @@
 /* gemm_s8_impl.h: packing and the blocked driver of the exact int8 GEMM, compiled once per layout.
  *
  * Included by gemm_s8.c (portable), gemm_s8_avx2.c and gemm_s8_avx512vnni.c after each defines
- * DL_SUFFIX, the register tile (DL_GEMM_MR rows x DL_GEMM_NR columns, k in groups of DL_GEMM_KG),
- * the packed element types dl_gemm_a_t / dl_gemm_b_t, dl_gemm_a_conv() (how an A value is stored)
- * and the microkernel dl_gemm_ukernel(). Packed B: panels of NR columns (n zero-padded to a
- * multiple of NR), each panel ceil(k / KG) groups of NR columns x KG consecutive k values, so one
- * group of one panel is what the microkernel loads per step; colsum[j] = sum_k B[k, j] (needed by
- * the VNNI kernel, which computes (A + 128) B - 128 colsum). A is packed inside each call the same
- * way in tiles of MR rows. C is cut into tasks of whole register tiles, handed to threads
- * dynamically; every element of C is one exact integer sum over all of k computed by one
- * microkernel call, so the result does not depend on the thread count or the partition.
+ * DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a SIMD packing of
+ * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR
+ * columns, k in groups of DL_GEMM_KG), the packed element types dl_gemm_a_t / dl_gemm_b_t,
+ * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel(). Packed B:
+ * panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG) groups of NR
+ * columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
+ * step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B - 128
+ * colsum). A is packed inside each call the same way in tiles of MR rows. C is cut into tasks of
+ * whole register tiles, handed to threads dynamically; every element of C is one exact integer sum
+ * over all of k computed by one microkernel call, so the result does not depend on the thread count
+ * or the partition. The fused int8 dense layer (dl_gemm_s8_dense_forward/backward, at the end)
+ * instead gives each peer to one thread, which quantizes, packs into its own buffers, multiplies
+ * and dequantizes that peer's three products.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,6 +37,24 @@ static void gemm_pack_a(int64_t m, int64_t k, const int8_t *a, int64_t rs, int64
                         dl_gemm_a_t *dst) {
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG), kfull = k / DL_GEMM_KG, i0 = t * DL_GEMM_MR;
     const dl_gemm_a_t pad = dl_gemm_a_conv(0);
+    if (i0 + DL_GEMM_MR <= m && (cs == 1 || rs == 1)) { /* full tile: no bounds tests */
+        const int8_t *a0 = a + i0 * rs;
+        for (int64_t g = 0; g < kfull; g++) {
+            dl_gemm_a_t *d = dst + g * DL_GEMM_MR * DL_GEMM_KG;
+            const int8_t *ag = a0 + g * DL_GEMM_KG * cs;
+            for (int r = 0; r < DL_GEMM_MR; r++)
+                for (int kk = 0; kk < DL_GEMM_KG; kk++)
+                    d[r * DL_GEMM_KG + kk] = dl_gemm_a_conv(ag[r * rs + kk * cs]);
+        }
+        if (kfull < kgn)
+            for (int r = 0; r < DL_GEMM_MR; r++)
+                for (int kk = 0; kk < DL_GEMM_KG; kk++) {
+                    const int64_t kr = kfull * DL_GEMM_KG + kk;
+                    dst[kfull * DL_GEMM_MR * DL_GEMM_KG + r * DL_GEMM_KG + kk] =
+                        kr < k ? dl_gemm_a_conv(a0[r * rs + kr * cs]) : pad;
+                }
+        return;
+    }
     for (int r = 0; r < DL_GEMM_MR; r++) {
         dl_gemm_a_t *d = dst + r * DL_GEMM_KG;
         if (i0 + r >= m) {
@@ -54,13 +76,43 @@ static void gemm_pack_a(int64_t m, int64_t k, const int8_t *a, int64_t rs, int64
     }
 }
 
-/* Packs panel p (columns p * NR ..) of B (k, n), B[kk, j] = b[kk * rs + j * cs], and its colsum. */
+/* Packs panel p (columns p * NR ..) of B (k, n), B[kk, j] = b[kk * rs + j * cs], and its colsum.
+ * Full panels of a row-major B (cs == 1) or of a stored transpose (rs == 1) take loops without
+ * bounds tests that GCC vectorizes; the rest (edge panel, last group) the general loop. */
 static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs, int64_t cs,
                               int64_t p, dl_gemm_b_t *dst, int32_t *colsum) {
-    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG), j0 = p * DL_GEMM_NR;
+    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG), kfull = k / DL_GEMM_KG, j0 = p * DL_GEMM_NR;
     const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
     int32_t cs_[DL_GEMM_NR] = {0};
-    for (int64_t g = 0; g < kgn; g++)
+    int64_t g = 0;
+    if (nv == DL_GEMM_NR && cs == 1) {
+#ifdef DL_GEMM_HAVE_PACK_B_ROWS /* the ISA file's packing of whole groups */
+        dl_gemm_pack_b_rows(kfull, b + j0, rs, dst, cs_);
+        g = kfull;
+#endif
+        for (; g < kfull; g++) {
+            const int8_t *r0 = b + g * DL_GEMM_KG * rs + j0;
+            dl_gemm_b_t *d = dst + g * DL_GEMM_NR * DL_GEMM_KG;
+            for (int j = 0; j < DL_GEMM_NR; j++)
+                for (int kk = 0; kk < DL_GEMM_KG; kk++) {
+                    const int8_t v = r0[kk * rs + j];
+                    d[j * DL_GEMM_KG + kk] = (dl_gemm_b_t)v;
+                    cs_[j] += v;
+                }
+        }
+    } else if (nv == DL_GEMM_NR && rs == 1) {
+        for (; g < kfull; g++) {
+            const int8_t *c0 = b + g * DL_GEMM_KG + j0 * cs;
+            dl_gemm_b_t *d = dst + g * DL_GEMM_NR * DL_GEMM_KG;
+            for (int j = 0; j < DL_GEMM_NR; j++)
+                for (int kk = 0; kk < DL_GEMM_KG; kk++) {
+                    const int8_t v = c0[j * cs + kk];
+                    d[j * DL_GEMM_KG + kk] = (dl_gemm_b_t)v;
+                    cs_[j] += v;
+                }
+        }
+    }
+    for (; g < kgn; g++)
         for (int kk = 0; kk < DL_GEMM_KG; kk++) {
             const int64_t kr = g * DL_GEMM_KG + kk;
             const int8_t *row = kr < k ? b + kr * rs + j0 * cs : NULL;
@@ -187,10 +239,11 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
 }
 
 /* Batched over peers: for p < P, C_p (m, n) = A_p (m, k) @ B_p (k, n), each an exact int32 sum,
- * stored as int32 or dequantized with per-peer scales (see dl_gemm_s8_batch_t). Every B_p (and
- * every A_p, once when A is shared: a_ps == 0) is packed inside the call; then the (peer, row
- * block, column block) tasks are split statically between threads. Operands may be strided views
- * (row stride, peer stride) or stored transposes; C must not overlap A, B, scales or bias. */
+ * stored as int32 or dequantized with per-peer scales (see dl_gemm_s8_batch_t). Every B_p and
+ * A_p (once when shared by every peer: peer stride 0) is packed inside the call; then the
+ * (peer, row block, column block) tasks are split statically between threads. Operands may be
+ * strided views (row stride, peer stride) or stored transposes; C must not overlap A, B, scales or
+ * bias. */
 int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_threads) {
     if (bt == NULL || n_threads < 1 || bt->p < 0 || bt->m < 0 || bt->k < 0 || bt->n < 0 ||
         bt->k > DL_GEMM_S8_MAX_K || (bt->c == NULL) == (bt->c_f32 == NULL) || bt->a_ps < 0 ||
@@ -205,16 +258,17 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG), n_pad = np * DL_GEMM_NR;
     const int64_t a_tile = kgn * DL_GEMM_MR * DL_GEMM_KG, b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
     const int64_t pa = bt->a_ps == 0 ? 1 : P; /* distinct A matrices */
+    const int64_t pb = bt->b_ps == 0 ? 1 : P; /* distinct B matrices (a shared B is packed once) */
     /* element strides of A[i, kk] and B[kk, j] for plain or stored-transposed operands */
     const int64_t a_rs = bt->a_trans ? 1 : bt->a_rs, a_cs = bt->a_trans ? bt->a_rs : 1;
     const int64_t b_rs = bt->b_trans ? 1 : bt->b_rs, b_cs = bt->b_trans ? bt->b_rs : 1;
     size_t a_bytes = (size_t)(pa * mt * a_tile) * sizeof(dl_gemm_a_t);
-    size_t b_bytes = (size_t)(P * np * b_panel) * sizeof(dl_gemm_b_t);
+    size_t b_bytes = (size_t)(pb * np * b_panel) * sizeof(dl_gemm_b_t);
     a_bytes = (a_bytes + 63) / 64 * 64 + 64;
     b_bytes = (b_bytes + 63) / 64 * 64 + 64;
     dl_gemm_a_t *ap = aligned_alloc(64, a_bytes);
     dl_gemm_b_t *bp = aligned_alloc(64, b_bytes);
-    int32_t *colsum = malloc((size_t)(P * n_pad) * sizeof(int32_t));
+    int32_t *colsum = malloc((size_t)(pb * n_pad) * sizeof(int32_t));
     float *sc = NULL, *bias = NULL; /* (P, n_pad) each: a_scale[p] * b_scale[p][j], bias[p][j] */
     if (bt->c_f32 != NULL) {
         sc = malloc((size_t)(2 * P * n_pad) * sizeof(float));
@@ -252,7 +306,7 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t it = 0; it < P * np; it++) {
+        for (int64_t it = 0; it < pb * np; it++) {
             const int64_t p = it / np, q = it % np;
             gemm_pack_b_panel(k, n, bt->b + p * bt->b_ps, b_rs, b_cs, q,
                               bp + (p * np + q) * b_panel, colsum + p * n_pad);
@@ -281,10 +335,11 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
             for (int64_t q = p0; q < p1; q++) {
                 const int64_t j0 = q * DL_GEMM_NR;
                 const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
-                const dl_gemm_b_t *bq = bp + (p * np + q) * b_panel;
+                const int64_t pq = bt->b_ps == 0 ? 0 : p;
+                const dl_gemm_b_t *bq = bp + (pq * np + q) * b_panel;
                 for (int64_t t = t0; t < t1; t++) {
                     const int64_t i0 = t * DL_GEMM_MR;
-                    dl_gemm_ukernel(kgn, apk + t * a_tile, bq, colsum + p * n_pad + j0, tile);
+                    dl_gemm_ukernel(kgn, apk + t * a_tile, bq, colsum + pq * n_pad + j0, tile);
                     gemm_store(tile, i0, (int)dl_min_i64(DL_GEMM_MR, m - i0), j0, nv, bt->c_rs, &o,
                                sc != NULL ? sc + p * n_pad : NULL,
                                bias != NULL ? bias + p * n_pad : NULL);
@@ -298,3 +353,221 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
     free(sc);
     return DL_OK;
 }
+
+/* ---- fused int8 dense layer (see dl_gemm_s8_dense_t) -------------------------------------- */
+
+/* One thread's packing buffers, sized for the largest of a layer's three products. */
+typedef struct {
+    dl_gemm_a_t *ap;
+    dl_gemm_b_t *bp;
+    int32_t *colsum;
+    int8_t *dyq;
+} DL_CAT(gemm_dense_buf, DL_SUFFIX);
+#define gemm_dense_buf_t DL_CAT(gemm_dense_buf, DL_SUFFIX)
+
+static size_t gemm_dense_a_elems(int64_t m, int64_t k) {
+    return (size_t)(dl_cdiv_i64(m, DL_GEMM_MR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_MR *
+                    DL_GEMM_KG);
+}
+static size_t gemm_dense_b_elems(int64_t k, int64_t n) {
+    return (size_t)(dl_cdiv_i64(n, DL_GEMM_NR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_NR *
+                    DL_GEMM_KG);
+}
+static size_t gemm_max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+static int gemm_dense_buf_init(gemm_dense_buf_t *wb, int64_t B, int64_t I, int64_t O, int bwd) {
+    size_t na = gemm_dense_a_elems(B, I), nb = gemm_dense_b_elems(I, O);
+    if (bwd) {
+        na = gemm_max_sz(gemm_dense_a_elems(I, B), gemm_dense_a_elems(B, O));
+        nb = gemm_max_sz(gemm_dense_b_elems(B, O), gemm_dense_b_elems(O, I));
+    }
+    const size_t nc = (size_t)(dl_cdiv_i64(dl_max_i64(I, O), DL_GEMM_NR) * DL_GEMM_NR);
+    wb->ap = aligned_alloc(64, (na * sizeof(dl_gemm_a_t) + 63) / 64 * 64 + 64);
+    wb->bp = aligned_alloc(64, (nb * sizeof(dl_gemm_b_t) + 63) / 64 * 64 + 64);
+    wb->colsum = malloc((nc + 1) * sizeof(int32_t));
+    wb->dyq = bwd ? malloc((size_t)(B * O) + 1) : NULL;
+    return wb->ap != NULL && wb->bp != NULL && wb->colsum != NULL && (!bwd || wb->dyq != NULL);
+}
+static void gemm_dense_buf_free(gemm_dense_buf_t *wb) {
+    free(wb->ap);
+    free(wb->bp);
+    free(wb->colsum);
+    free(wb->dyq);
+}
+
+/* c (m, n; row stride c_rs) = epilogue(float(A B) * s + bias) for
+ * A[i, kk] = a[i * a_rs + kk * a_cs], B[kk, j] = b[kk * b_rs + j * b_cs]; bias NULL adds 0;
+ * relu as np.maximum(v, 0); mask (row stride m_rs) multiplies by (mask > 0 ? 1 : 0). The same
+ * store arithmetic as gemm_store, so results match the batched kernel's bit for bit. */
+static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int64_t a_rs,
+                          int64_t a_cs, const int8_t *b, int64_t b_rs, int64_t b_cs, float s,
+                          const float *bias, int relu, const float *mask, int64_t m_rs, float *c,
+                          int64_t c_rs, gemm_dense_buf_t *wb) {
+    if (m == 0 || n == 0) return;
+    const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
+    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
+    const int64_t a_tile = kgn * DL_GEMM_MR * DL_GEMM_KG, b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    for (int64_t t = 0; t < mt; t++) gemm_pack_a(m, k, a, a_rs, a_cs, t, wb->ap + t * a_tile);
+    for (int64_t q = 0; q < np; q++)
+        gemm_pack_b_panel(k, n, b, b_rs, b_cs, q, wb->bp + q * b_panel, wb->colsum);
+    int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+    for (int64_t q = 0; q < np; q++) {
+        const int64_t j0 = q * DL_GEMM_NR;
+        const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
+        float bv[DL_GEMM_NR];
+        for (int j = 0; j < DL_GEMM_NR; j++) bv[j] = (bias != NULL && j < nv) ? bias[j0 + j] : 0.0f;
+        for (int64_t t = 0; t < mt; t++) {
+            const int64_t i0 = t * DL_GEMM_MR;
+            const int mv = (int)dl_min_i64(DL_GEMM_MR, m - i0);
+            dl_gemm_ukernel(kgn, wb->ap + t * a_tile, wb->bp + q * b_panel, wb->colsum + j0, tile);
+            for (int r = 0; r < mv; r++) { /* whole rows of the tile: loops GCC vectorizes */
+                float v[DL_GEMM_NR], mk[DL_GEMM_NR];
+                const int32_t *tr = tile + r * DL_GEMM_NR;
+                for (int j = 0; j < DL_GEMM_NR; j++) v[j] = (float)tr[j] * s + bv[j];
+                if (mask != NULL) {
+                    const float *mr = mask + (i0 + r) * m_rs + j0;
+                    if (nv == DL_GEMM_NR) {
+                        memcpy(mk, mr, sizeof mk);
+                    } else {
+                        memset(mk, 0, sizeof mk);
+                        memcpy(mk, mr, (size_t)nv * sizeof(float));
+                    }
+                    uint32_t one[DL_GEMM_NR]; /* bits of 1.0f or 0.0f: a select, not a branch */
+                    for (int j = 0; j < DL_GEMM_NR; j++)
+                        one[j] = 0x3f800000u & (0u - (uint32_t)(mk[j] > 0.0f));
+                    memcpy(mk, one, sizeof mk);
+                    for (int j = 0; j < DL_GEMM_NR; j++) v[j] *= mk[j];
+                } else if (relu) { /* !(v <= 0): v > 0 or NaN, as np.maximum(v, 0); branch-free */
+                    for (int j = 0; j < DL_GEMM_NR; j++) v[j] = !(v[j] <= 0.0f) ? v[j] : 0.0f;
+                }
+                if (nv == DL_GEMM_NR)
+                    memcpy(c + (i0 + r) * c_rs + j0, v, sizeof v);
+                else
+                    memcpy(c + (i0 + r) * c_rs + j0, v, (size_t)nv * sizeof(float));
+            }
+        }
+    }
+}
+
+/* Threads for P peers of `macs` multiply-adds in all: one for small layers. */
+static int gemm_dense_threads(int n_threads, int64_t P, double macs) {
+    if (macs < (double)(1 << 18)) return 1;
+    return (int)dl_min_i64(n_threads, P);
+}
+
+static int gemm_dense_check(const dl_gemm_s8_dense_t *d, int n_threads) {
+    return d != NULL && n_threads >= 1 && d->n_peers >= 0 && d->batch >= 0 && d->n_in >= 0 &&
+           d->n_out >= 0 && d->n_in <= DL_GEMM_S8_MAX_K && d->n_out <= DL_GEMM_S8_MAX_K &&
+           d->batch <= DL_GEMM_S8_MAX_K;
+}
+
+/* Forward of the fused int8 dense layer; peers split statically between threads, each peer's
+ * quantization, packing and product done by one thread (results independent of the count). */
+int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int n_threads) {
+    if (!gemm_dense_check(d, n_threads) || d->x_ps < 0 || d->w_ps < 0 || d->y_rs < d->n_out ||
+        d->x_rs < d->n_in)
+        return DL_E_ARG;
+    const int64_t P = d->n_peers, B = d->batch, I = d->n_in, O = d->n_out;
+    if (P == 0) return DL_OK;
+    const int shared = d->x_ps == 0;
+    int status = DL_OK;
+    if (shared) { /* x quantized once for every peer */
+        status = dl_gemm_quantize_tensor_s8(B, I, d->x, d->x_rs, 0, 0, d->xq, d->sx);
+        if (status != DL_OK) return status;
+    }
+    const int nt = gemm_dense_threads(n_threads, P, (double)P * B * I * O);
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        gemm_dense_buf_t wb;
+        if (!gemm_dense_buf_init(&wb, B, I, O, 0)) {
+            status = DL_E_NOMEM;
+        } else {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++) {
+                const int8_t *xq = d->xq + (shared ? 0 : p * B * I);
+                const float sx = shared ? d->sx[0] : 0.0f;
+                float sxp = sx;
+                int s = DL_OK;
+                if (!shared)
+                    s = dl_gemm_quantize_tensor_s8(B, I, d->x + p * d->x_ps, d->x_rs, 0, 0,
+                                                   d->xq + p * B * I, &d->sx[p]);
+                if (s == DL_OK) {
+                    if (!shared) sxp = d->sx[p];
+                    s = dl_gemm_quantize_tensor_s8(1, I * O, d->w + p * d->w_ps, I * O, 0, 0,
+                                                   d->wq + p * I * O, &d->sw[p]);
+                }
+                if (s == DL_OK)
+                    gemm_dense_mm(B, I, O, xq, I, 1, d->wq + p * I * O, O, 1, sxp * d->sw[p],
+                                  d->bias != NULL ? d->bias + p * d->b_ps : NULL, d->relu, NULL, 0,
+                                  d->y + p * d->y_ps, d->y_rs, &wb);
+                if (s < status) status = s;
+            }
+        }
+        gemm_dense_buf_free(&wb);
+    }
+    return status;
+}
+
+/* Backward of the fused int8 dense layer (see dl_gemm_s8_dense_t); peers split as the forward. */
+int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int n_threads) {
+    if (!gemm_dense_check(d, n_threads) || d->xq_ps < 0 || d->dy_rs < d->n_out ||
+        (d->dx != NULL && d->dx_rs < d->n_in))
+        return DL_E_ARG;
+    const int64_t P = d->n_peers, B = d->batch, I = d->n_in, O = d->n_out;
+    if (P == 0) return DL_OK;
+    const int nt = gemm_dense_threads(n_threads, P, (double)P * B * I * O * (d->dx ? 2 : 1));
+    int status = DL_OK;
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        gemm_dense_buf_t wb;
+        if (!gemm_dense_buf_init(&wb, B, I, O, 1)) {
+            status = DL_E_NOMEM;
+        } else {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++) {
+                const float *dy = d->dy + p * d->dy_ps;
+                float *gb = d->gb + p * d->gb_ps;
+                if (B == 0) { /* db = sum over the batch, in batch order */
+                    for (int64_t o = 0; o < O; o++) gb[o] = 0.0f;
+                } else {
+                    for (int64_t o = 0; o < O; o++) gb[o] = dy[o];
+                    for (int64_t b = 1; b < B; b++)
+                        for (int64_t o = 0; o < O; o++) gb[o] += dy[b * d->dy_rs + o];
+                }
+                float sdy = 1.0f;
+                const uint64_t key = dl_rng_key(d->seed, d->step, (uint64_t)(d->peer0 + p));
+                int s = dl_gemm_quantize_tensor_s8(B, O, dy, d->dy_rs, 1, key, wb.dyq, &sdy);
+                if (s == DL_OK) {
+                    const int8_t *xq = d->xq + p * d->xq_ps;
+                    const float sx = d->sx[d->xq_ps == 0 ? 0 : p];
+                    /* dW (I x O) = Xq^T (I x B) dYq (B x O) */
+                    gemm_dense_mm(I, B, O, xq, 1, I, wb.dyq, O, 1, sx * sdy, NULL, 0, NULL, 0,
+                                  d->gw + p * d->gw_ps, O, &wb);
+                    if (d->dx != NULL) /* dX (B x I) = dYq (B x O) Wq^T (O x I), masked */
+                        gemm_dense_mm(B, O, I, wb.dyq, O, 1, d->wq + p * I * O, 1, O,
+                                      sdy * d->sw[p], NULL, 0,
+                                      d->mask != NULL ? d->mask + p * d->m_ps : NULL, d->m_rs,
+                                      d->dx + p * d->dx_ps, d->dx_rs, &wb);
+                }
+                if (s < status) status = s;
+            }
+        }
+        gemm_dense_buf_free(&wb);
+    }
+    return status;
+}
+#undef gemm_dense_buf_t

@@ -1585,6 +1585,197 @@ static PyObject *py_nn_dense_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* An int8 code array or float32 scale array of the fused int8 dense layer: C-contiguous, writeable
+ * when an output, of exactly the given shape. */
+static int s8_dense_array(PyObject *o, const char *fn, const char *name, int type_num, int ndim,
+                          const npy_intp *shape, int writeable) {
+    if (!PyArray_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a numpy array, got %s", fn, name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyArrayObject *a = (PyArrayObject *)o;
+    if (check_array(a, fn, name, type_num, ndim, writeable) < 0) return -1;
+    for (int d = 0; d < ndim; d++)
+        if (PyArray_DIM(a, d) != shape[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: %s has %zd entries on axis %d, expected %zd", fn,
+                         name, (Py_ssize_t)PyArray_DIM(a, d), d, (Py_ssize_t)shape[d]);
+            return -1;
+        }
+    return 0;
+}
+
+/* No two of n arrays (None skipped) may share bytes; names for the message. */
+static int s8_dense_disjoint(const char *fn, int n, PyObject **arrs, const char **names) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            if (arrs[i] == Py_None || arrs[j] == Py_None) continue;
+            if (!nn_rows_disjoint((PyArrayObject *)arrs[i], (PyArrayObject *)arrs[j])) {
+                PyErr_Format(PyExc_ValueError, "%s: %s must not overlap %s", fn, names[i],
+                             names[j]);
+                return -1;
+            }
+        }
+    return 0;
+}
+
+/* Empty batches have no stride to check (NumPy gives them stride 0). */
+static int s8_dense_unit(PyObject *o) {
+    return !PyArray_Check(o) || PyArray_SIZE((PyArrayObject *)o) > 0;
+}
+
+/* gemm_s8_dense_forward(x, w, bias|None, relu, y, xq, sx, wq, sw, n_threads) -> y: the fused int8
+ * dense layer (dl_gemm_s8_dense_t): x (Px, B, I) float32 with Px 1 (shared) or P, w (P, I, O) with
+ * each peer's matrix contiguous, bias (P, O), y (P, B, O); outputs xq (Px, B, I) int8, sx (Px,),
+ * wq (P, I, O) int8, sw (P,) float32, all C-contiguous. */
+static PyObject *py_gemm_s8_dense_forward(PyObject *self, PyObject *args) {
+    const char *fn = "gemm_s8_dense_forward";
+    PyObject *x, *w, *bias, *y, *xq, *sxo, *wq, *swo;
+    int relu, n_threads, status;
+    int64_t sx[3], sw[3], sbias[2] = {0, 0}, sy[3];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOpOOOOOO&:gemm_s8_dense_forward", &x, &w, &bias, &relu, &y,
+                          &xq, &sxo, &wq, &swo, conv_threads, &n_threads))
+        return NULL;
+    const npy_intp any3[3] = {-1, -1, -1};
+    if (nn_operand(w, fn, "w", 3, any3, s8_dense_unit(w), 0, sw) < 0) return NULL;
+    const npy_intp P = PyArray_DIM((PyArrayObject *)w, 0), NI = PyArray_DIM((PyArrayObject *)w, 1),
+                   NO = PyArray_DIM((PyArrayObject *)w, 2);
+    const npy_intp shape_x[3] = {-1, -1, NI};
+    if (nn_operand(x, fn, "x", 3, shape_x, s8_dense_unit(x), 0, sx) < 0 ||
+        nn_peers(fn, "x", x, P) < 0)
+        return NULL;
+    const npy_intp PX = PyArray_DIM((PyArrayObject *)x, 0), NB = PyArray_DIM((PyArrayObject *)x, 1);
+    const npy_intp shape_y[3] = {P, NB, NO}, shape_b[2] = {P, NO}, shape_xq[3] = {PX, NB, NI},
+                   shape_wq[3] = {P, NI, NO}, shape_sx[1] = {PX}, shape_sw[1] = {P};
+    if (nn_operand(y, fn, "y", 3, shape_y, s8_dense_unit(y), 1, sy) < 0 ||
+        (bias != Py_None &&
+         nn_operand(bias, fn, "bias", 2, shape_b, s8_dense_unit(bias), 0, sbias) < 0) ||
+        s8_dense_array(xq, fn, "xq", NPY_INT8, 3, shape_xq, 1) < 0 ||
+        s8_dense_array(sxo, fn, "sx", NPY_FLOAT32, 1, shape_sx, 1) < 0 ||
+        s8_dense_array(wq, fn, "wq", NPY_INT8, 3, shape_wq, 1) < 0 ||
+        s8_dense_array(swo, fn, "sw", NPY_FLOAT32, 1, shape_sw, 1) < 0 ||
+        check_threads(fn, n_threads) < 0)
+        return NULL;
+    if (NI > 1 && sw[1] != NO) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: w must hold each peer's (I, O) matrix contiguously", fn);
+        return NULL;
+    }
+    if (PX == P && P > 1 && sx[0] == 0) {
+        PyErr_Format(PyExc_ValueError, "%s: x with %zd peers must not have peer stride 0 (pass "
+                     "one shared (1, B, I) x)", fn, (Py_ssize_t)P);
+        return NULL;
+    }
+    PyObject *arrs[9] = {y, xq, sxo, wq, swo, x, w, bias, NULL};
+    const char *names[8] = {"y", "xq", "sx", "wq", "sw", "x", "w", "bias"};
+    for (int o = 0; o < 5; o++) /* outputs against everything after them */
+        for (int i = o + 1; i < 8; i++) {
+            PyObject *pair[2] = {arrs[o], arrs[i]};
+            const char *pn[2] = {names[o], names[i]};
+            if (s8_dense_disjoint(fn, 2, pair, pn) < 0) return NULL;
+        }
+    const dl_gemm_s8_dense_t d = {
+        .n_peers = P, .batch = NB, .n_in = NI, .n_out = NO,
+        .x = (const float *)PyArray_DATA((PyArrayObject *)x), .x_ps = PX == 1 ? 0 : sx[0],
+        .x_rs = NB > 1 ? sx[1] : NI,
+        .w = (const float *)PyArray_DATA((PyArrayObject *)w), .w_ps = sw[0],
+        .bias = bias == Py_None ? NULL : (const float *)PyArray_DATA((PyArrayObject *)bias),
+        .b_ps = sbias[0], .relu = relu,
+        .y = (float *)PyArray_DATA((PyArrayObject *)y), .y_ps = sy[0], .y_rs = NB > 1 ? sy[1] : NO,
+        .xq = (int8_t *)PyArray_DATA((PyArrayObject *)xq),
+        .sx = (float *)PyArray_DATA((PyArrayObject *)sxo),
+        .wq = (int8_t *)PyArray_DATA((PyArrayObject *)wq),
+        .sw = (float *)PyArray_DATA((PyArrayObject *)swo)};
+    Py_BEGIN_ALLOW_THREADS status = dl_dispatch()->gemm_s8_dense_forward(&d, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(y);
+    return y;
+}
+
+/* gemm_s8_dense_backward(dy, xq, sx, wq, sw, mask|None, gw, gb, dx|None, seed, step, peer0,
+ * n_threads) -> None: the fused int8 dense layer's backward (dl_gemm_s8_dense_t) from the codes
+ * of its forward: dy (P, B, O), xq (Px, B, I), sx (Px,), wq (P, I, O), sw (P,), mask and dx
+ * (P, B, I), gw (P, I, O) with each peer's matrix contiguous, gb (P, O). */
+static PyObject *py_gemm_s8_dense_backward(PyObject *self, PyObject *args) {
+    const char *fn = "gemm_s8_dense_backward";
+    PyObject *dy, *xq, *sxo, *wq, *swo, *mask, *gw, *gb, *dx;
+    unsigned long long seed = 0, step = 0;
+    long long peer0 = 0;
+    int n_threads, status;
+    int64_t sdy[3], sm[3] = {0, 0, 0}, sgw[3], sgb[2], sdx[3] = {0, 0, 0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO&O&O&O&:gemm_s8_dense_backward", &dy, &xq, &sxo, &wq,
+                          &swo, &mask, &gw, &gb, &dx, conv_seed, &seed, conv_step, &step,
+                          conv_peer0, &peer0, conv_threads, &n_threads))
+        return NULL;
+    const npy_intp any3[3] = {-1, -1, -1};
+    if (nn_operand(dy, fn, "dy", 3, any3, s8_dense_unit(dy), 0, sdy) < 0) return NULL;
+    const npy_intp P = PyArray_DIM((PyArrayObject *)dy, 0),
+                   NB = PyArray_DIM((PyArrayObject *)dy, 1),
+                   NO = PyArray_DIM((PyArrayObject *)dy, 2);
+    if (!PyArray_Check(wq) || PyArray_NDIM((PyArrayObject *)wq) != 3) {
+        PyErr_Format(PyExc_ValueError, "%s: wq must be a 3-dimensional int8 array (P, I, O)", fn);
+        return NULL;
+    }
+    if (!PyArray_Check(xq) || PyArray_NDIM((PyArrayObject *)xq) != 3) {
+        PyErr_Format(PyExc_ValueError, "%s: xq must be a 3-dimensional int8 array (1 or P, B, I)",
+                     fn);
+        return NULL;
+    }
+    const npy_intp NI = PyArray_DIM((PyArrayObject *)wq, 1),
+                   PX = PyArray_DIM((PyArrayObject *)xq, 0);
+    if (PX != 1 && PX != P) {
+        PyErr_Format(PyExc_ValueError, "%s: xq must have 1 or %zd peers on axis 0, got %zd", fn,
+                     (Py_ssize_t)P, (Py_ssize_t)PX);
+        return NULL;
+    }
+    const npy_intp shape_xq[3] = {PX, NB, NI}, shape_wq[3] = {P, NI, NO}, shape_sx[1] = {PX},
+                   shape_sw[1] = {P}, shape_dx[3] = {P, NB, NI}, shape_gw[3] = {P, NI, NO},
+                   shape_gb[2] = {P, NO};
+    if (s8_dense_array(xq, fn, "xq", NPY_INT8, 3, shape_xq, 0) < 0 ||
+        s8_dense_array(sxo, fn, "sx", NPY_FLOAT32, 1, shape_sx, 0) < 0 ||
+        s8_dense_array(wq, fn, "wq", NPY_INT8, 3, shape_wq, 0) < 0 ||
+        s8_dense_array(swo, fn, "sw", NPY_FLOAT32, 1, shape_sw, 0) < 0 ||
+        (mask != Py_None &&
+         nn_operand(mask, fn, "mask", 3, shape_dx, s8_dense_unit(mask), 0, sm) < 0) ||
+        nn_operand(gw, fn, "gw", 3, shape_gw, s8_dense_unit(gw), 1, sgw) < 0 ||
+        nn_operand(gb, fn, "gb", 2, shape_gb, s8_dense_unit(gb), 1, sgb) < 0 ||
+        (dx != Py_None && nn_operand(dx, fn, "dx", 3, shape_dx, s8_dense_unit(dx), 1, sdx) < 0) ||
+        check_threads(fn, n_threads) < 0 || check_peer_rows(fn, peer0, P) < 0)
+        return NULL;
+    if (NI > 1 && sgw[1] != NO) {
+        PyErr_Format(PyExc_ValueError, "%s: gw must hold each peer's (I, O) matrix contiguously",
+                     fn);
+        return NULL;
+    }
+    PyObject *arrs[9] = {gw, gb, dx, dy, xq, sxo, wq, swo, mask};
+    const char *names[9] = {"gw", "gb", "dx", "dy", "xq", "sx", "wq", "sw", "mask"};
+    for (int o = 0; o < 3; o++)
+        for (int i = o + 1; i < 9; i++) {
+            PyObject *pair[2] = {arrs[o], arrs[i]};
+            const char *pn[2] = {names[o], names[i]};
+            if (s8_dense_disjoint(fn, 2, pair, pn) < 0) return NULL;
+        }
+    const dl_gemm_s8_dense_t d = {
+        .n_peers = P, .batch = NB, .n_in = NI, .n_out = NO,
+        .xq = (int8_t *)PyArray_DATA((PyArrayObject *)xq),
+        .sx = (float *)PyArray_DATA((PyArrayObject *)sxo), .xq_ps = PX == 1 ? 0 : NB * NI,
+        .wq = (int8_t *)PyArray_DATA((PyArrayObject *)wq),
+        .sw = (float *)PyArray_DATA((PyArrayObject *)swo),
+        .dy = (const float *)PyArray_DATA((PyArrayObject *)dy), .dy_ps = sdy[0],
+        .dy_rs = NB > 1 ? sdy[1] : NO, .seed = seed, .step = step, .peer0 = peer0,
+        .gw = (float *)PyArray_DATA((PyArrayObject *)gw), .gw_ps = sgw[0],
+        .gb = (float *)PyArray_DATA((PyArrayObject *)gb), .gb_ps = sgb[0],
+        .dx = dx == Py_None ? NULL : (float *)PyArray_DATA((PyArrayObject *)dx), .dx_ps = sdx[0],
+        .dx_rs = NB > 1 ? sdx[1] : NI,
+        .mask = mask == Py_None ? NULL : (const float *)PyArray_DATA((PyArrayObject *)mask),
+        .m_ps = sm[0], .m_rs = NB > 1 ? sm[1] : NI};
+    Py_BEGIN_ALLOW_THREADS status = dl_dispatch()->gemm_s8_dense_backward(&d, n_threads);
+    Py_END_ALLOW_THREADS if (status != DL_OK) return raise_status(fn, status);
+    Py_RETURN_NONE;
+}
+
 /* sgd_step is a glue_ops[] row: one SGD step in place on params (and buf); all (P, dim)
  * C-contiguous float32, frozen (P,) int64 prefix lengths in [0, dim]; buf needed when
  * momentum != 0. */
@@ -1950,6 +2141,11 @@ static PyMethodDef methods[] = {
      "nn_dense_forward(x, w, bias, relu, y, n_threads) -> y."},
     {"nn_dense_backward", py_nn_dense_backward, METH_VARARGS,
      "nn_dense_backward(x, w, dy, mask, gw, gb, dx, n_threads) -> None."},
+    {"gemm_s8_dense_forward", py_gemm_s8_dense_forward, METH_VARARGS,
+     "gemm_s8_dense_forward(x, w, bias, relu, y, xq, sx, wq, sw, n_threads) -> y."},
+    {"gemm_s8_dense_backward", py_gemm_s8_dense_backward, METH_VARARGS,
+     "gemm_s8_dense_backward(dy, xq, sx, wq, sw, mask, gw, gb, dx, seed, step, peer0, "
+     "n_threads) -> None."},
     /* <<< methods nn */
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},

@@ -2,10 +2,14 @@
 
 A Dense or Conv2d layer in int8 keeps float32 master weights (the optimizer updates the float32
 parameter rows as in fp32 training) and runs its three matrix products on int8 codes with exact
-int32 accumulation (ops.gemm_s8_batched_f32, dequantization fused):
+int32 accumulation. A Dense layer's forward and backward are each one C call over all peers
+(ops.gemm_s8_dense_forward / gemm_s8_dense_backward: per peer, quantization, packing, the exact
+product and dequantization with bias/ReLU/ReLU-mask in the epilogue, peers split between threads);
+Conv2d uses ops.gemm_s8_batched_f32 on its im2col codes:
 
 * forward: y = Q(x) Q(W) + b, activations and weights quantized per peer and tensor with absmax
-  scales (max|.| / 127) and round-to-nearest-even;
+  scales (max|.| / 127) and round-to-nearest-even; the codes of x and W are kept for the
+  backward;
 * backward: dY is quantized per peer with STOCHASTIC rounding (so E[Q(dY)] = dY), then
   dW = Q(x)^T Q(dY) and dX = Q(dY) Q(W)^T. The rounding draws from the counter RNG keyed by
   (seed, step, peer), so a run is reproducible and independent of the thread count, and the
@@ -76,38 +80,36 @@ def quantize_weights(weight: np.ndarray,
 
 
 def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bool,
-                  shared: bool, n_threads: int | None = None) -> tuple[np.ndarray, Any]:
-    """y (P, B, out) = Q(x) Q(W) + b for x (P, B, in) (stride 0 over P when ``shared``), weight
-    (P, in, out), bias (P, out). Returns y and the backward context (None unless ``train``)."""
+                  shared: bool, n_threads: int | None = None,
+                  relu: bool = False) -> tuple[np.ndarray, Any]:
+    """y (P, B, out) = act(Q(x) Q(W) + b) for x (P, B, in) (stride 0 over P or one peer when
+    ``shared``: quantized once), weight (P, in, out), bias (P, out); act the ReLU when ``relu``.
+    One fused C pass per peer (ops.gemm_s8_dense_forward): quantization, packing, the exact int8
+    product and the dequantizing epilogue. Returns y and the backward context (the int8 codes
+    and scales of x and W, None unless ``train``)."""
     check_f32("inputs", x)
     check_f32("parameters", weight)
-    n_peers, batch, n_in = x.shape
-    if shared:  # quantized once, broadcast to every peer by the GEMM (stride 0)
-        xq, sx = quantize_peers(np.ascontiguousarray(x[0]).reshape(1, -1), n_threads=n_threads)
-        xq = xq.reshape(batch, n_in)
-        sx = np.broadcast_to(sx, (n_peers,))
-    else:
-        xq, sx = quantize_peers(np.ascontiguousarray(x).reshape(n_peers, -1), n_threads=n_threads)
-        xq = xq.reshape(n_peers, batch, n_in)
-    wq, sw = quantize_weights(weight, n_threads=n_threads)
-    y = ops.gemm_s8_batched_f32(xq, wq, sx, sw, bias=np.ascontiguousarray(bias),
-                                n_threads=n_threads)
-    return y, ((xq, sx, wq, sw) if train else None)
+    if shared and x.shape[0] != 1:
+        x = x[:1]
+    if x.shape[2] > 1 and x.strides[2] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    y, codes = ops.gemm_s8_dense_forward(x, weight, np.ascontiguousarray(bias), relu,
+                                         n_threads=n_threads)
+    return y, (codes if train else None)
 
 
 def dense_backward(dy: np.ndarray, ctx: Any, g_weight: np.ndarray, g_bias: np.ndarray,
                    need_dx: bool, seed: int, step: int,
-                   n_threads: int | None = None, peer0: int = 0) -> np.ndarray | None:
-    """Writes dW = Q(x)^T Q_s(dY) into g_weight (P, in, out) and db = sum dY into g_bias (P, out);
-    returns dX = Q_s(dY) Q(W)^T (P, B, in) when ``need_dx``. Q_s: stochastic rounding keyed by
-    (seed, step, peer), row r of the batch being peer ``peer0 + r``."""
-    xq, sx, wq, sw = ctx
-    n_peers, batch, n_out = dy.shape
-    np.sum(dy, axis=1, out=g_bias)
-    dyq, sdy = quantize_peers(np.ascontiguousarray(dy, dtype=np.float32).reshape(n_peers, -1),
-                              "stochastic", seed, step, peer0, n_threads=n_threads)
-    dyq = dyq.reshape(n_peers, batch, n_out)
-    ops.gemm_s8_batched_f32(xq, dyq, sx, sdy, out=g_weight, trans_a=True, n_threads=n_threads)
-    if not need_dx:
-        return None
-    return ops.gemm_s8_batched_f32(dyq, wq, sdy, sw, trans_b=True, n_threads=n_threads)
+                   n_threads: int | None = None, peer0: int = 0,
+                   mask: np.ndarray | None = None) -> np.ndarray | None:
+    """Writes dW = Q(x)^T Q_s(dY) into g_weight (P, in, out) and db = sum dY (in batch order) into
+    g_bias (P, out); returns dX = Q_s(dY) Q(W)^T (P, B, in), zeroed where ``mask <= 0`` (the ReLU
+    below, fused), when ``need_dx``. Q_s: stochastic rounding keyed by (seed, step, peer), row r
+    of the batch being peer ``peer0 + r``. One fused C pass per peer (ops.gemm_s8_dense_backward)
+    from the codes the forward kept."""
+    dy = np.ascontiguousarray(dy, dtype=np.float32)
+    n_peers, batch, _ = dy.shape
+    dx = np.empty((n_peers, batch, ctx.xq.shape[2]), np.float32) if need_dx else None
+    ops.gemm_s8_dense_backward(dy, ctx, g_weight, g_bias, dx, mask if need_dx else None,
+                               seed=seed, step=step, peer0=peer0, n_threads=n_threads)
+    return dx

@@ -862,6 +862,67 @@ def gemm_s8_batched_f32(a: np.ndarray, b: np.ndarray, a_scale, b_scale,
     out = _gemm_batch_out(out, (n_peers, m, n), np.float32)
     return _core.gemm_s8_batched(a, b, bool(trans_a), bool(trans_b), a_s, b_s, bias, out,
                                  resolve_threads(n_threads))
+
+
+@dataclass(frozen=True)
+class DenseCodes:
+    """The int8 codes a fused int8 dense forward keeps for its backward: xq (1 or P, B, I) and sx
+    (1 or P,) of the inputs (1: an input shared by every peer), wq (P, I, O) and sw (P,) of the
+    weights; per-peer, per-tensor absmax scales, nearest rounding."""
+
+    xq: np.ndarray
+    sx: np.ndarray
+    wq: np.ndarray
+    sw: np.ndarray
+
+
+def gemm_s8_dense_forward(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
+                          relu: bool = False, out: np.ndarray | None = None,
+                          n_threads: int | None = None) -> tuple[np.ndarray, DenseCodes]:
+    """int8 dense layer forward in one C pass per peer: quantizes x[p] and w[p] (per tensor, absmax
+    scale, nearest even), multiplies the codes exactly and dequantizes in the epilogue:
+    ``y[p] = act(float32(xq[p] @ wq[p]) * (sx[p] * sw[p]) + bias[p])``, act the ReLU of
+    ``np.maximum(v, 0)`` when ``relu``. x (P or 1, B, I) float32 (1: shared, quantized once), w
+    (P, I, O) with each peer's matrix contiguous (rows of the parameter matrix are), bias (P, O) or
+    None. Peers are split between threads; the result does not depend on their count. Returns y
+    (P, B, O) and the codes for :func:`gemm_s8_dense_backward`. NumPy reference:
+    decentlearn._reference.gemm.gemm_s8_dense_forward."""
+    x = _f32_operand("x", x, 3)
+    w = _f32_operand("w", w, 3)
+    if bias is not None:
+        bias = _f32_operand("bias", bias, 2)
+    n_peers, n_in, n_out = w.shape
+    if x.shape[0] == n_peers and n_peers > 1 and x.strides[0] == 0:
+        x = x[:1]  # a stride-0 broadcast is one shared input
+    px, batch = x.shape[0], x.shape[1]
+    if out is None:
+        out = np.empty((n_peers, batch, n_out), dtype=np.float32)
+    codes = DenseCodes(np.empty((px, batch, n_in), np.int8), np.empty(px, np.float32),
+                       np.empty((n_peers, n_in, n_out), np.int8), np.empty(n_peers, np.float32))
+    _core.gemm_s8_dense_forward(x, w, bias, bool(relu), out, codes.xq, codes.sx, codes.wq,
+                                codes.sw, resolve_threads(n_threads))
+    return out, codes
+
+
+def gemm_s8_dense_backward(dy: np.ndarray, codes: DenseCodes, gw: np.ndarray, gb: np.ndarray,
+                           dx: np.ndarray | None = None, mask: np.ndarray | None = None,
+                           seed: int = 0, step: int = 0, peer0: int = 0,
+                           n_threads: int | None = None) -> None:
+    """Backward of :func:`gemm_s8_dense_forward` from its codes, in one C pass per peer:
+    ``gb[p] = sum_b dy[p]`` (in batch order), dyq = stochastic codes of dy[p] (per tensor, scale
+    sdy, counter RNG keyed by (seed, step, peer0 + p) at index b * O + o),
+    ``gw[p] = float32(xq[p]^T @ dyq) * (sx[p] * sdy) + 0`` and, when dx is given,
+    ``dx[p] = (float32(dyq @ wq[p]^T) * (sdy * sw[p]) + 0) * (mask[p] > 0)`` (mask None: no
+    factor). dy (P, B, O), dx and mask (P, B, I), gw (P, I, O) with each peer's matrix contiguous,
+    gb (P, O): float32 views with contiguous rows. NumPy reference:
+    decentlearn._reference.gemm.gemm_s8_dense_backward."""
+    if not isinstance(codes, DenseCodes):
+        raise TypeError(f"codes must be the DenseCodes of gemm_s8_dense_forward, got "
+                        f"{type(codes).__name__}")
+    dy = _f32_operand("dy", dy, 3)
+    seed, step, peer0 = _check_seed(seed, step, peer0)
+    _core.gemm_s8_dense_backward(dy, codes.xq, codes.sx, codes.wq, codes.sw, mask, gw, gb, dx,
+                                 seed, step, peer0, resolve_threads(n_threads))
 # <<< ops gemm
 
 

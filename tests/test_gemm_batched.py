@@ -34,6 +34,16 @@ def test_batched_exact(isa, shape):
     np.testing.assert_array_equal(ops.gemm_s8_batched(a, bt, trans_b=True), want)
     # a shared by every peer
     np.testing.assert_array_equal(ops.gemm_s8_batched(a[0], b), ref.gemm_s8_batched(a[0], b))
+    # b shared by every peer (a stride-0 broadcast: packed once), plain and stored transposed
+    p = a.shape[0]
+    bs = np.broadcast_to(b[0], b.shape)
+    bst = np.broadcast_to(bt[0], bt.shape)
+    want_s = ref.gemm_s8_batched(a, bs)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(ops.gemm_s8_batched(a, bs, n_threads=threads), want_s)
+        np.testing.assert_array_equal(
+            ops.gemm_s8_batched(a, bst, trans_b=True, n_threads=threads), want_s)
+    assert want_s.shape[0] == p
     np.testing.assert_array_equal(a, a0)
     np.testing.assert_array_equal(b, b0)
 

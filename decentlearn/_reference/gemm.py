@@ -121,3 +121,60 @@ def gemm_s8_batched_f32(a, b, a_scale, b_scale, out=None, n_threads=None, *, bia
     if bias is not None:
         y = y + np.asarray(bias, np.float32)[:, None, :]
     return y.astype(np.float32)
+
+
+def _dense_codes():
+    from decentlearn.ops import DenseCodes  # the container type only; no kernel is called
+    return DenseCodes
+
+
+def gemm_s8_dense_forward(x, w, bias=None, relu=False, out=None, n_threads=None):
+    """(y, DenseCodes): per-peer, per-tensor absmax scales and nearest codes of x and w (an x with 1
+    peer or peer stride 0 quantized once), y = float32(xq @ wq) * float32(sx * sw) + bias (+ 0
+    without a bias), then np.maximum(y, 0) when relu. The C epilogue may fuse the multiply-add:
+    compare y with a tolerance of one rounding when a bias is given; the codes are bit-identical."""
+    x = np.asarray(x, dtype=np.float32)
+    w = np.asarray(w, dtype=np.float32)
+    n_peers = w.shape[0]
+    if x.shape[0] == n_peers and n_peers > 1 and x.strides[0] == 0:
+        x = x[:1]
+    xf = np.ascontiguousarray(x).reshape(x.shape[0], -1)
+    wf = np.ascontiguousarray(w).reshape(n_peers, -1)
+    sx = absmax_scale(xf, axis=0)
+    sw = absmax_scale(wf, axis=0)
+    xq = quantize_s8(xf, sx, axis=0).reshape(x.shape)
+    wq = quantize_s8(wf, sw, axis=0).reshape(w.shape)
+    zero = np.zeros((n_peers, w.shape[2]), np.float32)
+    y = gemm_s8_batched_f32(xq, wq, sx, sw, bias=zero if bias is None else bias)
+    if relu:
+        y = np.maximum(y, np.float32(0))
+    if out is not None:
+        out[...] = y
+        y = out
+    return y, _dense_codes()(xq, sx, wq, sw)
+
+
+def gemm_s8_dense_backward(dy, codes, gw, gb, dx=None, mask=None, seed=0, step=0, peer0=0,
+                           n_threads=None) -> None:
+    """gb = sum over the batch in batch order (float32); dyq = stochastic codes of dy per peer and
+    tensor (keyed by (seed, step, peer0 + p)); gw = float32(xq^T dyq) * float32(sx * sdy) + 0;
+    dx = (float32(dyq wq^T) * float32(sdy * sw) + 0) * (mask > 0). Bit-identical to the kernel."""
+    dy = np.asarray(dy, dtype=np.float32)
+    n_peers, batch, n_out = dy.shape
+    acc = np.zeros((n_peers, n_out), np.float32)
+    if batch:
+        acc = dy[:, 0].copy()
+        for b in range(1, batch):
+            acc += dy[:, b]
+    gb[...] = acc
+    dyf = np.ascontiguousarray(dy).reshape(n_peers, -1)
+    sdy = absmax_scale(dyf, axis=0)
+    dyq = quantize_s8(dyf, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
+                      peer0=peer0).reshape(dy.shape)
+    sx = np.broadcast_to(codes.sx, (n_peers,))
+    gw[...] = gemm_s8_batched_f32(codes.xq, dyq, sx, sdy, trans_a=True) + np.float32(0)
+    if dx is not None:
+        d = gemm_s8_batched_f32(dyq, codes.wq, sdy, codes.sw, trans_b=True) + np.float32(0)
+        if mask is not None:
+            d = d * (np.asarray(mask) > 0)
+        dx[...] = d

@@ -204,11 +204,8 @@ class Dense(Layer):
         ReLU's)."""
         weight, bias = w
         if self.precision == "int8":
-            y, ctx = lowp.dense_forward(x, weight, bias, train, _is_shared(x),
-                                        n_threads=_threads(scratch))
-            if relu:
-                np.maximum(y, 0, out=y)
-            return y, ctx
+            return lowp.dense_forward(x, weight, bias, train, _is_shared(x),
+                                      n_threads=_threads(scratch), relu=relu)
         if weight.dtype == np.float32 and x.dtype == np.float32:
             # One C call: every peer's gemm, bias and ReLU, peers split over threads.
             y = ops.dense_forward(x, weight, bias, relu, n_threads=_threads(scratch))
@@ -227,10 +224,11 @@ class Dense(Layer):
         mask <= 0)."""
         weight, _ = w
         g_weight, g_bias = g
-        if self.precision == "int8":
-            dx = lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
-                                     n_threads=_threads(scratch), peer0=scratch.peer0)
-        elif weight.dtype == np.float32 and dy.dtype == np.float32:
+        if self.precision == "int8":  # the ReLU mask is fused
+            return lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
+                                       n_threads=_threads(scratch), peer0=scratch.peer0,
+                                       mask=mask)
+        if weight.dtype == np.float32 and dy.dtype == np.float32:
             dx = np.empty(dy.shape[:2] + (self.in_features,), np.float32) if need_dx else None
             ops.dense_backward(ctx, weight, np.ascontiguousarray(dy), g_weight, g_bias, dx, mask,
                                n_threads=_threads(scratch))
