@@ -132,6 +132,25 @@ DL_NN_DEFINE_PUT(nn_put, dl_nn_vf, dl_nn_vi)
 typedef float dl_nn_v4 __attribute__((vector_size(16)));
 typedef int32_t dl_nn_v4i __attribute__((vector_size(16)));
 DL_NN_DEFINE_PUT(nn_put4, dl_nn_v4, dl_nn_v4i)
+typedef float dl_nn_v2 __attribute__((vector_size(8)));
+static inline dl_nn_v4 nn_ld2(const float *p) {
+    dl_nn_v2 t;
+    memcpy(&t, p, sizeof t);
+    return __builtin_shufflevector(t, (dl_nn_v2){0}, 0, 1, 2, 3);
+}
+/* nn_put4 for the first two lanes only (the same operations on those lanes). */
+DL_NN_INLINE void nn_put2(float *crow, dl_nn_v4 v, int64_t j, const nn_epi_t *e, int acc, int last,
+                          const float *mrow) {
+    const dl_nn_v4 zero = {0};
+    if (acc) v = nn_ld2(crow + j) + v;
+    if (last) {
+        if (e->bias) v += nn_ld2(e->bias + j);
+        if (e->relu) v = (dl_nn_v4)((dl_nn_v4i)v & ~(dl_nn_v4i)(v <= zero));
+        if (mrow) v = (dl_nn_v4)((dl_nn_v4i)v & (dl_nn_v4i)(nn_ld2(mrow + j) > zero));
+    }
+    const dl_nn_v2 lo = __builtin_shufflevector(v, v, 0, 1);
+    memcpy(crow + j, &lo, sizeof lo);
+}
 /* A narrow panel of 12 columns (one 8-lane and one 4-lane vector per row) for the last < 13
  * columns: N = 10 outputs waste 2 of 12 lanes instead of 6 of 16, and a 4-lane FMA is half the
  * work of an 8-lane one on CPUs with 128-bit FMA units (Zen 1). */
@@ -284,6 +303,13 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
             DL_NN_PUT_ROW(3, nn_put4, c31, j + 8)
             DL_NN_PUT_ROW(4, nn_put4, c41, j + 8)
             DL_NN_PUT_ROW(5, nn_put4, c51, j + 8)
+        } else if (n == 10) { /* N = 10 classes: two lanes, through 64-bit loads and stores */
+            DL_NN_PUT_ROW(0, nn_put2, c01, j + 8)
+            DL_NN_PUT_ROW(1, nn_put2, c11, j + 8)
+            DL_NN_PUT_ROW(2, nn_put2, c21, j + 8)
+            DL_NN_PUT_ROW(3, nn_put2, c31, j + 8)
+            DL_NN_PUT_ROW(4, nn_put2, c41, j + 8)
+            DL_NN_PUT_ROW(5, nn_put2, c51, j + 8)
         } else if (n > 8) {
             nn_put4_tail(mr, c, ldc, j + 8, n - 8, e, acc, last, mask, c01, c11, c21, c31, c41,
                          c51);
