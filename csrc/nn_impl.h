@@ -2,9 +2,11 @@
  *
  * Included by nn.c (portable flags, 4-lane vectors) and nn_avx2.c (-mavx2 -mfma, 8 lanes); each
  * defines DL_SUFFIX first. One register-blocked GEMM, C = A B with any element strides for A and B
- * (so A^T and B^T need no copies), packs A in MR-row and B in NR-column panels (KC x NC blocks) and
- * runs an MR x NR microkernel of 2 * MR vector accumulators; an epilogue applied while the tile is
- * stored adds a bias, applies ReLU or a ReLU mask, or accumulates into C. On top of it:
+ * (so A^T and B^T need no copies): B is packed once per KC x NC block into NR-column panels (the
+ * last one 12 columns wide on AVX2 when it fits: N = 10 logits) and reused by every row block; A
+ * is read in place; an MR x NR microkernel keeps 2 * MR vector accumulators in registers and
+ * applies the epilogue (accumulate into C, bias, ReLU or a ReLU mask) on its way straight into C,
+ * edge columns through one out-of-line call per tile. On top of it:
  * - dl_nn_gemm_f32: C_p (+)= A_p B_p for P peers (convolutions);
  * - dl_nn_dense_forward_f32: Y_p = act(X_p W_p + b_p);
  * - dl_nn_dense_backward_f32: db_p = sum_b dY_p, dW_p = X_p^T dY_p, dX_p = (dY_p W_p^T) * [M_p > 0].
