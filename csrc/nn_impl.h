@@ -2,9 +2,11 @@
  *
  * Included by nn.c (portable flags, 4-lane vectors) and nn_avx2.c (-mavx2 -mfma, 8 lanes); each
  * defines DL_SUFFIX first. One register-blocked GEMM, C = A B with any element strides for A and B
- * (so A^T and B^T need no copies), packs A in MR-row and B in NR-column panels (KC x NC blocks) and
- * runs an MR x NR microkernel of 2 * MR vector accumulators; an epilogue applied while the tile is
- * stored adds a bias, applies ReLU or a ReLU mask, or accumulates into C. On top of it:
+ * (so A^T and B^T need no copies): B is packed once per KC x NC block into NR-column panels (the
+ * last one 12 columns wide on AVX2 when it fits: N = 10 logits) and reused by every row block; A
+ * is read in place; an MR x NR microkernel keeps 2 * MR vector accumulators in registers and
+ * applies the epilogue (accumulate into C, bias, ReLU or a ReLU mask) on its way straight into C,
+ * edge columns through one out-of-line call per tile. On top of it:
  * - dl_nn_gemm_f32: C_p (+)= A_p B_p for P peers (convolutions);
  * - dl_nn_dense_forward_f32: Y_p = act(X_p W_p + b_p);
  * - dl_nn_dense_backward_f32: db_p = sum_b dY_p, dW_p = X_p^T dY_p, dX_p = (dY_p W_p^T) * [M_p > 0].
@@ -68,222 +70,344 @@ typedef struct {
     int64_t mask_rs;
 } nn_epi_t;
 
-/* A panel of MR rows x kc of A (strides rs, cs) into ap[k * MR + r]; rows past m are zero. */
-static void nn_pack_a(int64_t m, int64_t kc, const float *a, int64_t rs, int64_t cs, float *ap) {
-    if (cs == 1 && m == DL_NN_MR) {
-        for (int64_t k = 0; k < kc; k++)
-            for (int r = 0; r < DL_NN_MR; r++) ap[k * DL_NN_MR + r] = a[r * rs + k];
-        return;
-    }
-    for (int64_t k = 0; k < kc; k++) {
-        int r = 0;
-        for (; r < m; r++) ap[k * DL_NN_MR + r] = a[r * rs + k * cs];
-        for (; r < DL_NN_MR; r++) ap[k * DL_NN_MR + r] = 0.0f;
-    }
-}
+#define DL_NN_INLINE static inline __attribute__((always_inline))
 
-/* kc x nc of B (strides rs, cs) into panels of NR columns, bp[panel][k * NR + c]; zero-padded. */
+/* The epilogue of one vector of accumulators v headed for C: acc: add the old C; last (the final
+ * k block): add the bias, apply ReLU, zero where the mask is <= 0. Both vector widths (the ISA's
+ * and 4 lanes) get one, and an edge version (NAME_tail) doing the same per element. */
+#define DL_NN_DEFINE_PUT(NAME, VT, VI)                                                            \
+    DL_NN_INLINE void NAME##_full(float *c, VT v, const float *bias, const float *mrow, int relu, \
+                                  int acc, int last) {                                            \
+        const VT zero = {0};                                                                      \
+        VT t;                                                                                     \
+        if (acc) {                                                                                \
+            memcpy(&t, c, sizeof t);                                                              \
+            v = t + v;                                                                            \
+        }                                                                                         \
+        if (last) {                                                                               \
+            if (bias) {                                                                           \
+                memcpy(&t, bias, sizeof t);                                                       \
+                v += t;                                                                           \
+            }                                                                                     \
+            if (relu) v = (VT)((VI)v & ~(VI)(v <= zero));                                         \
+            if (mrow) {                                                                           \
+                memcpy(&t, mrow, sizeof t);                                                       \
+                v = (VT)((VI)v & (VI)(t > zero));                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        memcpy(c, &v, sizeof v);                                                                  \
+    }                                                                                             \
+    DL_NN_INLINE void NAME(float *crow, VT v, int64_t j, const nn_epi_t *e, int acc, int last,   \
+                           const float *mrow) {                                                   \
+        NAME##_full(crow + j, v, e->bias ? e->bias + j : NULL, mrow ? mrow + j : NULL, e->relu,   \
+                    acc, last);                                                                   \
+    }                                                                                             \
+    /* The edge: the first n (< lanes) lanes of one vector per row for mr rows, element by      \
+     * element with the same operations; out of line (inlined, it makes GCC spill the           \
+     * microkernel's accumulators), one call per tile, the vectors passed in registers. */      \
+    static __attribute__((noinline)) void NAME##_tail(                                            \
+        int mr, float *c, int64_t ldc, int64_t j, int n, const nn_epi_t *e, int acc, int last,    \
+        const float *mask, VT v0, VT v1, VT v2, VT v3, VT v4, VT v5) {                            \
+        enum { LN = sizeof(VT) / 4 };                                                             \
+        float v[6][LN];                                                                           \
+        memcpy(v[0], &v0, sizeof v0), memcpy(v[1], &v1, sizeof v1);                               \
+        memcpy(v[2], &v2, sizeof v2), memcpy(v[3], &v3, sizeof v3);                               \
+        memcpy(v[4], &v4, sizeof v4), memcpy(v[5], &v5, sizeof v5);                               \
+        for (int r = 0; r < mr; r++) {                                                            \
+            float *crow = c + r * ldc + j;                                                        \
+            const float *mrow = mask ? mask + r * e->mask_rs + j : NULL;                          \
+            for (int q = 0; q < n; q++) {                                                         \
+                float x = v[r][q];                                                                \
+                if (acc) x = crow[q] + x;                                                         \
+                if (last) {                                                                       \
+                    if (e->bias) x += e->bias[j + q];                                             \
+                    if (e->relu && x <= 0.0f) x = 0.0f;                                           \
+                    if (mrow && !(mrow[q] > 0.0f)) x = 0.0f;                                      \
+                }                                                                                 \
+                crow[q] = x;                                                                      \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+DL_NN_DEFINE_PUT(nn_put, dl_nn_vf, dl_nn_vi)
+#if DL_NN_LANES == 8
+typedef float dl_nn_v4 __attribute__((vector_size(16)));
+typedef int32_t dl_nn_v4i __attribute__((vector_size(16)));
+DL_NN_DEFINE_PUT(nn_put4, dl_nn_v4, dl_nn_v4i)
+typedef float dl_nn_v2 __attribute__((vector_size(8)));
+static inline dl_nn_v4 nn_ld2(const float *p) {
+    dl_nn_v2 t;
+    memcpy(&t, p, sizeof t);
+    return __builtin_shufflevector(t, (dl_nn_v2){0}, 0, 1, 2, 3);
+}
+/* nn_put4 for the first two lanes only (the same operations on those lanes). */
+DL_NN_INLINE void nn_put2(float *crow, dl_nn_v4 v, int64_t j, const nn_epi_t *e, int acc, int last,
+                          const float *mrow) {
+    const dl_nn_v4 zero = {0};
+    if (acc) v = nn_ld2(crow + j) + v;
+    if (last) {
+        if (e->bias) v += nn_ld2(e->bias + j);
+        if (e->relu) v = (dl_nn_v4)((dl_nn_v4i)v & ~(dl_nn_v4i)(v <= zero));
+        if (mrow) v = (dl_nn_v4)((dl_nn_v4i)v & (dl_nn_v4i)(nn_ld2(mrow + j) > zero));
+    }
+    const dl_nn_v2 lo = __builtin_shufflevector(v, v, 0, 1);
+    memcpy(crow + j, &lo, sizeof lo);
+}
+/* A narrow panel of 12 columns (one 8-lane and one 4-lane vector per row) for the last < 13
+ * columns: N = 10 outputs waste 2 of 12 lanes instead of 6 of 16, and a 4-lane FMA is half the
+ * work of an 8-lane one on CPUs with 128-bit FMA units (Zen 1). */
+#define DL_NN_NRN 12
+#else
+#define DL_NN_NRN DL_NN_NR
+#endif
+
+/* Width of the packed panel holding w (<= NR) columns. */
+static inline int64_t nn_panel_width(int64_t w) { return w <= DL_NN_NRN ? DL_NN_NRN : DL_NN_NR; }
+
+/* kc x nc of B (strides rs, cs) into panels of NR columns (the last one NRN wide when it fits),
+ * panel j0 at bp + j0 * kc holding bp[k * width + c]; zero-padded. */
 static void nn_pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs, float *bp) {
-    for (int64_t j0 = 0; j0 < nc; j0 += DL_NN_NR) {
-        const int64_t w = dl_min_i64(DL_NN_NR, nc - j0);
+    const int64_t nfull = nc / DL_NN_NR * DL_NN_NR;
+    if (cs == 1 && nfull > 0) {
+        /* row by row across the full panels: B is read in address order (the prefetcher's
+         * pattern; a panel at a time reads one line per row, rs apart) */
+        for (int64_t k = 0; k < kc; k++) {
+            const float *src = b + k * rs;
+            for (int64_t j0 = 0; j0 < nfull; j0 += DL_NN_NR)
+                memcpy(bp + j0 * kc + k * DL_NN_NR, src + j0, DL_NN_NR * 4);
+        }
+    }
+    for (int64_t j0 = cs == 1 ? nfull : 0; j0 < nc; j0 += DL_NN_NR) {
+        const int64_t w = dl_min_i64(DL_NN_NR, nc - j0), pw = nn_panel_width(w);
         float *dst = bp + j0 * kc;
-        if (cs == 1 && w == DL_NN_NR) {
-            for (int64_t k = 0; k < kc; k++) memcpy(dst + k * DL_NN_NR, b + k * rs + j0, DL_NN_NR * 4);
-        } else if (cs == 1) { /* a narrow last panel: plain loops beat memcpy calls here */
+        if (cs == 1) { /* a narrow last panel: one vector, then plain loops */
+            const int64_t wv = w >= DL_NN_LANES ? DL_NN_LANES : 0;
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = b + k * rs + j0;
-                float *d = dst + k * DL_NN_NR;
-                for (int64_t c = 0; c < DL_NN_NR; c++) d[c] = c < w ? src[c] : 0.0f;
+                float *d = dst + k * pw;
+                if (wv) nn_st(d, nn_ld(src));
+                for (int64_t c = wv; c < w; c++) d[c] = src[c];
+                for (int64_t c = w; c < pw; c++) d[c] = 0.0f;
             }
         } else {
-            for (int64_t k = 0; k < kc; k++) {
-                int64_t c = 0;
-                for (; c < w; c++) dst[k * DL_NN_NR + c] = b[k * rs + (j0 + c) * cs];
-                for (; c < DL_NN_NR; c++) dst[k * DL_NN_NR + c] = 0.0f;
+            /* column by column: with rs == 1 (B = W^T) each column is a contiguous read */
+            for (int64_t c = 0; c < pw; c++) {
+                if (c < w) {
+                    const float *src = b + (j0 + c) * cs;
+                    for (int64_t k = 0; k < kc; k++) dst[k * pw + c] = src[k * rs];
+                } else {
+                    for (int64_t k = 0; k < kc; k++) dst[k * pw + c] = 0.0f;
+                }
             }
         }
     }
 }
 
-/* tile[MR][NR] = packed A panel @ packed B panel over kc. */
-static inline void nn_ukernel(int64_t kc, const float *restrict ap, const float *restrict bp,
-                              float *restrict tile) {
+/* The microkernels: C[0:mr, j:j+n] (ldc) <- epilogue(A[0:mr, 0:kc] Bpanel), A read in place with
+ * any strides (ars, acs) (row-major X, X^T as a column-major view, W^T ...), the accumulators
+ * kept in registers from the first product to the store into C. Every element is one chain
+ * acc = acc + a * b over k in order, whatever mr and the panel, so how rows are blocked (and
+ * split over threads) never changes a result. */
+#define DL_NN_ROW(R, S) (mr > (R) ? (S) : 0)
+DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                               const float *restrict bp, float *c, int64_t ldc, int64_t j, int n,
+                               const nn_epi_t *e, int acc, int last, const float *mask) {
+    const int L = DL_NN_LANES;
+    /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
+     * spill the accumulators under -fwrapv, which Python's build flags add) */
+    const int64_t o1 = DL_NN_ROW(1, ars), o2 = DL_NN_ROW(2, 2 * ars), o3 = DL_NN_ROW(3, 3 * ars),
+                  o4 = DL_NN_ROW(4, 4 * ars), o5 = DL_NN_ROW(5, 5 * ars);
     dl_nn_vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     dl_nn_vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
-    for (int64_t k = 0; k < kc; k++) {
-        const dl_nn_vf b0 = nn_ld(bp), b1 = nn_ld(bp + DL_NN_LANES);
-        c00 += ap[0] * b0;
-        c01 += ap[0] * b1;
-        c10 += ap[1] * b0;
-        c11 += ap[1] * b1;
-        c20 += ap[2] * b0;
-        c21 += ap[2] * b1;
-        c30 += ap[3] * b0;
-        c31 += ap[3] * b1;
-        c40 += ap[4] * b0;
-        c41 += ap[4] * b1;
-        c50 += ap[5] * b0;
-        c51 += ap[5] * b1;
-        ap += DL_NN_MR;
+    for (int64_t k = 0; k < kc; k++, a += acs) {
+        const dl_nn_vf b0 = nn_ld(bp), b1 = nn_ld(bp + L);
+        c00 += a[0] * b0;
+        c01 += a[0] * b1;
+        if (mr > 1) c10 += a[o1] * b0, c11 += a[o1] * b1;
+        if (mr > 2) c20 += a[o2] * b0, c21 += a[o2] * b1;
+        if (mr > 3) c30 += a[o3] * b0, c31 += a[o3] * b1;
+        if (mr > 4) c40 += a[o4] * b0, c41 += a[o4] * b1;
+        if (mr > 5) c50 += a[o5] * b0, c51 += a[o5] * b1;
         bp += DL_NN_NR;
     }
-    const int L = DL_NN_LANES;
-    nn_st(tile + 0 * DL_NN_NR, c00), nn_st(tile + 0 * DL_NN_NR + L, c01);
-    nn_st(tile + 1 * DL_NN_NR, c10), nn_st(tile + 1 * DL_NN_NR + L, c11);
-    nn_st(tile + 2 * DL_NN_NR, c20), nn_st(tile + 2 * DL_NN_NR + L, c21);
-    nn_st(tile + 3 * DL_NN_NR, c30), nn_st(tile + 3 * DL_NN_NR + L, c31);
-    nn_st(tile + 4 * DL_NN_NR, c40), nn_st(tile + 4 * DL_NN_NR + L, c41);
-    nn_st(tile + 5 * DL_NN_NR, c50), nn_st(tile + 5 * DL_NN_NR + L, c51);
-}
-
-/* As nn_ukernel, reading A unpacked from MR rows with unit column stride (row stride rs): when
- * B has few column panels, packing A would cost as much as the products. */
-static inline void nn_ukernel_rows(int64_t kc, const float *restrict a, int64_t rs,
-                                   const float *restrict bp, float *restrict tile) {
-    const float *a0 = a, *a1 = a + rs, *a2 = a + 2 * rs, *a3 = a + 3 * rs, *a4 = a + 4 * rs,
-                *a5 = a + 5 * rs;
-    dl_nn_vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
-    dl_nn_vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
-    for (int64_t k = 0; k < kc; k++) {
-        const dl_nn_vf b0 = nn_ld(bp), b1 = nn_ld(bp + DL_NN_LANES);
-        c00 += a0[k] * b0;
-        c01 += a0[k] * b1;
-        c10 += a1[k] * b0;
-        c11 += a1[k] * b1;
-        c20 += a2[k] * b0;
-        c21 += a2[k] * b1;
-        c30 += a3[k] * b0;
-        c31 += a3[k] * b1;
-        c40 += a4[k] * b0;
-        c41 += a4[k] * b1;
-        c50 += a5[k] * b0;
-        c51 += a5[k] * b1;
-        bp += DL_NN_NR;
-    }
-    const int L = DL_NN_LANES;
-    nn_st(tile + 0 * DL_NN_NR, c00), nn_st(tile + 0 * DL_NN_NR + L, c01);
-    nn_st(tile + 1 * DL_NN_NR, c10), nn_st(tile + 1 * DL_NN_NR + L, c11);
-    nn_st(tile + 2 * DL_NN_NR, c20), nn_st(tile + 2 * DL_NN_NR + L, c21);
-    nn_st(tile + 3 * DL_NN_NR, c30), nn_st(tile + 3 * DL_NN_NR + L, c31);
-    nn_st(tile + 4 * DL_NN_NR, c40), nn_st(tile + 4 * DL_NN_NR + L, c41);
-    nn_st(tile + 5 * DL_NN_NR, c50), nn_st(tile + 5 * DL_NN_NR + L, c51);
-}
-
-static inline float nn_epi1(float v, float old, int64_t j, const nn_epi_t *e, int acc, int last,
-                            const float *mrow) {
-    if (acc) v = old + v;
-    if (last) {
-        if (e->bias) v += e->bias[j];
-        if (e->relu && v <= 0.0f) v = 0.0f;
-        if (mrow && !(mrow[j] > 0.0f)) v = 0.0f;
-    }
-    return v;
-}
-
-static inline dl_nn_vf nn_epiv(dl_nn_vf v, const float *old, int64_t j, const nn_epi_t *e, int acc,
-                               int last, const float *mrow) {
-    const dl_nn_vf zero = {0};
-    if (acc) v = nn_ld(old) + v;
-    if (last) {
-        if (e->bias) v += nn_ld(e->bias + j);
-        if (e->relu) v = (dl_nn_vf)((dl_nn_vi)v & ~(dl_nn_vi)(v <= zero));
-        if (mrow) v = (dl_nn_vf)((dl_nn_vi)v & (dl_nn_vi)(nn_ld(mrow + j) > zero));
-    }
-    return v;
-}
-
-/* Stores an m x n corner of tile into C at (i0, j0); acc: add to C; last: apply the epilogue. */
-static void nn_store(const float *tile, int64_t m, int64_t n, float *c, int64_t ldc, int64_t i0,
-                     int64_t j0, const nn_epi_t *e, int acc, int last) {
-    for (int64_t r = 0; r < m; r++) {
-        float *crow = c + (i0 + r) * ldc;
-        const float *mrow = e->mask ? e->mask + (i0 + r) * e->mask_rs : NULL;
-        const float *t = tile + r * DL_NN_NR;
-        if (n == DL_NN_NR) {
-            for (int h = 0; h < 2; h++) {
-                const int64_t j = j0 + h * DL_NN_LANES;
-                nn_st(crow + j, nn_epiv(nn_ld(t + h * DL_NN_LANES), crow + j, j, e, acc, last, mrow));
-            }
-        } else {
-            for (int64_t q = 0; q < n; q++)
-                crow[j0 + q] = nn_epi1(t[q], acc ? crow[j0 + q] : 0.0f, j0 + q, e, acc, last, mrow);
+    /* full vectors straight into C; the edge vectors of all rows in one tail call */
+#define DL_NN_PUT_ROW(R, V, J)                                                                    \
+    if (mr > (R)) nn_put(c + (R) * ldc, V, J, e, acc, last, mask ? mask + (R) * e->mask_rs : NULL);
+    if (n >= L) {
+        DL_NN_PUT_ROW(0, c00, j)
+        DL_NN_PUT_ROW(1, c10, j)
+        DL_NN_PUT_ROW(2, c20, j)
+        DL_NN_PUT_ROW(3, c30, j)
+        DL_NN_PUT_ROW(4, c40, j)
+        DL_NN_PUT_ROW(5, c50, j)
+        if (n == 2 * L) {
+            DL_NN_PUT_ROW(0, c01, j + L)
+            DL_NN_PUT_ROW(1, c11, j + L)
+            DL_NN_PUT_ROW(2, c21, j + L)
+            DL_NN_PUT_ROW(3, c31, j + L)
+            DL_NN_PUT_ROW(4, c41, j + L)
+            DL_NN_PUT_ROW(5, c51, j + L)
+        } else if (n > L) {
+            nn_put_tail(mr, c, ldc, j + L, n - L, e, acc, last, mask, c01, c11, c21, c31, c41, c51);
         }
+    } else {
+        nn_put_tail(mr, c, ldc, j, n, e, acc, last, mask, c00, c10, c20, c30, c40, c50);
     }
+#undef DL_NN_PUT_ROW
 }
 
-/* Stores an m x n corner of tile TRANSPOSED into C at (j0, i0) (tile row r is C column i0 + r):
- * the epilogue's bias is indexed by C's column, its mask by C's position. */
-static void nn_store_t(const float *tile, int64_t m, int64_t n, float *c, int64_t ldc, int64_t i0,
-                       int64_t j0, const nn_epi_t *e, int acc, int last) {
-    for (int64_t q = 0; q < n; q++) {
-        float *crow = c + (j0 + q) * ldc;
-        const float *mrow = e->mask ? e->mask + (j0 + q) * e->mask_rs : NULL;
-        for (int64_t r = 0; r < m; r++)
-            crow[i0 + r] = nn_epi1(tile[r * DL_NN_NR + q], acc ? crow[i0 + r] : 0.0f, i0 + r, e, acc,
-                                   last, mrow);
+#if DL_NN_LANES == 8
+DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64_t ars,
+                                 int64_t acs, const float *restrict bp, float *c, int64_t ldc,
+                                 int64_t j, int n, const nn_epi_t *e, int acc, int last,
+                                 const float *mask) {
+    /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
+     * spill the accumulators under -fwrapv, which Python's build flags add) */
+    const int64_t o1 = DL_NN_ROW(1, ars), o2 = DL_NN_ROW(2, 2 * ars), o3 = DL_NN_ROW(3, 3 * ars),
+                  o4 = DL_NN_ROW(4, 4 * ars), o5 = DL_NN_ROW(5, 5 * ars);
+    dl_nn_vf c00 = {0}, c10 = {0}, c20 = {0}, c30 = {0}, c40 = {0}, c50 = {0};
+    dl_nn_v4 c01 = {0}, c11 = {0}, c21 = {0}, c31 = {0}, c41 = {0}, c51 = {0};
+    for (int64_t k = 0; k < kc; k++, a += acs) {
+        const dl_nn_vf b0 = nn_ld(bp);
+        dl_nn_v4 b1;
+        memcpy(&b1, bp + 8, sizeof b1);
+        /* one broadcast per row; the 4-lane product takes its low half (a free register alias,
+         * where two broadcasts would cost as much as the FMAs on Zen 1) */
+#define DL_NN_NARROW_ROW(R, OFF, C0, C1)                                                          \
+    if (mr > (R)) {                                                                               \
+        const float s = a[OFF];                                                                   \
+        const dl_nn_vf x = {s, s, s, s, s, s, s, s};                                              \
+        C0 += x * b0;                                                                             \
+        C1 += __builtin_shufflevector(x, x, 0, 1, 2, 3) * b1;                                     \
     }
+        DL_NN_NARROW_ROW(0, 0, c00, c01)
+        DL_NN_NARROW_ROW(1, o1, c10, c11)
+        DL_NN_NARROW_ROW(2, o2, c20, c21)
+        DL_NN_NARROW_ROW(3, o3, c30, c31)
+        DL_NN_NARROW_ROW(4, o4, c40, c41)
+        DL_NN_NARROW_ROW(5, o5, c50, c51)
+#undef DL_NN_NARROW_ROW
+        bp += DL_NN_NRN;
+    }
+#define DL_NN_PUT_ROW(R, PUT, V, J)                                                               \
+    if (mr > (R)) PUT(c + (R) * ldc, V, J, e, acc, last, mask ? mask + (R) * e->mask_rs : NULL);
+    if (n >= 8) {
+        DL_NN_PUT_ROW(0, nn_put, c00, j)
+        DL_NN_PUT_ROW(1, nn_put, c10, j)
+        DL_NN_PUT_ROW(2, nn_put, c20, j)
+        DL_NN_PUT_ROW(3, nn_put, c30, j)
+        DL_NN_PUT_ROW(4, nn_put, c40, j)
+        DL_NN_PUT_ROW(5, nn_put, c50, j)
+        if (n == 12) {
+            DL_NN_PUT_ROW(0, nn_put4, c01, j + 8)
+            DL_NN_PUT_ROW(1, nn_put4, c11, j + 8)
+            DL_NN_PUT_ROW(2, nn_put4, c21, j + 8)
+            DL_NN_PUT_ROW(3, nn_put4, c31, j + 8)
+            DL_NN_PUT_ROW(4, nn_put4, c41, j + 8)
+            DL_NN_PUT_ROW(5, nn_put4, c51, j + 8)
+        } else if (n == 10) { /* N = 10 classes: two lanes, through 64-bit loads and stores */
+            DL_NN_PUT_ROW(0, nn_put2, c01, j + 8)
+            DL_NN_PUT_ROW(1, nn_put2, c11, j + 8)
+            DL_NN_PUT_ROW(2, nn_put2, c21, j + 8)
+            DL_NN_PUT_ROW(3, nn_put2, c31, j + 8)
+            DL_NN_PUT_ROW(4, nn_put2, c41, j + 8)
+            DL_NN_PUT_ROW(5, nn_put2, c51, j + 8)
+        } else if (n > 8) {
+            nn_put4_tail(mr, c, ldc, j + 8, n - 8, e, acc, last, mask, c01, c11, c21, c31, c41,
+                         c51);
+        }
+    } else {
+        nn_put_tail(mr, c, ldc, j, n, e, acc, last, mask, c00, c10, c20, c30, c40, c50);
+    }
+#undef DL_NN_PUT_ROW
+}
+#endif
+#undef DL_NN_ROW
+
+/* One mr x (panel) tile: a switch to the kernels compiled for each row count. */
+static void nn_tile(int mr, int narrow, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                    const float *bp, float *c, int64_t ldc, int64_t j, int n, const nn_epi_t *e,
+                    int acc, int last, const float *mask) {
+#if DL_NN_LANES == 8
+#define DL_NN_CASE(R)                                                                             \
+    case R:                                                                                       \
+        if (narrow)                                                                               \
+            nn_kern_narrow(R, kc, a, ars, acs, bp, c, ldc, j, n, e, acc, last, mask);             \
+        else                                                                                      \
+            nn_kern_wide(R, kc, a, ars, acs, bp, c, ldc, j, n, e, acc, last, mask);               \
+        break;
+#else
+    (void)narrow;
+#define DL_NN_CASE(R)                                                                             \
+    case R:                                                                                       \
+        nn_kern_wide(R, kc, a, ars, acs, bp, c, ldc, j, n, e, acc, last, mask);                   \
+        break;
+#endif
+    switch (mr) {
+        DL_NN_CASE(6)
+        DL_NN_CASE(5)
+        DL_NN_CASE(4)
+        DL_NN_CASE(3)
+        DL_NN_CASE(2)
+        DL_NN_CASE(1)
+    default:
+        break;
+    }
+#undef DL_NN_CASE
+}
+
+/* Rows of the next row block when rem rows are left: MR, but a remainder of MR + 1 .. 2 MR - 1
+ * is split in two near-halves (8 rows: 4 + 4, not 6 + 2), so no block is too short to hide the
+ * FMA latency. */
+static inline int nn_block_rows(int64_t rem) {
+    if (rem >= 2 * DL_NN_MR || rem == DL_NN_MR) return DL_NN_MR;
+    if (rem > DL_NN_MR) return (int)((rem + 1) / 2);
+    return (int)rem;
 }
 
 /* Rows [m0, m1) of C (ldc) (+)= A B, A m x k (strides ars, acs), B k x n (brs, bcs), C's rows
- * contiguous; trans: compute C^T = B^T A^T with the tiles stored transposed (for n < NR, where
- * C's narrow rows would waste most of each tile, when A is column-major, e.g. X^T in dW). Returns DL_E_NOMEM if the packing buffer
- * cannot grow. */
-static int nn_gemm_rows_impl(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a, int64_t ars,
+ * contiguous. B is packed once per (KC x NC) block and reused by every row block; A is read in
+ * place. Returns DL_E_NOMEM if the packing buffer cannot grow. */
+static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a, int64_t ars,
                         int64_t acs, const float *b, int64_t brs, int64_t bcs, float *c,
-                        int64_t ldc, const nn_epi_t *e, int trans) {
-    const int64_t kcmax = dl_min_i64(DL_NN_KC, k);
-    const int64_t ncmax = dl_min_i64(DL_NN_NC, (n + DL_NN_NR - 1) / DL_NN_NR * DL_NN_NR);
-    float *buf = nn_scratch((size_t)(kcmax * ncmax + kcmax * DL_NN_MR + DL_NN_MR * DL_NN_NR));
-    if (buf == NULL) return DL_E_NOMEM;
-    float *bp = buf, *ap = buf + kcmax * ncmax, *tile = ap + kcmax * DL_NN_MR;
-    if (k == 0) { /* C = 0 (+ epilogue) */
-        memset(tile, 0, sizeof(float) * DL_NN_MR * DL_NN_NR);
-        for (int64_t i = m0; i < m1; i += DL_NN_MR)
-            for (int64_t j = 0; j < n; j += DL_NN_NR)
-                nn_store(tile, dl_min_i64(DL_NN_MR, m1 - i), dl_min_i64(DL_NN_NR, n - j), c, ldc, i,
-                         j, e, e->accumulate, 1);
+                        int64_t ldc, const nn_epi_t *e) {
+    if (k == 0) { /* C = 0 (+ epilogue), one element at a time */
+        for (int64_t i = m0; i < m1; i++) {
+            const float *mrow = e->mask ? e->mask + i * e->mask_rs : NULL;
+            for (int64_t j = 0; j < n; j++) {
+                float v = e->accumulate ? c[i * ldc + j] + 0.0f : 0.0f;
+                if (e->bias) v += e->bias[j];
+                if (e->relu && v <= 0.0f) v = 0.0f;
+                if (mrow && !(mrow[j] > 0.0f)) v = 0.0f;
+                c[i * ldc + j] = v;
+            }
+        }
         return DL_OK;
     }
+    const int64_t kcmax = dl_min_i64(DL_NN_KC, k);
+    const int64_t ncmax = dl_min_i64(DL_NN_NC, (n + DL_NN_NR - 1) / DL_NN_NR * DL_NN_NR);
+    float *bp = nn_scratch((size_t)(kcmax * ncmax));
+    if (bp == NULL) return DL_E_NOMEM;
     for (int64_t jc = 0; jc < n; jc += DL_NN_NC) {
         const int64_t nc = dl_min_i64(DL_NN_NC, n - jc);
         for (int64_t pc = 0; pc < k; pc += DL_NN_KC) {
             const int64_t kc = dl_min_i64(DL_NN_KC, k - pc);
             const int acc = e->accumulate || pc > 0, last = pc + kc == k;
             nn_pack_b(kc, nc, b + pc * brs + jc * bcs, brs, bcs, bp);
-            for (int64_t i = m0; i < m1; i += DL_NN_MR) {
-                const int64_t mr = dl_min_i64(DL_NN_MR, m1 - i);
-                /* row-major A under few column panels: read in place (same sums, same order) */
-                const int direct = acs == 1 && mr == DL_NN_MR && nc <= 4 * DL_NN_NR;
-                if (!direct) nn_pack_a(mr, kc, a + i * ars + pc * acs, ars, acs, ap);
+            for (int64_t i = m0; i < m1;) {
+                const int mr = nn_block_rows(m1 - i);
+                const float *ai = a + i * ars + pc * acs;
+                const float *mask = e->mask ? e->mask + i * e->mask_rs : NULL;
                 for (int64_t j = 0; j < nc; j += DL_NN_NR) {
-                    if (direct)
-                        nn_ukernel_rows(kc, a + i * ars + pc, ars, bp + j * kc, tile);
-                    else
-                        nn_ukernel(kc, ap, bp + j * kc, tile);
-                    if (trans)
-                        nn_store_t(tile, mr, dl_min_i64(DL_NN_NR, nc - j), c, ldc, i, jc + j, e,
-                                   acc, last);
-                    else
-                        nn_store(tile, mr, dl_min_i64(DL_NN_NR, nc - j), c, ldc, i, jc + j, e, acc,
-                                 last);
+                    const int64_t w = dl_min_i64(DL_NN_NR, nc - j);
+                    nn_tile(mr, nn_panel_width(w) != DL_NN_NR, kc, ai, ars, acs, bp + j * kc,
+                            c + i * ldc, ldc, jc + j, (int)w, e, acc, last, mask);
                 }
+                i += mr;
             }
         }
     }
     return DL_OK;
-}
-
-static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a, int64_t ars,
-                        int64_t acs, const float *b, int64_t brs, int64_t bcs, float *c,
-                        int64_t ldc, const nn_epi_t *e) {
-    /* transposed only where its packing stays contiguous: B^T's rows are A's columns (ars == 1) */
-    if (k == 0 || n >= DL_NN_NR || m1 - m0 <= n || ars != 1)
-        return nn_gemm_rows_impl(m0, m1, n, k, a, ars, acs, b, brs, bcs, c, ldc, e, 0);
-    /* C[m0:m1]^T (n x (m1 - m0)) = B^T A[m0:m1]^T; the tile's (row, column) is C's (column, row) */
-    nn_epi_t et = *e;
-    if (et.mask) et.mask += m0 * et.mask_rs;
-    return nn_gemm_rows_impl(0, n, m1 - m0, k, b, bcs, brs, a + m0 * ars, acs, ars, c + m0 * ldc,
-                             ldc, &et, 1);
 }
 
 /* Work items: (peer, block of rows). Whole peers when there are at least as many peers as

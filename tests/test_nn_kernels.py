@@ -48,7 +48,8 @@ def test_gemm_broadcast_and_row_views(isa):
 
 
 @pytest.mark.parametrize("P,B,I,O", [(1, 1, 1, 1), (3, 5, 7, 33), (9, 32, 64, 10), (2, 70, 130, 17),
-                                     (4, 6, 300, 16), (4, 20, 3, 5), (1, 100, 40, 10)])
+                                     (4, 6, 300, 16), (4, 20, 3, 5), (1, 100, 40, 10),
+                                     (3, 9, 10, 10), (2, 14, 12, 9)])
 @pytest.mark.parametrize("shared", [False, True])
 def test_dense_matches_reference(isa, P, B, I, O, shared):
     rng = np.random.default_rng(P + B + I + O)

@@ -467,7 +467,12 @@ def _cross_entropy(
     """
     n_peers, batch, _ = logits.shape
     z = logits
-    z -= z.max(axis=-1, keepdims=True)
+    # The row maxima column by column: a reduction over a short last axis costs more per element
+    # than these few elementwise passes, and a maximum is exact in any order (NaN propagates).
+    m = z[..., 0].copy()
+    for c in range(1, z.shape[-1]):
+        np.maximum(m, z[..., c], out=m)
+    z -= m[..., None]
     z_y = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]
     e = np.exp(z, out=z)
     s = e.sum(axis=-1)
