@@ -119,8 +119,7 @@ class PeerSampler:
         self._perm = partition.indices.copy()
         self._offsets = partition.offsets
         self._sizes = partition.sizes
-        for i in range(partition.n_peers):
-            self._shuffle(i)
+        self._shuffle_many(np.arange(partition.n_peers))
         self._cursor = np.zeros(partition.n_peers, dtype=np.int64)
         self._steps = np.arange(batch_size, dtype=np.int64)
 
@@ -137,20 +136,27 @@ class PeerSampler:
                 or not np.array_equal(np.sort(self._perm), np.sort(p.indices))):
             raise CheckpointError("checkpoint's sampler state does not fit this run's partition")
 
-    def _shuffle(self, i: int) -> None:
-        seg = self._perm[self._offsets[i]:self._offsets[i + 1]]
-        self._rng.shuffle(seg)
-
     def next(self) -> np.ndarray:
         pos = self._cursor[:, None] + self._steps[None, :]
         idx = self._perm[self._offsets[:-1, None] + pos % self._sizes[:, None]]
         self._cursor += self.batch_size
         ended = np.flatnonzero(self._cursor >= self._sizes)
         if ended.size:
-            for i in ended:
-                self._shuffle(int(i))
+            self._shuffle_many(ended)
             self._cursor[ended] %= self._sizes[ended]
         return idx
+
+    def _shuffle_many(self, peers: np.ndarray) -> None:
+        """Reshuffles the segments of ``peers`` (ascending) in one pass: one uniform draw for all
+        their samples, then one stable sort by (segment, draw) — a uniform random permutation of
+        each segment, no loop over peers."""
+        sizes = self._sizes[peers]
+        starts = self._offsets[peers]
+        seg = np.repeat(np.arange(peers.size, dtype=np.float64), sizes)
+        pos = np.arange(sizes.sum(), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        pos += np.repeat(starts, sizes)
+        order = np.argsort(seg + self._rng.random(pos.size), kind="stable")
+        self._perm[pos] = self._perm[pos[order]]
 
 
 @dataclass(frozen=True)

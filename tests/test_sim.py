@@ -104,6 +104,31 @@ def test_sampler_stays_in_partition_and_covers_an_epoch():
     np.testing.assert_array_equal(again.next(), PeerSampler(part, 8, seed=0).next())
 
 
+def test_sampler_reshuffles_every_segment_uniformly():
+    """Peers of 3 samples and batch 3: every step ends every peer's epoch, so each row of next() is
+    a fresh shuffle of that peer's samples. Over 6000 steps x 4 peers each of the 6 orders of a
+    segment must appear 1/6 of the time: chi-square with 5 degrees of freedom below 20.5
+    (p = 0.001) per peer, and the orders of different peers independent (pairs over 36 cells)."""
+    from itertools import permutations
+    part = make_partition("iid", np.zeros(12, dtype=np.int64), 4, seed=0)
+    sampler = PeerSampler(part, batch_size=3, seed=1)
+    rows = np.stack([sampler.next() for _ in range(6000)])  # (steps, peers, 3)
+    for i in range(4):
+        own = np.sort(part.peer(i))
+        assert (np.sort(rows[:, i], axis=1) == own).all()  # always exactly the peer's samples
+    orders = {p: k for k, p in enumerate(permutations(range(3)))}
+    codes = np.empty(rows.shape[:2], dtype=np.int64)
+    for i in range(4):
+        rank = np.argsort(np.argsort(rows[:, i], axis=1), axis=1)
+        codes[:, i] = [orders[tuple(r)] for r in rank]
+    for i in range(4):
+        counts = np.bincount(codes[:, i], minlength=6)
+        assert ((counts - 1000) ** 2 / 1000).sum() < 20.5, counts
+    pairs = np.bincount(codes[:, 0] * 6 + codes[:, 1], minlength=36)
+    expected = 6000 / 36
+    assert ((pairs - expected) ** 2 / expected).sum() < 66.6  # chi2(35), p = 0.001
+
+
 def test_same_seed_same_run_and_threads_do_not_matter():
     cfg = RunConfig(peers=8, topology="exponential", rounds=12, eval_every=6, seed=5)
     a = simulate(cfg.replace(threads=1))
