@@ -129,7 +129,7 @@ def algorithms(out: Path) -> None:
 
 
 #: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
-RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile")
+RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile", "compngc_int8")
 STOP_AT = 3
 
 

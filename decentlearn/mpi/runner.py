@@ -14,10 +14,12 @@ per-peer arrays); ``save_checkpoint`` gathers the rows to rank 0, which writes t
 file; ``load_checkpoint`` reads a file of either backend and keeps the rank's rows.
 
 Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
-checked at evaluation rounds (the loss bounds every round); asynchronous gossip, finite-time and
-nonlinear mixing and Clique Averaging are refused with a ValueError, and so is int8 precision
-with the algorithms that train a subset of the rows (``_SUBSET_ROWS``). A network model
-(``--network``) runs: every rank builds it whole and keeps the whole simulated clock.
+checked at evaluation rounds (the loss bounds every round); asynchronous gossip (AD-PSGD, an
+event-driven simulation) is refused with a ValueError. Finite-time and nonlinear mixing run on
+their MPI communicators (``MPIFiniteTimeComm``, ``MPINonlinearGossipComm``), Clique Averaging
+with ``MPICliqueAveraging``; a network model (``--network``) runs: every rank builds it whole
+and keeps the whole simulated clock. Per-edge state (compngc's error memory, ``edge_state``) is
+gathered in edge order into checkpoints.
 """
 
 from __future__ import annotations
