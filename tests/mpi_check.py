@@ -64,6 +64,9 @@ RUNS = {
     "fedhisyn_int8": dict(algorithm="fedhisyn", participation=0.8, categories=3,
                           speeds="uniform:1:4", topology="complete", precision="int8"),
     "compngc_int8": dict(algorithm="compngc", compress="topk:0.2", precision="int8"),
+    # Event-driven AD-PSGD: the schedule replayed on every rank, cross-rank pairs swap rows
+    # (edge: link drops and stragglers; momentum: per-peer optimizer state between updates).
+    "adpsgd_edge": dict(asynchronous=True, network="edge", local_steps=2),
 }
 
 #: Algorithm counters (``stats()``) compared with the in-process run's, per run.
@@ -129,7 +132,7 @@ def algorithms(out: Path) -> None:
 
 
 #: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
-RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile", "compngc_int8")
+RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile", "compngc_int8", "adpsgd_edge")
 STOP_AT = 3
 
 

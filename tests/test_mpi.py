@@ -434,14 +434,16 @@ def test_refused_configurations_name_the_option():
             .algorithm for e in mpi_check.RUNS.values()} == set(SUPPORTED)
     assert not REFUSED
     # Formerly refused, now run bit-identically (mpi_check.RUNS: dpsgd_nonlinear,
-    # dpsgd_finite_time, dcliques_averaging, *_int8).
+    # dpsgd_finite_time,
+    # dcliques_averaging, *_int8, adpsgd_edge).
     for ok in (dict(algorithm="ngc", precision="int8"), dict(mixing="finite-time"),
                dict(mixing="nonlinear:0.5"), dict(topology="d-cliques:4", peers=8,
                                                   clique_averaging=True)):
         check_supported(RunConfig(**ok))
     check_supported(RunConfig(network="mobile"))
-    with pytest.raises(ValueError, match="asynchronous=True is not available.*event-driven"):
-        check_supported(RunConfig(network="wan", asynchronous=True))
+    check_supported(RunConfig(network="wan", asynchronous=True))
+    with pytest.raises(ValueError, match="asynchronous=True with precision='int8' is not avail"):
+        check_supported(RunConfig(network="wan", asynchronous=True, precision="int8"))
     # A RunConfig field the runner does not know must keep its default (never silently ignored).
     import dataclasses
 

@@ -86,11 +86,11 @@ def check_supported(config) -> None:
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
                          f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
                          "backend")
-    if c.asynchronous:
-        raise ValueError(f"asynchronous={c.asynchronous!r} is not available on the MPI backend "
-                         "(AD-PSGD is an event-driven simulation: one global queue of events in "
-                         "simulated time decides which peer updates next from which neighbour's "
-                         "current row, one event at a time); use the in-process backend")
+    if c.asynchronous and c.precision != "fp32":
+        raise ValueError(f"asynchronous=True with precision={c.precision!r} is not available on "
+                         "the MPI backend (the int8 rounding of AD-PSGD's updates is keyed by a "
+                         "peer's position in its wave of events, which a rank cannot pass as one "
+                         "offset); use precision='fp32' or the in-process backend")
 
 
 class _TimedCompressor:
@@ -200,12 +200,22 @@ class MPISimulator(Simulator):
         extra.update(baselines.config_options(c.algorithm, c))
         compressor = compress.make(c.compress)
         self.problems = setup_problems(c, compressor, self.model.dim)
-        self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
-                                         optimizer=optimizer, params=params,
-                                         local_steps=c.local_steps, variant=c.variant,
-                                         compressor=_TimedCompressor(compressor, comm.seconds),
-                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS),
-                                         frozen=frozen_local, **extra)
+        if c.asynchronous:  # event-driven AD-PSGD replaces the communicator and the algorithm
+            from decentlearn.mpi import asynchronous
+            comm.close()
+            self.comm, self.algorithm = asynchronous.build(
+                self, params, c.optimizer_config(), _stream_seed(c.seed, _STREAM_COMPRESS),
+                segments=segments, frozen=frozen_local, world=world, n_threads=threads,
+                timeout=timeout, transport=transport)
+            comm = self.comm
+        else:
+            self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
+                                             optimizer=optimizer, params=params,
+                                             local_steps=c.local_steps, variant=c.variant,
+                                             compressor=_TimedCompressor(compressor,
+                                                                         comm.seconds),
+                                             seed=_stream_seed(c.seed, _STREAM_COMPRESS),
+                                             frozen=frozen_local, **extra)
         if c.clique_averaging:  # the clique members' gradients cross ranks
             self.algorithm.gradient_transform = MPICliqueAveraging(self.topology.groups, comm)
         self.sampler = PeerSampler(self.partition, c.batch_size,
@@ -436,8 +446,8 @@ class MPISimulator(Simulator):
         """True for state that is the same on every rank whatever its shape: what the algorithm
         declares (``replicated_attrs``) and the network model's clock and fault counters."""
         shared = {"algorithm." + a for a in self.algorithm._declared("replicated_attrs")}
-        return name in shared or name.startswith(
-            tuple("comm." + p for p in self.comm.replicated_prefixes))
+        return name in shared or name.startswith(tuple(a + "." for a in shared)) or \
+            name.startswith(tuple("comm." + p for p in self.comm.replicated_prefixes))
 
     def gather_state(self) -> dict | None:
         """The run's whole state (every peer's rows, in peer order) on rank 0, None elsewhere:
