@@ -14,8 +14,9 @@ per-peer arrays); ``save_checkpoint`` gathers the rows to rank 0, which writes t
 file; ``load_checkpoint`` reads a file of either backend and keeps the rank's rows.
 
 Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
-checked at evaluation rounds (the loss bounds every round); asynchronous gossip (AD-PSGD, an
-event-driven simulation) is refused with a ValueError. Finite-time and nonlinear mixing run on
+checked at evaluation rounds (the loss bounds every round); asynchronous gossip (AD-PSGD)
+replays the event schedule on every rank (``decentlearn.mpi.asynchronous``; int8 layers
+refused there). Finite-time and nonlinear mixing run on
 their MPI communicators (``MPIFiniteTimeComm``, ``MPINonlinearGossipComm``), Clique Averaging
 with ``MPICliqueAveraging``; a network model (``--network``) runs: every rank builds it whole
 and keeps the whole simulated clock. Per-edge state (compngc's error memory, ``edge_state``) is
