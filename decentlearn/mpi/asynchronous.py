@@ -21,9 +21,11 @@ import heapq
 
 import numpy as np
 
+from decentlearn.algorithms import Algorithm
 from decentlearn.comm import FLOAT32_BYTES
 from decentlearn.mpi.comm import MPIComm
 from decentlearn.network.asynchronous import ADPSGD, EventComm
+from decentlearn.network.model import STREAM_BATCH, hash_uniform
 from decentlearn.optim import OptimizerConfig, SGDConfig
 from decentlearn.optim import make as make_optimizer
 from decentlearn.topology import Topology, edges_of
@@ -64,7 +66,7 @@ class MPIADPSGD(ADPSGD):
 
     def __init__(self, *, network, partition, x_train, y_train, batch_size: int,
                  sgd: SGDConfig | OptimizerConfig, segments=None, **kwargs) -> None:
-        ADPSGD.__bases__[0].__init__(self, **kwargs)  # Algorithm.__init__: rows, optimizer
+        Algorithm.__init__(self, **kwargs)  # params, optimizer, compressor (ADPSGD's is global)
         comm = self.comm
         topology = comm.topology
         if not isinstance(topology, Topology) or topology.period != 1 or topology.directed:
@@ -103,7 +105,7 @@ class MPIADPSGD(ADPSGD):
 
     def load_state_dict(self, state: dict) -> None:
         from decentlearn.checkpoint import CheckpointError
-        ADPSGD.__bases__[0].load_state_dict(self, state)
+        Algorithm.load_state_dict(self, state)
         times, peers = state.get("heap_times"), state.get("heap_peers")
         if not (isinstance(times, np.ndarray) and isinstance(peers, np.ndarray)
                 and times.shape == peers.shape and times.ndim == 1
@@ -133,7 +135,6 @@ class MPIADPSGD(ADPSGD):
         p = self.partition
         sizes = np.diff(p.offsets)[peers]
         losses = np.zeros(k)
-        from decentlearn.network.model import STREAM_BATCH, hash_uniform
         for s in range(self.local_steps):
             step = self.updates[peers] * self.local_steps + s
             u = hash_uniform(self.seed, STREAM_BATCH, peers[:, None], step[:, None],
@@ -148,26 +149,48 @@ class MPIADPSGD(ADPSGD):
         local -= before
         return losses / self.local_steps, local
 
-    def _swap_pairs(self, a: np.ndarray, b: np.ndarray, t: int) -> dict[int, np.ndarray]:
+    def _swap_pairs(self, a: np.ndarray, b: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
         """For every pair (a[k], b[k]) with one end here and the other on another rank, this
-        rank's row goes there; returns {global peer: its row} of the other ends received."""
+        rank's row goes there (rows in wave order). Returns the far ends' global ids and their
+        rows, received."""
         comm, X = self.comm, self.params
         lo, hi = comm.peer0, comm.peer0 + comm.n_peers
-        ends = np.concatenate([np.stack([a, b], axis=1), np.stack([b, a], axis=1)])
-        ends = ends[np.argsort(np.concatenate([np.arange(a.size)] * 2), kind="stable")]
-        mine = (ends[:, 0] >= lo) & (ends[:, 0] < hi)
+        k = np.arange(a.size)
+        ends = np.concatenate([np.stack([a, b, k], axis=1), np.stack([b, a, k], axis=1)])
+        ends = ends[np.argsort(ends[:, 2], kind="stable")]  # wave order
         other = comm._owner(ends[:, 1])
-        cross = mine & (other != comm.rank)  # (my end, far end) in wave order
+        cross = (ends[:, 0] >= lo) & (ends[:, 0] < hi) & (other != comm.rank)
         here, far, where = ends[cross, 0], ends[cross, 1], other[cross]
-        sends = {int(r): np.ascontiguousarray(X[here[where == r] - lo]) for r in np.unique(where)}
-        recvs = {int(r): np.empty(((where == r).sum(), X.shape[1]), dtype=X.dtype)
-                 for r in np.unique(where)}
+        ranks = [int(r) for r in np.unique(where)]
+        sends = {r: np.ascontiguousarray(X[here[where == r] - lo]) for r in ranks}
+        recvs = {r: np.empty((int(np.count_nonzero(where == r)), X.shape[1]), dtype=X.dtype)
+                 for r in ranks}
         comm._swap(sends, recvs, f"asynchronous averaging of round {t}")
-        got = {}
-        for r, rows in recvs.items():
-            for peer, row in zip(far[where == r], rows):  # a wave's few cross-rank pairs
-                got[int(peer)] = row
-        return got
+        ids = [far[where == r] for r in ranks]
+        rows = [recvs[r] for r in ranks]
+        return (np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),
+                np.concatenate(rows) if rows else np.zeros((0, X.shape[1]), dtype=X.dtype))
+
+    def _average(self, a: np.ndarray, b: np.ndarray, t: int) -> None:
+        """x_i = x_j = (x_i + x_j) / 2 for the wave's pairs (a, b) with an end on this rank, in
+        the simulator's float32 arithmetic: 0.5 * (x_a + x_b)."""
+        lo, n = self.comm.peer0, self.comm.n_peers
+        X = self.params
+        far_ids, far_rows = self._swap_pairs(a, b, t)
+        in_a, in_b = (a >= lo) & (a < lo + n), (b >= lo) & (b < lo + n)
+        sel = in_a | in_b
+        if not sel.any():
+            return
+        H = np.concatenate([X, far_rows])  # [own rows, the far ends' rows]
+        order = np.argsort(far_ids)
+
+        def col(p: np.ndarray) -> np.ndarray:
+            local = (p >= lo) & (p < lo + n)
+            pos = np.searchsorted(far_ids[order], p).clip(max=max(0, far_ids.size - 1))
+            return np.where(local, p - lo, n + (order[pos] if far_ids.size else 0))
+        avg = 0.5 * (H[col(a[sel])] + H[col(b[sel])])
+        X[a[sel & in_a] - lo] = avg[in_a[sel]]
+        X[b[sel & in_b] - lo] = avg[in_b[sel]]
 
     def round(self, sample, t: int) -> np.ndarray:
         comm = self.comm
@@ -186,17 +209,7 @@ class MPIADPSGD(ADPSGD):
             counts = self.updates[peers]
             paired = (partners != peers) & ~self._down(counts, peers, partners)
             a, b = peers[paired], partners[paired]
-            far = self._swap_pairs(a, b, t)
-
-            def row(p):
-                return X[p - lo] if lo <= p < lo + n else far[int(p)]
-            for i, j in zip(a.tolist(), b.tolist()):  # the wave's pairs touching this rank
-                if not (lo <= i < lo + n or lo <= j < lo + n):
-                    continue
-                avg = 0.5 * (row(i)[None] + row(j)[None])  # as 0.5 * (X[a] + X[b])
-                for p in (i, j):
-                    if lo <= p < lo + n:
-                        X[p - lo] = avg[0]
+            self._average(a, b, t)
             mine = peers[here] - lo
             X[mine] += delta
             self.snapshot[mine] = X[mine]
@@ -207,7 +220,7 @@ class MPIADPSGD(ADPSGD):
             exchange[paired] = self.network.message_time(a, b, row_bytes)
             self.updates[peers] += 1
             nxt = times + exchange + self._update_time(peers, self.updates[peers])
-            for k in range(peers.size):
+            for k in range(peers.size):  # the schedule, as ADPSGD.round
                 heapq.heappush(self._heap, (float(nxt[k]), int(peers[k])))
             np.add.at(loss_sum, mine, losses)
             np.add.at(loss_count, mine, 1)
