@@ -113,25 +113,36 @@ class _ServerAlgorithm(Algorithm):
         active[rows] = True
         return active, rows, int(a)
 
-    def train(self, sample: Sampler, active: np.ndarray, steps: int) -> np.ndarray:
+    def train(self, sample: Sampler, active: np.ndarray, steps: int,
+              first: int = 0) -> np.ndarray:
         """``steps`` SGD steps on the rows ``active`` (bool (P,)) of params; other rows and their
         optimizer state do not move. Gradients are computed for the active rows only. Returns the
         active peers' summed losses (0 elsewhere). Every process draws its minibatches even
-        without active rows (the sampler's draws are shared by all peers)."""
+        without active rows (the sampler's draws are shared by all peers). ``first``: the
+        position of this process's first active row among the active rows of all processes
+        (0 in one process): the int8 layers key the rounding noise of the r-th active row by
+        ``first + r``, the row's position among all active rows, whichever process trains it."""
         losses = np.zeros(self.comm.n_peers)
         rows = np.flatnonzero(active)
         cut = np.where(active, 0, self._cut_all)
+        # Positions and peer ids coincide when every row up to this process's last is active.
+        whole = rows.size == self.comm.n_peers and first == getattr(self.comm, "peer0", 0)
         for _ in range(steps):
             x, y = sample()
-            if rows.size == self.comm.n_peers:
+            if whole:
                 step_losses, grad = self.gradient(self.params, x, y)
                 losses += step_losses
             else:
                 grad = self._grad
                 grad[~active] = 0
                 if rows.size:
-                    step_losses, g = self.model.loss_and_grad(self.params[rows], x[rows],
-                                                              y[rows])
+                    peer0 = self.model.peer0
+                    self.model.peer0 = first
+                    try:
+                        step_losses, g = self.model.loss_and_grad(self.params[rows], x[rows],
+                                                                  y[rows])
+                    finally:
+                        self.model.peer0 = peer0
                     grad[rows] = g
                     losses[rows] += step_losses
                 else:  # no client here: step as a process whose peers train would
@@ -212,7 +223,7 @@ class FedAvg(_ServerAlgorithm):
         clients = self.clients(t)
         active, rows, first = self.mine(clients)
         self.comm.broadcast(self._identity, self._identity.compress(self.server), t, clients)
-        losses = self.train(sample, active, self.local_steps)
+        losses = self.train(sample, active, self.local_steps, first)
         delta = self.params[rows] - self.server
         payload = self._up.compress(delta, seed=self.seed, step=t, peer0=first,
                                     n_threads=self.comm.n_threads)
@@ -286,7 +297,7 @@ class STCFL(_ServerAlgorithm):
         clients = self.clients(t)
         active, rows, first = self.mine(clients)
         self._download(rows, t)
-        losses = self.train(sample, active, self.local_steps)
+        losses = self.train(sample, active, self.local_steps, first)
         acc = self.client_error[rows] + (self.params[rows] - self.server)
         up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first,
                                       n_threads=self.comm.n_threads)
@@ -402,7 +413,8 @@ class FedHiSyn(_ServerAlgorithm):
         losses = np.zeros(self.comm.n_peers)
         for hop in range(int(hops.max())):
             busy = hops[mine] > hop
-            losses += self.train(sample, busy, self.local_steps)
+            losses += self.train(sample, busy, self.local_steps,
+                                 int(np.count_nonzero(hops[:mine.start] > hop)))
             passing = hops > hop + 1
             if passing.any():
                 src = np.where(passing, source, np.arange(n))

@@ -43,7 +43,7 @@ from decentlearn.comm import FLOAT32_BYTES, SimComm
 from decentlearn.topology import Topology, edges_of, round_matrix
 
 __all__ = ["FiniteTimeComm", "MAX_PEERS", "NonlinearGossipComm", "minimal_polynomial_schedule",
-           "nonlinear_gossip", "parse_mixing"]
+           "nonlinear_gossip", "nonlinear_step", "parse_mixing"]
 
 #: The schedule needs all eigenvalues of W (a dense eigendecomposition): at most this many peers.
 MAX_PEERS = 4096
@@ -169,18 +169,27 @@ def nonlinear_gossip(topology, X: np.ndarray, alpha: float, eta: float, t: int =
     dst, src = edges_of(topology, t)
     w = np.asarray(round_matrix(topology, t)[dst, src]).ravel().astype(np.float32)
     order = np.lexsort((src, dst))
-    dst, src, w = dst[order], src[order], w[order]
-    out[...] = X
-    d = X.shape[1]
+    return nonlinear_step(X, dst[order], src[order], w[order], alpha, eta, out)
+
+
+def nonlinear_step(H: np.ndarray, dst: np.ndarray, src: np.ndarray, w: np.ndarray, alpha: float,
+                   eta: float, out: np.ndarray) -> np.ndarray:
+    """The arithmetic of :func:`nonlinear_gossip` on the edges (dst, src, w), sorted by (dst,
+    src): ``out`` (n, d) holds rows ``H[:n]`` plus their updates from the rows ``H[src]``. An
+    MPI rank passes its halo buffer (its rows first, then the neighbours' rows), ``dst`` and
+    ``src`` renumbered into it: each output row sees the same values in the same order as in
+    one process, so the result is bit-identical."""
+    n, d = out.shape
+    out[...] = H[:n]
     if dst.size == 0 or d == 0:
         return out
     starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
     rows = dst[starts]
     cols = max(1, min(d, _CHUNK_BYTES // (4 * dst.size)))
     a, e = np.float32(alpha), np.float32(eta)
-    for c0 in range(0, d, cols):
+    for c0 in range(0, d, cols):  # columns are independent: the chunking changes no value
         c1 = min(d, c0 + cols)
-        z = X[src, c0:c1] - X[dst, c0:c1]  # (edges, chunk)
+        z = H[src, c0:c1] - H[dst, c0:c1]  # (edges, chunk)
         phi = np.abs(z)
         if alpha != 1.0:
             np.power(phi, a, out=phi)

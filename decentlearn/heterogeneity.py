@@ -252,7 +252,13 @@ class NGC(Algorithm):
         if e:
             r_in = recv[e0:e1] - lo
             if e1 > e0:
-                _, cross = self.model.loss_and_grad(neighbours, x[r_in], y[r_in])  # grad f_i(x_j)
+                # int8 rounding noise keyed by the global edge index (e0 + row), whichever
+                # process computes the cross-gradient.
+                peer0, self.model.peer0 = self.model.peer0, e0
+                try:
+                    _, cross = self.model.loss_and_grad(neighbours, x[r_in], y[r_in])  # f_i(x_j)
+                finally:
+                    self.model.peer0 = peer0
             else:
                 cross = np.zeros((0, self.model.dim), dtype=np.float32)
                 self.model.steps += 1  # as a process whose peers have edges
@@ -302,14 +308,17 @@ class CompNGC(NGC):
         self._memories = [compress.ErrorFeedback(codec) for _ in self.tensor_slices]
         self._decoder = self.compressor
 
-    @property
-    def checkpoint_unsupported(self) -> str | None:
-        """Its error memories have one row per edge, not per peer: a process hosting a block
-        of peers holds its in-edges' rows, which the per-peer checkpoint format cannot place."""
-        if self.comm.n_peers != self.comm.n_global:
-            return ("its error-feedback memory has one row per edge, which a checkpoint of a "
-                    "block of peers (MPI) cannot hold")
-        return None
+    #: State entries with one row per edge of the static graph (CSR order), not per peer: a
+    #: process hosting a block of peers holds the rows of its peers' in-edges, ``edge_range()``
+    #: (the MPI backend gathers them in edge order into a checkpoint and cuts them on resume).
+    edge_state = ("memories.",)
+
+    def edge_range(self) -> tuple[int, int]:
+        """[e0, e1): the global indices of the edges whose rows this process holds."""
+        recv, _, _ = self.comm.edges(0)
+        lo, n = getattr(self.comm, "peer0", 0), self.comm.n_peers
+        e0, e1 = np.searchsorted(recv, [lo, lo + n])
+        return int(e0), int(e1)
 
     def state_dict(self) -> dict:
         from decentlearn.checkpoint import nest

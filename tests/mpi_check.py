@@ -53,6 +53,20 @@ RUNS = {
     "pushsum_churn": dict(algorithm="pushsum", topology="epidemic:2",
                           network=str(Path(__file__).resolve().parent / "mpi_network.toml")),
     "allreduce_qsgd_edge": dict(algorithm="allreduce", compress="qsgd:16", network="edge"),
+    # The other mixing rules: a nonlinear step on a halo (with link drops), K halo exchanges.
+    "dpsgd_nonlinear": dict(mixing="nonlinear:0.7:0.5", network="mobile"),
+    "dpsgd_finite_time": dict(mixing="finite-time"),
+    # Clique Averaging: cliques of 4 spread over the ranks' blocks of 2.
+    "dcliques_averaging": dict(peers=8, topology="d-cliques:4", clique_averaging=True,
+                               partition="classes:2"),
+    # int8 layers training a subset of the rows (clients, busy peers, edges).
+    "fedavg_int8": dict(algorithm="fedavg", participation=0.5, precision="int8"),
+    "fedhisyn_int8": dict(algorithm="fedhisyn", participation=0.8, categories=3,
+                          speeds="uniform:1:4", topology="complete", precision="int8"),
+    "compngc_int8": dict(algorithm="compngc", compress="topk:0.2", precision="int8"),
+    # Event-driven AD-PSGD: the schedule replayed on every rank, cross-rank pairs swap rows
+    # (edge: link drops and stragglers; momentum: per-peer optimizer state between updates).
+    "adpsgd_edge": dict(asynchronous=True, network="edge", local_steps=2),
 }
 
 #: Algorithm counters (``stats()``) compared with the in-process run's, per run.
@@ -118,7 +132,7 @@ def algorithms(out: Path) -> None:
 
 
 #: Runs interrupted after round STOP_AT by a checkpoint, then resumed to BASE's rounds.
-RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile")
+RESUMED = ("dpsgd", "choco_topk", "stc_fl", "choco_mobile", "compngc_int8", "adpsgd_edge")
 STOP_AT = 3
 
 

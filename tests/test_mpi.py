@@ -143,7 +143,7 @@ def test_algorithm_bit_identical(launched, name):
         assert {k: v for k, v in a.items() if k != "wall_seconds"} == \
                {k: v for k, v in b.items() if k != "wall_seconds"}
     mpi = got["mpi"]
-    assert mpi["ranks"] == RANKS and sum(mpi["peers_per_rank"]) == mpi_check.BASE["peers"]
+    assert mpi["ranks"] == RANKS and sum(mpi["peers_per_rank"]) == sim.config.peers
     for rank in mpi["timings_seconds"]:
         parts = [rank[k] for k in ("compute", "compress", "communicate", "wait")]
         assert min(parts) >= 0 and sum(parts) == pytest.approx(rank["rounds_total"], rel=1e-6,
@@ -433,11 +433,17 @@ def test_refused_configurations_name_the_option():
     assert {RunConfig(**{**mpi_check.BASE, **{k: v for k, v in e.items() if k != "transport"}})
             .algorithm for e in mpi_check.RUNS.values()} == set(SUPPORTED)
     assert not REFUSED
-    with pytest.raises(ValueError, match="precision='int8' with algorithm 'ngc' is not avail"):
-        check_supported(RunConfig(algorithm="ngc", precision="int8"))
+    # Formerly refused, now run bit-identically (mpi_check.RUNS: dpsgd_nonlinear,
+    # dpsgd_finite_time,
+    # dcliques_averaging, *_int8, adpsgd_edge).
+    for ok in (dict(algorithm="ngc", precision="int8"), dict(mixing="finite-time"),
+               dict(mixing="nonlinear:0.5"), dict(topology="d-cliques:4", peers=8,
+                                                  clique_averaging=True)):
+        check_supported(RunConfig(**ok))
     check_supported(RunConfig(network="mobile"))
-    with pytest.raises(ValueError, match="asynchronous=True is not available.*event-driven"):
-        check_supported(RunConfig(network="wan", asynchronous=True))
+    check_supported(RunConfig(network="wan", asynchronous=True))
+    with pytest.raises(ValueError, match="asynchronous=True with precision='int8' is not avail"):
+        check_supported(RunConfig(network="wan", asynchronous=True, precision="int8"))
     # A RunConfig field the runner does not know must keep its default (never silently ignored).
     import dataclasses
 

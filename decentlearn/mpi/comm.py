@@ -640,6 +640,24 @@ class MPIComm:
         self._swap({}, recvs, what)
         return full
 
+    def gather_blocks(self, X: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """Every rank's rows of ``X`` (any number per rank, e.g. the rows of its peers' in-edges)
+        joined in rank order on ``root`` (None elsewhere): sizes first, then the rows."""
+        X = np.ascontiguousarray(X)
+        what = "gather_blocks"
+        if self.rank != root:
+            self._swap({root: np.array([X.shape[0]], dtype=np.int64)}, {}, what)
+            self._swap({root: X}, {}, what)
+            return None
+        sizes = {r: np.zeros(1, dtype=np.int64) for r in range(self.n_ranks) if r != root}
+        self._swap({}, sizes, what)
+        counts = [X.shape[0] if r == root else int(sizes[r][0]) for r in range(self.n_ranks)]
+        cuts = np.concatenate(([0], np.cumsum(counts)))
+        full = np.empty((int(cuts[-1]), *X.shape[1:]), dtype=X.dtype)
+        full[cuts[root]:cuts[root + 1]] = X
+        self._swap({}, {r: full[cuts[r]:cuts[r + 1]] for r in sizes}, what)
+        return full
+
     def scatter_rows(self, full: np.ndarray | None, root: int = 0) -> np.ndarray:
         """The inverse of ``gather_rows``: ``root`` holds the (n_global, ...) array (other ranks
         pass None) and every rank gets its own rows, e.g. to resume from a checkpoint."""
@@ -687,3 +705,156 @@ class MPIComm:
     def abort(self, code: int = 1) -> None:
         """Ends every rank of the job (MPI_Abort)."""
         self.world.Abort(code)
+
+
+# ---- the other mixing rules (``--mixing``) and Clique Averaging --------------------------------
+
+class MPIFiniteTimeComm(MPIComm):
+    """``finite_gossip.FiniteTimeComm`` on ranks: the K steps of the minimal-polynomial schedule
+    of a static symmetric W, each one halo exchange and the same C gossip kernel on the rank's
+    rows, then the same float32 arithmetic; bit-identical to one process. Bytes: K gossip steps."""
+
+    def __init__(self, topology: Topology, world=None, n_threads: int | None = None,
+                 **kwargs) -> None:
+        from decentlearn.finite_gossip import minimal_polynomial_schedule
+        super().__init__(topology, world, n_threads, **kwargs)
+        self.schedule = minimal_polynomial_schedule(topology)
+
+    @property
+    def steps(self) -> int:
+        """K: gossip exchanges per ``mix``."""
+        return int(self.schedule.size)
+
+    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
+        """The K-step schedule applied to X (not modified); returns a new array."""
+        plan = self._plan(0)
+        work = [np.empty_like(X), np.empty_like(X)]
+        y = X
+        for k, lam in enumerate(self.schedule):
+            out = work[k % 2]
+            halo = self._halo_rows(y, plan, f"finite-time step {k} of round {t}")
+            self._local_gossip(plan, halo, out)
+            self.count(0, X.shape[1] * FLOAT32_BYTES)
+            out -= np.float32(lam) * y  # (W y - lam y) / (1 - lam)
+            out *= np.float32(1.0 / (1.0 - lam))
+            y = out
+        return y.copy()
+
+    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        from decentlearn.finite_gossip import FiniteTimeComm
+        return FiniteTimeComm.combine(self, X, t, out)
+
+    def exchange(self, compressor, payload, t: int) -> np.ndarray:
+        from decentlearn.finite_gossip import FiniteTimeComm
+        return FiniteTimeComm.exchange(self, compressor, payload, t)
+
+
+class MPINonlinearGossipComm(MPIComm):
+    """``finite_gossip.NonlinearGossipComm`` on ranks: the halo exchange of ``mix`` brings the
+    in-neighbours' rows; the rank applies ``nonlinear_step`` to its rows with the edges of W_t
+    (the faulty W_t with a network model) renumbered into the halo, in the same (receiver,
+    sender) order: bit-identical to one process. Bytes as a gossip step."""
+
+    def __init__(self, topology, world=None, n_threads: int | None = None, *,
+                 alpha: float = 0.5, eta: float = 0.5, **kwargs) -> None:
+        super().__init__(topology, world, n_threads, **kwargs)
+        if not (0 < alpha <= 1 and 0 < eta <= 1):
+            raise ValueError(f"alpha and eta must be in (0, 1], got alpha={alpha}, eta={eta}")
+        if getattr(topology, "directed", False):
+            raise ValueError("nonlinear gossip needs symmetric weights (w_ij = w_ji) to keep the "
+                             f"average; {topology.name!r} is directed")
+        self.alpha, self.eta = float(alpha), float(eta)
+
+    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
+        from decentlearn.finite_gossip import nonlinear_step
+        from decentlearn.topology import round_matrix
+        plan = self._plan(t)
+        halo = self._halo_rows(X, plan, f"nonlinear mix of round {t}")
+        dst, src = edges_of(self.mixing, t)
+        lo, n = self.peer0, self._n_local
+        keep = (dst >= lo) & (dst < lo + n)
+        dst, src = dst[keep], src[keep]
+        w = (np.asarray(round_matrix(self.mixing, t)[dst, src]).ravel().astype(np.float32)
+             if dst.size else np.zeros(0, dtype=np.float32))  # every link of the rank dropped
+        order = np.lexsort((src, dst))
+        dst, src, w = dst[order], src[order], w[order]
+        inside = (src >= lo) & (src < lo + n)
+        col = np.where(inside, src - lo, n + np.searchsorted(plan.halo_peers, src))
+        if self._spare is None or self._spare.shape != X.shape:
+            self._spare = np.empty_like(X)
+        out = nonlinear_step(halo, dst - lo, col, w, self.alpha, self.eta, self._spare)
+        self._spare = X
+        self.count(t, X.shape[1] * FLOAT32_BYTES)
+        return out
+
+    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        from decentlearn.finite_gossip import NonlinearGossipComm
+        return NonlinearGossipComm.combine(self, X, t, out)
+
+    def exchange(self, compressor, payload, t: int) -> np.ndarray:
+        from decentlearn.finite_gossip import NonlinearGossipComm
+        return NonlinearGossipComm.exchange(self, compressor, payload, t)
+
+
+class MPICliqueAveraging:
+    """``algorithms.CliqueAveraging`` on ranks (a ``gradient_transform``): each rank receives
+    the gradient rows of the other members of its peers' cliques (one message per pair of ranks
+    that share a clique, sizes known in advance), then averages each clique exactly as one
+    process does (the members' rows in increasing peer order, one ``add.reduceat``, times
+    1/|C| in float32): bit-identical. The exchange is part of the local step and, as in one
+    process, not counted in the byte counts."""
+
+    def __init__(self, groups: np.ndarray, comm: MPIComm) -> None:
+        from decentlearn.algorithms import CliqueAveraging
+        whole = CliqueAveraging(groups)  # checks groups
+        if whole.groups.size != comm.n_global:
+            raise ValueError(f"groups must have one clique id per peer ({comm.n_global}), got "
+                             f"{whole.groups.size}")
+        self.groups, self.comm = whole.groups, comm
+        lo, n = comm.peer0, comm.n_peers
+        owner = comm._owner(np.arange(comm.n_global))
+        mine = np.unique(self.groups[lo:lo + n])  # the cliques of this rank's peers
+        members = np.flatnonzero(np.isin(self.groups, mine))  # increasing peer order
+        foreign = members[(members < lo) | (members >= lo + n)]
+        #: Where the received rows go: [own rows, foreign members in increasing peer order].
+        self._recv = {int(r): int(np.count_nonzero(owner[foreign] == r))
+                      for r in np.unique(owner[foreign])}
+        # What this rank sends: its peers in a clique of another rank's peers.
+        self._send = {}
+        for r in range(comm.n_ranks):
+            if r == comm.rank:
+                continue
+            a, b = int(comm.bounds[r]), int(comm.bounds[r + 1])
+            theirs = np.flatnonzero(np.isin(self.groups[lo:lo + n],
+                                            np.unique(self.groups[a:b])))
+            if theirs.size:
+                self._send[r] = theirs
+        where = np.where((members >= lo) & (members < lo + n), members - lo,
+                         n + np.searchsorted(foreign, members))
+        order = np.argsort(self.groups[members], kind="stable")  # by clique, then peer
+        self._rows = where[order]
+        counts = np.bincount(self.groups[members[order]])
+        ids = np.flatnonzero(counts)
+        self._starts = np.concatenate(([0], np.cumsum(counts[ids])[:-1]))
+        self._inv_sizes = (1.0 / np.bincount(self.groups)[ids]).astype(np.float32)[:, None]
+        self._slot = np.searchsorted(ids, self.groups[lo:lo + n])
+        self._n_foreign = foreign.size
+
+    def __repr__(self) -> str:
+        return f"MPICliqueAveraging(peers={self.comm.n_peers} of {self.groups.size})"
+
+    def __call__(self, grad: np.ndarray) -> None:
+        n = self.comm.n_peers
+        if grad.ndim != 2 or grad.shape[0] != n:
+            raise ValueError(f"grad must have shape ({n}, dim), got {grad.shape}")
+        buf = np.empty((n + self._n_foreign, grad.shape[1]), dtype=grad.dtype)
+        buf[:n] = grad
+        recvs, start = {}, n
+        for r, k in self._recv.items():  # owners in increasing order = buffer order
+            recvs[r] = buf[start:start + k]
+            start += k
+        sends = {r: np.ascontiguousarray(grad[rows]) for r, rows in self._send.items()}
+        self.comm._swap(sends, recvs, "clique averaging")
+        means = np.add.reduceat(buf[self._rows], self._starts, axis=0)
+        means *= self._inv_sizes
+        grad[...] = means[self._slot]

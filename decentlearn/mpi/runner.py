@@ -14,10 +14,13 @@ per-peer arrays); ``save_checkpoint`` gathers the rows to rank 0, which writes t
 file; ``load_checkpoint`` reads a file of either backend and keeps the rank's rows.
 
 Differences from ``Simulator.run`` (docs/mpi.md): the consensus-distance divergence bound is
-checked at evaluation rounds (the loss bounds every round); asynchronous gossip, finite-time and
-nonlinear mixing and Clique Averaging are refused with a ValueError, and so is int8 precision
-with the algorithms that train a subset of the rows (``_SUBSET_ROWS``). A network model
-(``--network``) runs: every rank builds it whole and keeps the whole simulated clock.
+checked at evaluation rounds (the loss bounds every round); asynchronous gossip (AD-PSGD)
+replays the event schedule on every rank (``decentlearn.mpi.asynchronous``; int8 layers
+refused there). Finite-time and nonlinear mixing run on
+their MPI communicators (``MPIFiniteTimeComm``, ``MPINonlinearGossipComm``), Clique Averaging
+with ``MPICliqueAveraging``; a network model (``--network``) runs: every rank builds it whole
+and keeps the whole simulated clock. Per-edge state (compngc's error memory, ``edge_state``) is
+gathered in edge order into checkpoints.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ import time
 
 import numpy as np
 
-from decentlearn import algorithms, baselines, cocofl, compress, metrics, network
+from decentlearn import (algorithms, baselines, cocofl, compress, finite_gossip, metrics,
+                         network)
 from decentlearn._core import NonFiniteError
 from decentlearn.data import load_dataset, make_partition
-from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, MPITimeoutError, import_mpi
+from decentlearn.mpi.comm import (DEFAULT_TIMEOUT, MPICliqueAveraging, MPIComm,
+                                  MPIFiniteTimeComm, MPINonlinearGossipComm, MPITimeoutError,
+                                  import_mpi)
 from decentlearn.nn import make_model
 from decentlearn.optim import make as make_optimizer
 from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _STREAM_INIT,
@@ -48,11 +54,6 @@ SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic", "
 
 #: Why the other registered algorithms are refused (none today).
 REFUSED: dict[str, str] = {}
-
-#: Algorithms that compute gradients of a subset of the peers' rows (the clients, the edges),
-#: whose int8 rounding noise is keyed by the row's position in that subset, not by the peer.
-_SUBSET_ROWS = ("fedavg", "stc-fl", "fedhisyn", "ngc", "compngc")
-
 
 #: Prefixes of the state names whose arrays hold one row per peer (a rank holds its block).
 _ROW_PREFIXES = ("algorithm.", "comm.")
@@ -86,26 +87,11 @@ def check_supported(config) -> None:
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
                          f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
                          "backend")
-    if c.precision != "fp32" and c.algorithm in _SUBSET_ROWS:
-        raise ValueError(f"precision={c.precision!r} with algorithm {c.algorithm!r} is not "
-                         "available on the MPI backend (its int8 rounding is keyed by a row's "
-                         "position among the participating rows, which differs per rank); use "
-                         "precision='fp32' or the in-process backend")
-    why = {
-        "asynchronous": "AD-PSGD is an event-driven simulation: one global queue of events in "
-                        "simulated time decides which peer updates next from which neighbour's "
-                        "current row, one event at a time",
-        "clique_averaging": "it averages gradients over each clique inside the local step, and "
-                            "cliques span ranks",
-        "mixing": "finite-time and nonlinear gossip run their own communicators (several "
-                  "exchanges or a nonlinear step per round) that have no MPI form yet",
-    }
-    for name, bad in (("asynchronous", c.asynchronous),
-                      ("clique_averaging", c.clique_averaging),
-                      ("mixing", c.mixing != "gossip")):
-        if bad:
-            raise ValueError(f"{name}={getattr(c, name)!r} is not available on the MPI backend "
-                             f"({why[name]}); use the in-process backend")
+    if c.asynchronous and c.precision != "fp32":
+        raise ValueError(f"asynchronous=True with precision={c.precision!r} is not available on "
+                         "the MPI backend (the int8 rounding of AD-PSGD's updates is keyed by a "
+                         "peer's position in its wave of events, which a rank cannot pass as one "
+                         "offset); use precision='fp32' or the in-process backend")
 
 
 class _TimedCompressor:
@@ -163,10 +149,30 @@ class MPISimulator(Simulator):
             from mpi4py import MPI
             size = (world or MPI.COMM_WORLD).Get_size()
             threads = max(1, (os.cpu_count() or 1) // size)
-        self.comm = comm = MPIComm(self.topology, world, n_threads=threads, timeout=timeout,
-                                   transport=transport, network=self.network,
-                                   samples_per_round=c.local_steps * c.batch_size,
-                                   mixing_kind="column" if "column" in accepted else None)
+        if c.clique_averaging and self.topology.groups is None:
+            raise ValueError(f"clique_averaging needs a topology made of cliques "
+                             f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")
+        kwargs = dict(timeout=timeout, transport=transport, network=self.network,
+                      samples_per_round=c.local_steps * c.batch_size)
+        # --mixing: the simulator's rules and checks (Simulator.__init__), on ranks.
+        if c.mixing == "finite-time":
+            if c.algorithm != "dpsgd" or c.compress != "none" or c.network is not None:
+                raise ValueError("mixing='finite-time' runs several exchanges per round and "
+                                 "supports uncompressed dpsgd only, without a network model; got "
+                                 f"algorithm={c.algorithm!r}, compress={c.compress!r}, "
+                                 f"network={c.network!r}")
+            comm = MPIFiniteTimeComm(self.topology, world, n_threads=threads, **kwargs)
+        elif c.mixing.startswith("nonlinear"):
+            if c.algorithm != "dpsgd" or c.compress != "none":
+                raise ValueError("mixing='nonlinear' is a nonlinear gossip step for uncompressed "
+                                 f"dpsgd; got algorithm={c.algorithm!r}, compress={c.compress!r}")
+            _, alpha, eta = finite_gossip.parse_mixing(c.mixing)
+            comm = MPINonlinearGossipComm(self.topology, world, n_threads=threads, alpha=alpha,
+                                          eta=eta, **kwargs)
+        else:
+            comm = MPIComm(self.topology, world, n_threads=threads,
+                           mixing_kind="column" if "column" in accepted else None, **kwargs)
+        self.comm = comm
         lo, hi = comm.peer0, comm.peer0 + comm.n_peers
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
@@ -195,12 +201,24 @@ class MPISimulator(Simulator):
         extra.update(baselines.config_options(c.algorithm, c))
         compressor = compress.make(c.compress)
         self.problems = setup_problems(c, compressor, self.model.dim)
-        self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
-                                         optimizer=optimizer, params=params,
-                                         local_steps=c.local_steps, variant=c.variant,
-                                         compressor=_TimedCompressor(compressor, comm.seconds),
-                                         seed=_stream_seed(c.seed, _STREAM_COMPRESS),
-                                         frozen=frozen_local, **extra)
+        if c.asynchronous:  # event-driven AD-PSGD replaces the communicator and the algorithm
+            from decentlearn.mpi import asynchronous
+            comm.close()
+            self.comm, self.algorithm = asynchronous.build(
+                self, params, c.optimizer_config(), _stream_seed(c.seed, _STREAM_COMPRESS),
+                segments=segments, frozen=frozen_local, world=world, n_threads=threads,
+                timeout=timeout, transport=transport)
+            comm = self.comm
+        else:
+            self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
+                                             optimizer=optimizer, params=params,
+                                             local_steps=c.local_steps, variant=c.variant,
+                                             compressor=_TimedCompressor(compressor,
+                                                                         comm.seconds),
+                                             seed=_stream_seed(c.seed, _STREAM_COMPRESS),
+                                             frozen=frozen_local, **extra)
+        if c.clique_averaging:  # the clique members' gradients cross ranks
+            self.algorithm.gradient_transform = MPICliqueAveraging(self.topology.groups, comm)
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
         self.offline_hook = (network.OfflineHook(self.network, self.algorithm, init,
@@ -415,15 +433,22 @@ class MPISimulator(Simulator):
         # Replicated state (a server's model, an all-reduce's anchor) is no row of a peer even
         # where a rank hosts one peer and the array has one row.
         return sorted(k for k, v in state.items() if k.startswith(_ROW_PREFIXES)
-                      and not self._replicated(k)
+                      and not self._replicated(k) and k not in self._edge_names(state)
                       and isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_rows)
+
+    def _edge_names(self, state: dict) -> list[str]:
+        """The names of ``state``'s per-edge arrays (one row per edge, global CSR order: the
+        algorithm's ``edge_state`` prefixes, e.g. compngc's error memories)."""
+        prefixes = tuple("algorithm." + p for p in getattr(self.algorithm, "edge_state", ()))
+        return sorted(k for k, v in state.items() if prefixes and k.startswith(prefixes)
+                      and isinstance(v, np.ndarray) and v.ndim >= 1)
 
     def _replicated(self, name: str) -> bool:
         """True for state that is the same on every rank whatever its shape: what the algorithm
         declares (``replicated_attrs``) and the network model's clock and fault counters."""
         shared = {"algorithm." + a for a in self.algorithm._declared("replicated_attrs")}
-        return name in shared or name.startswith(
-            tuple("comm." + p for p in self.comm.replicated_prefixes))
+        return name in shared or name.startswith(tuple(a + "." for a in shared)) or \
+            name.startswith(tuple("comm." + p for p in self.comm.replicated_prefixes))
 
     def gather_state(self) -> dict | None:
         """The run's whole state (every peer's rows, in peer order) on rank 0, None elsewhere:
@@ -437,11 +462,18 @@ class MPISimulator(Simulator):
             raise ck.CheckpointError("the ranks hold different per-peer state names (a rank's "
                                      "state is incomplete); cannot checkpoint")
         rows = {k: comm.gather_rows(local[k]) for k in names}
+        edge_names = self._edge_names(local)  # per-edge rows, joined in edge order
+        lists = [comm.bcast_json(edge_names, root=r) for r in range(comm.n_ranks)]
+        if any(other != edge_names for other in lists):
+            raise ck.CheckpointError("the ranks hold different per-edge state names (a rank's "
+                                     "state is incomplete); cannot checkpoint")
+        rows.update({k: comm.gather_blocks(local[k]) for k in edge_names})
         if comm.rank != 0:
             return None
         full = {**local, **rows}
         file_names = [k for k in ck.per_peer_names(full, self.config.peers)
-                      if k.startswith(_ROW_PREFIXES) and not self._replicated(k)]
+                      if k.startswith(_ROW_PREFIXES) and not self._replicated(k)
+                      and k not in edge_names]
         if file_names != names:
             raise ck.CheckpointError(f"per-peer state {sorted(set(file_names) ^ set(names))[:3]}"
                                      " would be read back with other rows")
@@ -451,7 +483,12 @@ class MPISimulator(Simulator):
         """This rank's share of a whole-run state (as ``checkpoint.read`` returns it)."""
         from decentlearn import checkpoint as ck
         lo, hi = self.comm.peer0, self.comm.peer0 + self.comm.n_peers
-        return ck.take_rows(full, self._row_names(full, self.config.peers), lo, hi)
+        mine = ck.take_rows(full, self._row_names(full, self.config.peers), lo, hi)
+        edge_names = self._edge_names(full)
+        if edge_names:  # the rows of this rank's peers' in-edges
+            e0, e1 = self.algorithm.edge_range()
+            mine = ck.take_rows(mine, edge_names, e0, e1)
+        return mine
 
     def save_checkpoint(self, path, extra: dict | None = None) -> None:
         """Collective: every rank sends its rows, rank 0 writes ``path`` atomically in the
