@@ -461,12 +461,14 @@ def test_refused_configurations_name_the_option():
         block_bounds(3, 4)
 
 
-def test_torch_model_runs_on_mpi_like_in_process(tmp_path):
+@pytest.mark.parametrize("mode", ["batched", "grouped:1"])
+def test_torch_model_runs_on_mpi_like_in_process(tmp_path, mode):
     """A torch model (decentlearn.torch, the MLP twin) runs unchanged on 4 ranks and gives the
-    in-process run's accuracies, consensus distance and bytes."""
+    in-process run's accuracies, consensus distance and bytes, in both execution modes that MPI
+    reproduces (grouped:G > 1 and auto are refused there: test below)."""
     pytest.importorskip("torch", reason="torch not installed (pip install 'decentlearn[torch]')")
     args = ["--model", "torch:mlp", "--peers", "6", "--rounds", "4", "--eval-every", "2",
-            "--threads", "1", "--quiet"]
+            "--threads", "1", "--quiet", "--torch-mode", mode]
     proc = _launch(["-m", "decentlearn", "run", "--backend", "mpi", *args, "--out",
                     str(tmp_path / "mpi")], cwd=tmp_path)
     out, err = proc.communicate(timeout=300)
@@ -480,3 +482,10 @@ def test_torch_model_runs_on_mpi_like_in_process(tmp_path):
     for key in ("test_accuracy_mean", "test_accuracy_avg_model", "consensus_distance",
                 "bytes_sent_total"):
         assert got[key] == want[key], key
+
+
+@pytest.mark.parametrize("mode", ["auto", "grouped:2"])
+def test_torch_modes_that_mpi_cannot_reproduce_are_refused(mode):
+    from decentlearn.mpi.runner import check_supported
+    with pytest.raises(ValueError, match=f"torch_mode='{mode}' is not available on the MPI"):
+        check_supported(RunConfig(model="torch:mlp", torch_mode=mode))

@@ -68,7 +68,7 @@ HANDLED = frozenset((
     "threads", "eval_every", "eval_samples", "eval_peer_samples", "network", "asynchronous",
     "participation", "server_compress", "categories", "speeds", "hops_max", "ngc_alpha",
     "skew_target", "skew_probe_every", "skew_period_max", "optimizer", "beta2", "eps",
-    "trust_coefficient", "lr_schedule", "warmup", "lr_scaling"))
+    "trust_coefficient", "lr_schedule", "warmup", "lr_scaling", "torch_mode"))
 
 
 def check_supported(config) -> None:
@@ -87,6 +87,11 @@ def check_supported(config) -> None:
         raise ValueError(f"algorithm {c.algorithm!r} is not available on the MPI backend (it "
                          f"needs {why}); use one of {', '.join(SUPPORTED)} or the in-process "
                          "backend")
+    if c.torch_mode not in ("batched", "grouped:1"):
+        raise ValueError(f"torch_mode={c.torch_mode!r} is not available on the MPI backend: its "
+                         "groups (or auto's timed choice) would form over each rank's peers, not "
+                         "the whole set, and the modes agree only to float32 rounding; use "
+                         "'batched' or 'grouped:1' (one peer per pass, the same on every backend)")
     if c.asynchronous and c.precision != "fp32":
         raise ValueError(f"asynchronous=True with precision={c.precision!r} is not available on "
                          "the MPI backend (the int8 rounding of AD-PSGD's updates is keyed by a "
@@ -177,6 +182,8 @@ class MPISimulator(Simulator):
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
         self.model.n_threads = threads
+        if c.torch_mode != "batched":
+            self.model.mode = c.torch_mode  # grouped:1 only (check_supported)
         self.model.peer0 = comm.peer0  # int8 layers key their rounding noise by peer
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
         self._init_row = init
