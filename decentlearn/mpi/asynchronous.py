@@ -21,14 +21,12 @@ import heapq
 
 import numpy as np
 
-from decentlearn.algorithms import Algorithm
 from decentlearn.comm import FLOAT32_BYTES
 from decentlearn.mpi.comm import MPIComm
 from decentlearn.network.asynchronous import ADPSGD, EventComm
 from decentlearn.network.model import STREAM_BATCH, hash_uniform
 from decentlearn.optim import OptimizerConfig, SGDConfig
 from decentlearn.optim import make as make_optimizer
-from decentlearn.topology import Topology, edges_of
 
 __all__ = ["MPIADPSGD", "MPIEventComm", "build"]
 
@@ -63,57 +61,6 @@ class MPIADPSGD(ADPSGD):
     #: The global schedule's state, the same on every rank (saved once in checkpoints), and
     #: the (1, 1) optimizer that only carries the round's learning rate.
     replicated_attrs = ("updates", "heap_times", "heap_peers", "optimizer")
-
-    def __init__(self, *, network, partition, x_train, y_train, batch_size: int,
-                 sgd: SGDConfig | OptimizerConfig, segments=None, **kwargs) -> None:
-        Algorithm.__init__(self, **kwargs)  # params, optimizer, compressor (ADPSGD's is global)
-        comm = self.comm
-        topology = comm.topology
-        if not isinstance(topology, Topology) or topology.period != 1 or topology.directed:
-            raise ValueError("asynchronous mode needs a static undirected topology (ring, torus, "
-                             f"...), got {topology.name!r}")
-        if network.config.churn_leave > 0:
-            raise ValueError("asynchronous mode does not simulate churn: set churn_leave = 0 "
-                             f"(network {network.config.name!r} has {network.config.churn_leave})")
-        if self.compressed:
-            raise ValueError("asynchronous mode sends float32 models: compress must be 'none'")
-        if self.frozen is not None:
-            raise ValueError("asynchronous mode does not support --cocofl")
-        N = comm.n_global
-        self.network = network
-        self.partition, self.x_train, self.y_train = partition, x_train, y_train
-        self.batch_size = batch_size
-        self.snapshot = self.params.copy()
-        if isinstance(sgd, SGDConfig):
-            sgd = OptimizerConfig(name="sgd", lr=sgd.lr, momentum=sgd.momentum,
-                                  nesterov=sgd.nesterov, weight_decay=sgd.weight_decay)
-        self.sgd, self._segments = sgd, segments
-        self.peer_state = make_optimizer(sgd, self.params.shape, segments=segments)
-        self.updates = np.zeros(N, dtype=np.int64)  # global: the schedule's keys
-        dst, src = edges_of(topology, 0)
-        self._indptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=N))))
-        self._indices = src
-        self._samples = float(self.local_steps * batch_size)
-        self._horizon = float(self._samples / network.compute_sps.max())
-        self._heap: list[tuple[float, int]] = []
-        first = self._update_time(np.arange(N), self.updates)
-        for i in range(N):
-            heapq.heappush(self._heap, (float(first[i]), i))
-        self._optimizers: dict[int, object] = {}
-        self._done = 0
-        self.max_wave = None
-
-    def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import CheckpointError
-        Algorithm.load_state_dict(self, state)
-        times, peers = state.get("heap_times"), state.get("heap_peers")
-        if not (isinstance(times, np.ndarray) and isinstance(peers, np.ndarray)
-                and times.shape == peers.shape and times.ndim == 1
-                and peers.dtype == np.int64 and times.dtype == np.float64
-                and (peers.size == 0 or (peers.min() >= 0
-                                         and peers.max() < self.comm.n_global))):
-            raise CheckpointError("checkpoint's asynchronous event heap is malformed")
-        self._heap = [(float(a), int(b)) for a, b in zip(times, peers)]
 
     def _train_rows(self, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``ADPSGD._train`` for this rank's ``peers`` (global ids) of a wave."""

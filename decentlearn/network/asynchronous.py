@@ -90,7 +90,7 @@ class ADPSGD(Algorithm):
         if not (isinstance(times, np.ndarray) and isinstance(peers, np.ndarray)
                 and times.shape == peers.shape and times.ndim == 1
                 and peers.dtype == np.int64 and times.dtype == np.float64
-                and (peers.size == 0 or (peers.min() >= 0 and peers.max() < self.comm.n_peers))):
+                and (peers.size == 0 or (peers.min() >= 0 and peers.max() < self.comm.n_global))):
             raise CheckpointError("checkpoint's asynchronous event heap is malformed")
         self._heap = [(float(a), int(b)) for a, b in zip(times, peers)]
 
@@ -109,7 +109,7 @@ class ADPSGD(Algorithm):
             raise ValueError("asynchronous mode sends float32 models: compress must be 'none'")
         if self.frozen is not None:
             raise ValueError("asynchronous mode does not support --cocofl")
-        n = comm.n_peers
+        n = comm.n_global  # all peers (a process of the MPI backend hosts rows of some)
         self.network = network
         self.partition, self.x_train, self.y_train = partition, x_train, y_train
         self.batch_size = batch_size
