@@ -40,6 +40,21 @@ from decentlearn.topology import RoundTopology, Topology, edges_of
 FLOAT32_BYTES = 4
 
 
+def attach_network(topology, network, samples_per_round, mixing_kind=None):
+    """(clock, W_t) of a communicator on ``topology`` under ``network`` (a NetworkModel or None):
+    the synchronous clock and the faulty per-round view of W when the network has faults, else
+    (None, topology). Both backends call it, so they time and fail the same rounds."""
+    if network is None:
+        return None, topology
+    from decentlearn.network.clock import SyncClock
+    from decentlearn.network.faults import FaultyTopology
+    if network.n != topology.n:
+        raise ValueError(f"network has {network.n} peers but the topology {topology.n}")
+    mixing = (FaultyTopology(topology, network, kind=mixing_kind)
+              if network.config.has_faults else topology)
+    return SyncClock(network, samples_per_round), mixing
+
+
 class SimComm:
     """All peers in one process; ``mix`` is one call of the C gossip kernel on the whole matrix."""
 
@@ -54,17 +69,8 @@ class SimComm:
         self._spare: np.ndarray | None = None
         #: The network model (decentlearn.network.NetworkModel) or None; its clock.
         self.network = network
-        self.clock = None
         #: The W_t actually used: the topology, or its per-round faulty view.
-        self.mixing = topology
-        if network is not None:
-            from decentlearn.network.clock import SyncClock
-            from decentlearn.network.faults import FaultyTopology
-            if network.n != topology.n:
-                raise ValueError(f"network has {network.n} peers but the topology {topology.n}")
-            self.clock = SyncClock(network, samples_per_round)
-            if network.config.has_faults:
-                self.mixing = FaultyTopology(topology, network, kind=mixing_kind)
+        self.clock, self.mixing = attach_network(topology, network, samples_per_round, mixing_kind)
 
     @property
     def n_peers(self) -> int:

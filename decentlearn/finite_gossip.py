@@ -42,8 +42,8 @@ from decentlearn import ops
 from decentlearn.comm import FLOAT32_BYTES, SimComm
 from decentlearn.topology import Topology, edges_of, round_matrix
 
-__all__ = ["FiniteTimeComm", "MAX_PEERS", "NonlinearGossipComm", "minimal_polynomial_schedule",
-           "nonlinear_gossip", "nonlinear_step", "parse_mixing"]
+__all__ = ["FiniteTimeComm", "MAX_PEERS", "NonlinearGossipComm", "check_nonlinear",
+           "minimal_polynomial_schedule", "nonlinear_gossip", "nonlinear_step", "parse_mixing"]
 
 #: The schedule needs all eigenvalues of W (a dense eigendecomposition): at most this many peers.
 MAX_PEERS = 4096
@@ -201,6 +201,17 @@ def nonlinear_step(H: np.ndarray, dst: np.ndarray, src: np.ndarray, w: np.ndarra
     return out
 
 
+def check_nonlinear(topology, alpha: float, eta: float) -> tuple[float, float]:
+    """(alpha, eta) as floats after checking them and that ``topology`` is undirected (the
+    nonlinear step keeps the average only for symmetric weights); both backends' communicators."""
+    if not (0 < alpha <= 1 and 0 < eta <= 1):
+        raise ValueError(f"alpha and eta must be in (0, 1], got alpha={alpha}, eta={eta}")
+    if getattr(topology, "directed", False):
+        raise ValueError("nonlinear gossip needs symmetric weights (w_ij = w_ji) to keep the "
+                         f"average; {topology.name!r} is directed")
+    return float(alpha), float(eta)
+
+
 class NonlinearGossipComm(SimComm):
     """A communicator whose ``mix`` is one nonlinear gossip step (:func:`nonlinear_gossip`): one
     exchange of the float32 rows per round, counted like a gossip step. Compressed exchanges and
@@ -209,12 +220,7 @@ class NonlinearGossipComm(SimComm):
     def __init__(self, topology, n_threads: int | None = None, *, alpha: float = 0.5,
                  eta: float = 0.5, **network) -> None:
         super().__init__(topology, n_threads, **network)
-        if not (0 < alpha <= 1 and 0 < eta <= 1):
-            raise ValueError(f"alpha and eta must be in (0, 1], got alpha={alpha}, eta={eta}")
-        if getattr(topology, "directed", False):
-            raise ValueError("nonlinear gossip needs symmetric weights (w_ij = w_ji) to keep the "
-                             f"average; {topology.name!r} is directed")
-        self.alpha, self.eta = float(alpha), float(eta)
+        self.alpha, self.eta = check_nonlinear(topology, alpha, eta)
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         if self._spare is None or self._spare.shape != X.shape:

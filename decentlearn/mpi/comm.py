@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from decentlearn import ops
-from decentlearn.comm import FLOAT32_BYTES, SimComm
+from decentlearn.comm import FLOAT32_BYTES, SimComm, attach_network
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
 #: Default seconds a rank waits for any message before declaring its sender dead.
@@ -145,15 +145,8 @@ class MPIComm:
         self.server_bytes_sent = 0
         #: The network model (decentlearn.network.NetworkModel) or None, as in ``SimComm``: its
         #: clock and faulty W_t are computed whole, identically, on every rank.
-        self.network, self.clock = network, None
-        if network is not None:
-            from decentlearn.network.clock import SyncClock
-            from decentlearn.network.faults import FaultyTopology
-            if network.n != topology.n:
-                raise ValueError(f"network has {network.n} peers but the topology {topology.n}")
-            self.clock = SyncClock(network, samples_per_round)
-            if network.config.has_faults:
-                self.mixing = FaultyTopology(topology, network, kind=mixing_kind)
+        self.network = network
+        self.clock, self.mixing = attach_network(topology, network, samples_per_round, mixing_kind)
         self._plans: dict[int, _Plan] = {}
         self._seq = 0
         self._halo: np.ndarray | None = None
@@ -757,13 +750,9 @@ class MPINonlinearGossipComm(MPIComm):
 
     def __init__(self, topology, world=None, n_threads: int | None = None, *,
                  alpha: float = 0.5, eta: float = 0.5, **kwargs) -> None:
+        from decentlearn.finite_gossip import check_nonlinear
         super().__init__(topology, world, n_threads, **kwargs)
-        if not (0 < alpha <= 1 and 0 < eta <= 1):
-            raise ValueError(f"alpha and eta must be in (0, 1], got alpha={alpha}, eta={eta}")
-        if getattr(topology, "directed", False):
-            raise ValueError("nonlinear gossip needs symmetric weights (w_ij = w_ji) to keep the "
-                             f"average; {topology.name!r} is directed")
-        self.alpha, self.eta = float(alpha), float(eta)
+        self.alpha, self.eta = check_nonlinear(topology, alpha, eta)
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         from decentlearn.finite_gossip import nonlinear_step
