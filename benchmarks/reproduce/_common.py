@@ -61,7 +61,8 @@ def save(study: str, runs: list[dict], table: list[str], title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     n_plots = 2 if x_bytes else 1
-    fig, axes = plt.subplots(1, n_plots, figsize=(5.2 * n_plots, 3.8), constrained_layout=True)
+    fig, axes = plt.subplots(1, n_plots, figsize=(5.2 * n_plots + 2.4, 3.8),
+                             constrained_layout=True)
     axes = np.atleast_1d(axes)
     for r in runs:
         h = r["history"]
@@ -76,7 +77,9 @@ def save(study: str, runs: list[dict], table: list[str], title: str,
         axes[1].set(xlabel="MB sent (peers + server)", ylabel="test accuracy", xscale="log")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    # One legend beside the last panel: inside, it covered curves near the top.
+    axes[-1].legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="upper left",
+                    bbox_to_anchor=(1.02, 1))
     fig.suptitle(title, fontsize=9)
     png = RESULTS / f"{study}.png"
     fig.savefig(png, dpi=110)

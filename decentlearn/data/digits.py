@@ -25,7 +25,8 @@ _FIELDS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
     "labels": (np.dtype(np.uint8), ()),
     "test": (np.dtype(np.bool_), ()),
 }
-# Errors zipfile/zlib raise on a damaged archive or member.
+# Errors zipfile/zlib raise on a damaged archive or member (zipfile raises NotImplementedError
+# for a member whose compression method it does not support: a foreign file, not a stub).
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError,
                struct.error)
 _MAX_HEADER = 10_000
