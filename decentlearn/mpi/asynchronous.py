@@ -24,7 +24,6 @@ import numpy as np
 from decentlearn.comm import FLOAT32_BYTES
 from decentlearn.mpi.comm import MPIComm
 from decentlearn.network.asynchronous import ADPSGD, EventComm
-from decentlearn.network.model import STREAM_BATCH, hash_uniform
 from decentlearn.optim import OptimizerConfig, SGDConfig
 from decentlearn.optim import make as make_optimizer
 
@@ -64,37 +63,10 @@ class MPIADPSGD(ADPSGD):
 
     def _train_rows(self, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``ADPSGD._train`` for this rank's ``peers`` (global ids) of a wave."""
-        lo = self.comm.peer0
-        k, rows = peers.size, peers - lo
-        if k == 0:  # as a process whose peers train: the same count of gradient calls
+        if peers.size == 0:  # as a process whose peers train: the same count of gradient calls
             self.model.steps += self.local_steps
             return np.zeros(0), np.zeros((0, self.params.shape[1]), dtype=np.float32)
-        opt = self._optimizers.get(k)
-        if opt is None:
-            opt = self._optimizers[k] = make_optimizer(self.sgd, (k, self.params.shape[1]),
-                                                       segments=self._segments)
-        full = self.peer_state.state_arrays()
-        for name, a in opt.state_arrays().items():
-            a[...] = full[name][rows]
-        opt.lr = self.optimizer.lr
-        before = self.snapshot[rows]
-        local = before.copy()
-        p = self.partition
-        sizes = np.diff(p.offsets)[peers]
-        losses = np.zeros(k)
-        for s in range(self.local_steps):
-            step = self.updates[peers] * self.local_steps + s
-            u = hash_uniform(self.seed, STREAM_BATCH, peers[:, None], step[:, None],
-                             np.arange(self.batch_size)[None, :])
-            pick = p.indices[p.offsets[peers][:, None] + (u * sizes[:, None]).astype(np.int64)]
-            step_losses, grad = self.model.loss_and_grad(local, self.x_train[pick],
-                                                         self.y_train[pick])
-            opt.step(local, grad)
-            losses += step_losses
-        for name, a in opt.state_arrays().items():
-            full[name][rows] = a
-        local -= before
-        return losses / self.local_steps, local
+        return self._train(peers)
 
     def _swap_pairs(self, a: np.ndarray, b: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
         """For every pair (a[k], b[k]) with one end here and the other on another rank, this

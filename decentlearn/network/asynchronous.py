@@ -179,17 +179,19 @@ class ADPSGD(Algorithm):
         return wave
 
     def _train(self, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """local_steps SGD steps from the peers' snapshots; (losses, delta = after - before)."""
-        k = peers.size
+        """local_steps SGD steps from the peers' snapshots; (losses, delta = after - before).
+        ``peers`` are global ids; their rows here are ``peers - comm.peer0`` (an MPI rank's
+        block)."""
+        k, rows = peers.size, peers - self.comm.peer0
         opt = self._optimizers.get(k)
         if opt is None:
             opt = self._optimizers[k] = make_optimizer(self.sgd, (k, self.params.shape[1]),
                                                        segments=self._segments)
         full = self.peer_state.state_arrays()
         for name, a in opt.state_arrays().items():
-            a[...] = full[name][peers]
+            a[...] = full[name][rows]
         opt.lr = self.optimizer.lr  # this round's (a schedule sets it)
-        before = self.snapshot[peers]
+        before = self.snapshot[rows]
         local = before.copy()
         p = self.partition
         sizes = np.diff(p.offsets)[peers]
@@ -204,7 +206,7 @@ class ADPSGD(Algorithm):
             opt.step(local, grad)
             losses += step_losses
         for name, a in opt.state_arrays().items():
-            full[name][peers] = a
+            full[name][rows] = a
         local -= before
         return losses / self.local_steps, local
 
