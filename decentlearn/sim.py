@@ -368,6 +368,25 @@ def setup_problems(config: RunConfig, compressor, dim: int) -> list[str]:
     return problems
 
 
+def _mixing_rule(c: RunConfig) -> tuple[str, float | None, float | None]:
+    """(kind, alpha, eta) of ``--mixing`` ("linear", "finite-time" or "nonlinear"), after the
+    checks that the run can use it."""
+    if c.mixing == "finite-time":
+        if c.algorithm != "dpsgd" or c.compress != "none" or c.network is not None:
+            raise ValueError("mixing='finite-time' runs several exchanges per round and "
+                             "supports uncompressed dpsgd only, without a network model; got "
+                             f"algorithm={c.algorithm!r}, compress={c.compress!r}, "
+                             f"network={c.network!r}")
+        return "finite-time", None, None
+    if c.mixing.startswith("nonlinear"):
+        if c.algorithm != "dpsgd" or c.compress != "none":
+            raise ValueError("mixing='nonlinear' is a nonlinear gossip step for uncompressed "
+                             f"dpsgd; got algorithm={c.algorithm!r}, compress={c.compress!r}")
+        _, alpha, eta = finite_gossip.parse_mixing(c.mixing)
+        return "nonlinear", alpha, eta
+    return "linear", None, None
+
+
 class Callback:
     """Hooks called by the simulator. Subclass and override what you need."""
 
@@ -405,38 +424,29 @@ class Simulator:
         if c.clique_averaging and self.topology.groups is None:
             raise ValueError(f"clique_averaging needs a topology made of cliques "
                              f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")
+        # Deterministic from the seed: an MPI rank builds it whole too and keeps the whole clock.
         self.network = (network.NetworkModel(c.network, c.peers,
                                              seed=_stream_seed(c.seed, _STREAM_NETWORK))
                         if c.network is not None else None)
+        threads = self._threads()
+        #: The communicator: the only seam between the algorithms and where the peers run. It
+        #: hosts peers [comm.peer0, comm.peer0 + comm.n_peers) (all of them in process).
+        self.comm = self._make_comm(_mixing_rule(c), accepted, threads)
+        lo, n = self.comm.peer0, self.comm.n_peers
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=_stream_seed(c.seed, _STREAM_LOWP))
-        self.model.n_threads = c.threads
+        self.model.n_threads = threads
         if c.model.startswith("torch:"):
             self.model.mode = c.torch_mode
+        self.model.peer0 = lo  # int8 layers key their rounding noise by peer
         init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
-        params = np.ascontiguousarray(np.broadcast_to(init, (c.peers, self.model.dim)))
-        if c.mixing == "finite-time":
-            if c.algorithm != "dpsgd" or c.compress != "none" or c.network is not None:
-                raise ValueError("mixing='finite-time' runs several exchanges per round and "
-                                 "supports uncompressed dpsgd only, without a network model; got "
-                                 f"algorithm={c.algorithm!r}, compress={c.compress!r}, "
-                                 f"network={c.network!r}")
-            self.comm = finite_gossip.FiniteTimeComm(self.topology, n_threads=c.threads)
-        elif c.mixing.startswith("nonlinear"):
-            if c.algorithm != "dpsgd" or c.compress != "none":
-                raise ValueError("mixing='nonlinear' is a nonlinear gossip step for uncompressed "
-                                 f"dpsgd; got algorithm={c.algorithm!r}, compress={c.compress!r}")
-            _, alpha, eta = finite_gossip.parse_mixing(c.mixing)
-            self.comm = finite_gossip.NonlinearGossipComm(
-                self.topology, n_threads=c.threads, alpha=alpha, eta=eta, network=self.network,
-                samples_per_round=c.local_steps * c.batch_size)
-        else:
-            self.comm = SimComm(self.topology, n_threads=c.threads, network=self.network,
-                                samples_per_round=c.local_steps * c.batch_size,
-                                mixing_kind="column" if "column" in accepted else None)
+        self._init_row = init
+        params = np.broadcast_to(init, (n, self.model.dim)).copy()  # writable, one row too
         layout = getattr(self.model, "layout", None)
         segments = ([(sl.start, sl.stop) for _, sl, _ in layout()] if callable(layout) else None)
-        optimizer = make_optimizer(c.optimizer_config(), params.shape, n_threads=c.threads,
+        # Every optimizer's update of a row depends on that row only (tests/test_optimizers.py),
+        # so a block of rows steps exactly as in the whole matrix.
+        optimizer = make_optimizer(c.optimizer_config(), params.shape, n_threads=threads,
                                    segments=segments)
         #: The learning rate of each round (None: constant ``lr``).
         self.lr_schedule = None if c.lr_schedule_of().constant else c.lr_schedule_of()
@@ -448,31 +458,29 @@ class Simulator:
             self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
                                         len(self.model.param_layers),
                                         _stream_seed(c.seed, _STREAM_COCOFL))
+        frozen = None if self.frozen is None else self.frozen[lo:lo + n]
         extra = {"gamma": c.gamma_value} if c.algorithm == "choco" else {}
         extra.update(baselines.config_options(c.algorithm, c))
         compressor = compress.make(c.compress)
-        #: Setup problems known before the run (also emitted as SetupWarning).
+        #: Setup problems known before the run (also emitted as SetupWarning in process).
         self.problems = setup_problems(c, compressor, self.model.dim)
-        for problem in self.problems:
-            warnings.warn(problem, SetupWarning, stacklevel=2)
+        self._report_problems()
         if c.asynchronous:  # network hook: event-driven asynchronous gossip replaces both
-            from decentlearn.network import asynchronous
-            self.comm, self.algorithm = asynchronous.build(
-                self, params, c.optimizer_config(), _stream_seed(c.seed, _STREAM_COMPRESS),
-                segments=segments)
+            self.comm, self.algorithm = self._build_async(params, segments, frozen, threads)
         else:
             self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=self.comm,
                                              optimizer=optimizer, params=params,
                                              local_steps=c.local_steps, variant=c.variant,
-                                             compressor=compressor,
+                                             compressor=self._wrap_compressor(compressor),
                                              seed=_stream_seed(c.seed, _STREAM_COMPRESS),
-                                             frozen=self.frozen, **extra)
+                                             frozen=frozen, **extra)
         if c.clique_averaging:
-            self.algorithm.gradient_transform = algorithms.CliqueAveraging(self.topology.groups)
+            self.algorithm.gradient_transform = self._clique_averaging()
         self.sampler = PeerSampler(self.partition, c.batch_size,
                                    _stream_seed(c.seed, _STREAM_SAMPLER))
         #: Freezes offline peers' state under churn (None without churn).
-        self.offline_hook = (network.OfflineHook(self.network, self.algorithm, init)
+        self.offline_hook = (network.OfflineHook(self.network, self.algorithm, init,
+                                                 peers=slice(lo, lo + n))
                              if self.network is not None and self.network.config.churn_leave > 0
                              else None)
         if c.eval_samples is not None and c.eval_samples < len(d.y_test):
@@ -499,6 +507,48 @@ class Simulator:
         self._scale0: float | None = None
         self._elapsed = 0.0
 
+    # ---- what the MPI backend (decentlearn.mpi.runner.MPISimulator) does its own way ----------
+
+    def _threads(self) -> int | None:
+        """Threads of this process's kernels."""
+        return self.config.threads
+
+    def _make_comm(self, mixing: tuple, accepted, threads: int | None):
+        """The communicator for ``mixing`` (``_mixing_rule``) hosting every peer."""
+        c = self.config
+        kind, alpha, eta = mixing
+        if kind == "finite-time":
+            return finite_gossip.FiniteTimeComm(self.topology, n_threads=threads)
+        kwargs = dict(n_threads=threads, network=self.network,
+                      samples_per_round=c.local_steps * c.batch_size)
+        if kind == "nonlinear":
+            return finite_gossip.NonlinearGossipComm(self.topology, alpha=alpha, eta=eta,
+                                                     **kwargs)
+        return SimComm(self.topology, mixing_kind="column" if "column" in accepted else None,
+                       **kwargs)
+
+    def _report_problems(self) -> None:
+        for problem in self.problems:
+            warnings.warn(problem, SetupWarning, stacklevel=3)
+
+    def _build_async(self, params, segments, frozen, threads):
+        """The event-driven AD-PSGD communicator and algorithm (``--async``)."""
+        from decentlearn.network import asynchronous
+        return asynchronous.build(self, params, self.config.optimizer_config(),
+                                  _stream_seed(self.config.seed, _STREAM_COMPRESS),
+                                  segments=segments)
+
+    def _wrap_compressor(self, compressor):
+        return compressor
+
+    def _clique_averaging(self):
+        return algorithms.CliqueAveraging(self.topology.groups)
+
+    @property
+    def is_root(self) -> bool:
+        """True in the process that writes the results (always in process; rank 0 on MPI)."""
+        return True
+
     @property
     def params(self) -> np.ndarray:
         return self.algorithm.params
@@ -516,18 +566,23 @@ class Simulator:
         ``eval_peer_samples`` test samples, the average model on ``eval_avg_samples`` (the whole
         evaluation set when ``final``); see eval_sizes()."""
         t0 = time.perf_counter()
-        X = self.params
         pi = self._eval_peer_idx
-        acc, _ = self.model.evaluate(X, self.x_eval[pi], self.y_eval[pi])
+        self.last_accuracy, _ = self.model.evaluate(self.params, self.x_eval[pi],
+                                                    self.y_eval[pi])
+        row = self._eval_row(self.params, self.last_accuracy, self.comm.bytes_sent, final)
+        self.eval_seconds += time.perf_counter() - t0
+        return row
+
+    def _eval_row(self, X: np.ndarray, acc: np.ndarray, sent: np.ndarray, final: bool) -> dict:
+        """The evaluation row from all peers' parameters ``X``, accuracies and bytes sent: the
+        average model is evaluated here."""
         avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
         if final or self.eval_avg_samples >= len(self.y_eval):
             x_avg, y_avg = self.x_eval, self.y_eval
         else:
             x_avg, y_avg = self.x_eval[self._eval_avg_idx], self.y_eval[self._eval_avg_idx]
         acc_avg, loss_avg = self.model.evaluate(avg, x_avg, y_avg)
-        sent = self.comm.bytes_sent
-        self.last_accuracy = acc
-        row = {
+        return {
             "test_accuracy_mean": float(acc.mean()),
             "test_accuracy_min": float(acc.min()),
             "test_accuracy_max": float(acc.max()),
@@ -539,8 +594,6 @@ class Simulator:
             # Network hook: sim_seconds and fault rates with --network (nothing otherwise).
             **self.comm.network_metrics(),
         }
-        self.eval_seconds += time.perf_counter() - t0
-        return row
 
     def eval_summary(self, run_seconds: float) -> dict:
         """What the evaluation cost and covered, for summary.json."""
@@ -553,9 +606,9 @@ class Simulator:
             "fraction_of_run": self.eval_seconds / run_seconds if run_seconds > 0 else None,
         }
 
-    def check_divergence(self, t: int, losses: np.ndarray) -> None:
-        """Raises DivergenceError after round t if the loss or the parameters are not finite, or
-        the consensus distance or the loss grew past their bounds (see DIVERGENCE_*_FACTOR)."""
+    def _check_losses(self, t: int, losses: np.ndarray) -> None:
+        """DivergenceError after round t if a loss is not finite or the mean loss grew past
+        DIVERGENCE_LOSS_FACTOR x its first value."""
         c = self.config
         if not np.isfinite(losses).all():
             raise DivergenceError(t, c)
@@ -566,47 +619,74 @@ class Simulator:
             raise DivergenceError(t, c, f"the mean training loss {loss:.4g} exceeds "
                                   f"{DIVERGENCE_LOSS_FACTOR:g} x its first-round value "
                                   f"{self._loss0:.4g}")
-        with np.errstate(over="ignore", invalid="ignore"):
-            cd = metrics.consensus_distance_approx(self.params)
-            if not np.isfinite(cd):
-                raise DivergenceError(t, c)
-            bound = DIVERGENCE_CONSENSUS_FACTOR * self._scale0
-            if cd > bound:  # confirm with the exact (float64, centred) value
-                cd = metrics.consensus_distance(self.params)
-        if cd > bound:
-            raise DivergenceError(t, c, f"the consensus distance {cd:.3g} exceeds "
+
+    def _check_consensus(self, t: int, cd: float) -> None:
+        """DivergenceError after round t if the consensus distance ``cd`` is not finite or past
+        DIVERGENCE_CONSENSUS_FACTOR x max(1, ||x_0||^2)."""
+        bound = DIVERGENCE_CONSENSUS_FACTOR * self._scale0
+        if not np.isfinite(cd) or cd > bound:
+            raise DivergenceError(t, self.config, f"the consensus distance {cd:.3g} exceeds "
                                   f"{DIVERGENCE_CONSENSUS_FACTOR:g} x max(1, ||x_0||^2) = "
                                   f"{bound:.3g}, peers are drifting apart")
 
+    def check_divergence(self, t: int, losses: np.ndarray) -> None:
+        """Raises DivergenceError after round t if the loss or the parameters are not finite, or
+        the consensus distance or the loss grew past their bounds (see DIVERGENCE_*_FACTOR)."""
+        self._check_losses(t, losses)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cd = metrics.consensus_distance_approx(self.params)
+            if not np.isfinite(cd):
+                raise DivergenceError(t, self.config)
+            if cd > DIVERGENCE_CONSENSUS_FACTOR * self._scale0:
+                cd = metrics.consensus_distance(self.params)  # confirm: exact, float64, centred
+        self._check_consensus(t, cd)
+
+    def _train_round(self, t: int) -> np.ndarray:
+        """Round t of the algorithm (learning rate, churn, the simulated clock): this process's
+        peers' losses. A kernel refusing NaN/inf raises NonFiniteError."""
+        # Overflow shows up as a non-finite loss or parameter, reported in one line.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if self.lr_schedule is not None:
+                self.algorithm.optimizer.lr = self.lr_schedule(t)
+            if self.offline_hook is not None:  # network hook: churn
+                self.offline_hook.before_round(t)
+            losses = self.algorithm.round(self.sample, t)
+            if self.offline_hook is not None:
+                self.offline_hook.after_round(t)
+        self.comm.round_done(t)  # network hook: closes round t on the simulated clock
+        return losses
+
+    def _step(self, t: int) -> np.ndarray:
+        """Round t and the divergence checks: every peer's loss."""
+        try:
+            losses = self._train_round(t)
+        except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
+            raise DivergenceError(t, self.config) from e
+        self.check_divergence(t, losses)
+        return losses
+
+    def _after_eval(self, t: int, row: dict) -> None:
+        """After the evaluation row of round t joined the history, before the callbacks."""
+
     def run(self, callbacks: list[Callback] | tuple = ()) -> Result:
         """Runs the rounds from ``next_round`` (0, or where a checkpoint left off) to
-        ``config.rounds``."""
+        ``config.rounds``. Callbacks' ``on_round_end`` and ``on_eval`` run where ``is_root``,
+        ``on_round_complete`` (between two rounds) everywhere, so that a ``CheckpointCallback``
+        given to every MPI rank saves collectively."""
         c = self.config
         result = Result(config=c)
         start = time.perf_counter() - self._elapsed
         if self._scale0 is None:
-            x0 = self.params[0].astype(np.float64)
+            x0 = self._init_row.astype(np.float64)
             self._scale0 = max(1.0, float(x0 @ x0))
         result.history = self.history
+        root = [cb for cb in callbacks] if self.is_root else []
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
-            try:
-                # Overflow shows up as a non-finite loss or parameter, reported below in one line.
-                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                    if self.lr_schedule is not None:
-                        self.algorithm.optimizer.lr = self.lr_schedule(t)
-                    if self.offline_hook is not None:  # network hook: churn
-                        self.offline_hook.before_round(t)
-                    losses = self.algorithm.round(self.sample, t)
-                    if self.offline_hook is not None:
-                        self.offline_hook.after_round(t)
-                self.comm.round_done(t)  # network hook: closes round t on the simulated clock
-            except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
-                raise DivergenceError(t, c) from e
-            self.check_divergence(t, losses)
+            losses = self._step(t)
             self._loss_sum += float(losses.mean())
             self._loss_rounds += 1
-            for cb in callbacks:
+            for cb in root:
                 cb.on_round_end(self, t)
             if (t + 1) % c.eval_every == 0 or t + 1 == c.rounds:
                 row = {"round": t + 1, "train_loss": self._loss_sum / self._loss_rounds}
@@ -614,7 +694,8 @@ class Simulator:
                 row["wall_seconds"] = time.perf_counter() - start
                 self._loss_sum, self._loss_rounds = 0.0, 0
                 result.history.append(row)
-                for cb in callbacks:
+                self._after_eval(t, row)
+                for cb in root:
                     cb.on_eval(self, row)
             self.next_round = t + 1
             self._elapsed = time.perf_counter() - start
@@ -626,42 +707,48 @@ class Simulator:
         if not result.history:
             raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
                              f"{self.next_round}); raise rounds to continue the run")
-        last = result.history[-1]
-        result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
-        result.summary.update(self.comm.network_summary())  # network hook: sim_seconds
+        result.summary = self._summary(time.perf_counter() - start)
+        result.params = self.params
+        return result
+
+    def _summary(self, run_seconds: float) -> dict:
+        """summary.json of the run that just ended (its last evaluation row and the setup)."""
+        c = self.config
+        last = self.history[-1]
+        summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
+        summary.update(self.comm.network_summary())  # network hook: sim_seconds
         topo = self.topology
-        result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
-                              spectral_gap=(topo.spectral_gap()
-                                            if isinstance(topo, Topology)
-                                            or c.peers <= SUMMARY_GAP_MAX_N else None),
-                              n_params=self.model.dim, precision=c.precision,
-                              warnings=list(self.problems), config=c.to_dict())
+        summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
+                       spectral_gap=(topo.spectral_gap()
+                                     if isinstance(topo, Topology)
+                                     or c.peers <= SUMMARY_GAP_MAX_N else None),
+                       n_params=self.model.dim, precision=c.precision,
+                       warnings=list(self.problems), config=c.to_dict())
         if hasattr(self.model, "mode_report"):  # a torch model: its mode, and what auto chose
-            result.summary["torch_mode"] = self.model.mode_report()
+            summary["torch_mode"] = self.model.mode_report()
         if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
             edges = topo.edge_count()
-            result.summary.update(edges=edges, edges_fraction_of_complete=(
+            summary.update(edges=edges, edges_fraction_of_complete=(
                 edges / max(1, c.peers * (c.peers - 1) // 2)))
         if (topo.period is not None and topo.period > 1 and hasattr(topo, "period_spectral_gap")
                 and c.peers <= SUMMARY_GAP_MAX_N):
-            result.summary["spectral_gap_period"] = topo.period_spectral_gap()
+            summary["spectral_gap_period"] = topo.period_spectral_gap()
         if topo.info is not None:
-            result.summary["topology_info"] = dict(topo.info)
+            summary["topology_info"] = dict(topo.info)
         counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
-        result.summary["evaluation"] = self.eval_summary(time.perf_counter() - start)
-        result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
-                                                        c.local_steps, c.momentum != 0)
+        summary["evaluation"] = self.eval_summary(run_seconds)
+        summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
+                                                 c.local_steps, c.momentum != 0)
         if self.frozen is not None:
             acc = self.last_accuracy
             constrained = self.frozen > 0
-            result.summary.update(
+            summary.update(
                 constrained_peers=np.flatnonzero(constrained).tolist(),
                 test_accuracy_constrained_mean=float(acc[constrained].mean())
                 if constrained.any() else None,
                 test_accuracy_unconstrained_mean=float(acc[~constrained].mean())
                 if (~constrained).any() else None)
-        result.params = self.params
-        return result
+        return summary
 
     # ---- checkpoints (decentlearn.checkpoint, docs/checkpoints.md) ----------------------------
 

@@ -31,20 +31,11 @@ import time
 
 import numpy as np
 
-from decentlearn import (algorithms, baselines, cocofl, compress, finite_gossip, metrics,
-                         network)
 from decentlearn._core import NonFiniteError
-from decentlearn.data import load_dataset, make_partition
 from decentlearn.mpi.comm import (DEFAULT_TIMEOUT, MPICliqueAveraging, MPIComm,
                                   MPIFiniteTimeComm, MPINonlinearGossipComm, MPITimeoutError,
                                   import_mpi)
-from decentlearn.nn import make_model
-from decentlearn.optim import make as make_optimizer
-from decentlearn.sim import (_STREAM_COCOFL, _STREAM_COMPRESS, _STREAM_DATA, _STREAM_INIT,
-                             _STREAM_LOWP, _STREAM_NETWORK, _STREAM_PARTITION, _STREAM_SAMPLER,
-                             _STREAM_TOPOLOGY,
-                             DivergenceError, PeerSampler, Result, Simulator, _stream_seed,
-                             eval_sizes, setup_problems, stratified_order)
+from decentlearn.sim import (_STREAM_COMPRESS, Result, Simulator, _stream_seed)
 
 #: Algorithms that run on MPI, bit-identically to the in-process simulator (docs/mpi.md says
 #: how each exchanges). The server baselines keep the server's state replicated on every rank.
@@ -54,6 +45,9 @@ SUPPORTED = ("dpsgd", "choco", "dsgt", "d2", "dacfl", "allreduce", "epidemic", "
 
 #: Why the other registered algorithms are refused (none today).
 REFUSED: dict[str, str] = {}
+
+#: The communication phases a rank times (comm.seconds); compute is the rest of a round.
+_PHASES = ("compress", "communicate", "wait")
 
 #: Prefixes of the state names whose arrays hold one row per peer (a rank holds its block).
 _ROW_PREFIXES = ("algorithm.", "comm.")
@@ -125,137 +119,62 @@ class _TimedCompressor:
 
 class MPISimulator(Simulator):
     """One rank's share of a run (see the module docstring); ``run()`` returns the Result on
-    every rank, with the history and summary computed on rank 0 and sent to all."""
+    every rank, with the history and summary computed on rank 0 and sent to all. It is the
+    in-process Simulator with its own communicator, thread split, evaluation (gathered on rank
+    0), divergence checks (every rank decides alike) and per-rank timings."""
 
     def __init__(self, config, *, world=None, timeout: float = DEFAULT_TIMEOUT,
                  transport: str = "p2p") -> None:
         import_mpi()
         check_supported(config)
-        self.config = c = config
-        self.dataset = d = load_dataset(c.dataset, c.data_dir,
-                                        seed=_stream_seed(c.seed, _STREAM_DATA), n_peers=c.peers)
-        self.partition = make_partition(c.partition, d.y_train, c.peers,
-                                        seed=_stream_seed(c.seed, _STREAM_PARTITION),
-                                        groups=d.groups)
-        accepted = network.accepted_mixing(c.algorithm)
-        self.topology = network.make_topology(c.topology, c.peers,
-                                              seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
-                                              weights=c.weights, mixing=accepted,
-                                              labels=self.partition.histogram(d.y_train,
-                                                                              d.n_classes))
-        network.check_mixing(self.topology, c.algorithm, accepted)
-        # The network model is deterministic from the seed: every rank builds it whole and
-        # keeps the whole simulated clock (MPIComm), so every rank computes the same times.
-        self.network = (network.NetworkModel(c.network, c.peers,
-                                             seed=_stream_seed(c.seed, _STREAM_NETWORK))
-                        if c.network is not None else None)
-        threads = c.threads
-        if threads is None:  # ranks share the machine: split its cores between them
-            from mpi4py import MPI
-            size = (world or MPI.COMM_WORLD).Get_size()
-            threads = max(1, (os.cpu_count() or 1) // size)
-        if c.clique_averaging and self.topology.groups is None:
-            raise ValueError(f"clique_averaging needs a topology made of cliques "
-                             f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")
-        kwargs = dict(timeout=timeout, transport=transport, network=self.network,
-                      samples_per_round=c.local_steps * c.batch_size)
-        # --mixing: the simulator's rules and checks (Simulator.__init__), on ranks.
-        if c.mixing == "finite-time":
-            if c.algorithm != "dpsgd" or c.compress != "none" or c.network is not None:
-                raise ValueError("mixing='finite-time' runs several exchanges per round and "
-                                 "supports uncompressed dpsgd only, without a network model; got "
-                                 f"algorithm={c.algorithm!r}, compress={c.compress!r}, "
-                                 f"network={c.network!r}")
-            comm = MPIFiniteTimeComm(self.topology, world, n_threads=threads, **kwargs)
-        elif c.mixing.startswith("nonlinear"):
-            if c.algorithm != "dpsgd" or c.compress != "none":
-                raise ValueError("mixing='nonlinear' is a nonlinear gossip step for uncompressed "
-                                 f"dpsgd; got algorithm={c.algorithm!r}, compress={c.compress!r}")
-            _, alpha, eta = finite_gossip.parse_mixing(c.mixing)
-            comm = MPINonlinearGossipComm(self.topology, world, n_threads=threads, alpha=alpha,
-                                          eta=eta, **kwargs)
-        else:
-            comm = MPIComm(self.topology, world, n_threads=threads,
-                           mixing_kind="column" if "column" in accepted else None, **kwargs)
-        self.comm = comm
-        lo, hi = comm.peer0, comm.peer0 + comm.n_peers
-        self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
-                                seed=_stream_seed(c.seed, _STREAM_LOWP))
-        self.model.n_threads = threads
-        if c.torch_mode != "batched":
-            self.model.mode = c.torch_mode  # grouped:1 only (check_supported)
-        self.model.peer0 = comm.peer0  # int8 layers key their rounding noise by peer
-        init = self.model.init(_stream_seed(c.seed, _STREAM_INIT)).astype(np.float32)
-        self._init_row = init
-        params = np.broadcast_to(init, (comm.n_peers, self.model.dim)).copy()  # writable
-        layout = getattr(self.model, "layout", None)
-        segments = ([(sl.start, sl.stop) for _, sl, _ in layout()] if callable(layout) else None)
-        # Every optimizer's update of a row depends on that row only (tests/test_optimizers.py),
-        # so a rank's block steps exactly as in the in-process matrix.
-        optimizer = make_optimizer(c.optimizer_config(), params.shape, n_threads=threads,
-                                   segments=segments)
-        schedule = c.lr_schedule_of()
-        self.lr_schedule = None if schedule.constant else schedule
-        self.frozen = None
-        self.last_accuracy = None
-        frozen_local = None
-        if c.cocofl is not None:
-            self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
-                                        len(self.model.param_layers),
-                                        _stream_seed(c.seed, _STREAM_COCOFL))
-            frozen_local = self.frozen[lo:hi]
-        extra = {"gamma": c.gamma_value} if c.algorithm == "choco" else {}
-        extra.update(baselines.config_options(c.algorithm, c))
-        compressor = compress.make(c.compress)
-        self.problems = setup_problems(c, compressor, self.model.dim)
-        if c.asynchronous:  # event-driven AD-PSGD replaces the communicator and the algorithm
-            from decentlearn.mpi import asynchronous
-            comm.close()
-            self.comm, self.algorithm = asynchronous.build(
-                self, params, c.optimizer_config(), _stream_seed(c.seed, _STREAM_COMPRESS),
-                segments=segments, frozen=frozen_local, world=world, n_threads=threads,
-                timeout=timeout, transport=transport)
-            comm = self.comm
-        else:
-            self.algorithm = algorithms.make(c.algorithm, model=self.model, comm=comm,
-                                             optimizer=optimizer, params=params,
-                                             local_steps=c.local_steps, variant=c.variant,
-                                             compressor=_TimedCompressor(compressor,
-                                                                         comm.seconds),
-                                             seed=_stream_seed(c.seed, _STREAM_COMPRESS),
-                                             frozen=frozen_local, **extra)
-        if c.clique_averaging:  # the clique members' gradients cross ranks
-            self.algorithm.gradient_transform = MPICliqueAveraging(self.topology.groups, comm)
-        self.sampler = PeerSampler(self.partition, c.batch_size,
-                                   _stream_seed(c.seed, _STREAM_SAMPLER))
-        self.offline_hook = (network.OfflineHook(self.network, self.algorithm, init,
-                                                 peers=comm.peers)
-                             if self.network is not None and self.network.config.churn_leave > 0
-                             else None)
-        if c.eval_samples is not None and c.eval_samples < len(d.y_test):
-            pick = np.random.default_rng(0).choice(len(d.y_test), c.eval_samples, replace=False)
-            pick.sort()
-            self.x_eval, self.y_eval = d.x_test[pick], d.y_test[pick]
-        else:
-            self.x_eval, self.y_eval = d.x_test, d.y_test
-        self.eval_peer_samples, self.eval_avg_samples = eval_sizes(c, len(self.y_eval),
-                                                                   d.n_classes)
-        order = stratified_order(self.y_eval, d.n_classes)
-        self._eval_peer_idx = np.sort(order[:self.eval_peer_samples])
-        self._eval_avg_idx = np.sort(order[:self.eval_avg_samples])
-        self.eval_seconds = 0.0
-        # Progress of ``run``, as in Simulator (restored from a checkpoint).
-        self.next_round = 0
-        self.history: list[dict] = []
-        self.at_boundary = False
-        self._loss_sum, self._loss_rounds = 0.0, 0
-        self._loss0: float | None = None
-        self._scale0: float | None = None
-        self._elapsed = 0.0
+        self._world, self._timeout, self._transport = world, timeout, transport
+        super().__init__(config)
+
+    def _threads(self) -> int:
+        if self.config.threads is not None:
+            return self.config.threads
+        from mpi4py import MPI  # ranks share the machine: split its cores between them
+        size = (self._world or MPI.COMM_WORLD).Get_size()
+        return max(1, (os.cpu_count() or 1) // size)
+
+    def _make_comm(self, mixing: tuple, accepted, threads: int) -> MPIComm:
+        c = self.config
+        kind, alpha, eta = mixing
+        kwargs = dict(n_threads=threads, timeout=self._timeout, transport=self._transport,
+                      network=self.network, samples_per_round=c.local_steps * c.batch_size)
+        if kind == "finite-time":
+            return MPIFiniteTimeComm(self.topology, self._world, **kwargs)
+        if kind == "nonlinear":
+            return MPINonlinearGossipComm(self.topology, self._world, alpha=alpha, eta=eta,
+                                          **kwargs)
+        return MPIComm(self.topology, self._world,
+                       mixing_kind="column" if "column" in accepted else None, **kwargs)
+
+    def _report_problems(self) -> None:
+        pass  # summary.json lists them (rank 0 writes it); one warning per rank would repeat
+
+    def _build_async(self, params, segments, frozen, threads):
+        from decentlearn.mpi import asynchronous
+        self.comm.close()  # the event communicator replaces it
+        c = self.config
+        return asynchronous.build(self, params, c.optimizer_config(),
+                                  _stream_seed(c.seed, _STREAM_COMPRESS), segments=segments,
+                                  frozen=frozen, world=self._world, n_threads=threads,
+                                  timeout=self._timeout, transport=self._transport)
+
+    def _wrap_compressor(self, compressor):
+        return _TimedCompressor(compressor, self.comm.seconds)
+
+    def _clique_averaging(self):
+        return MPICliqueAveraging(self.topology.groups, self.comm)  # gradients cross ranks
 
     @property
     def rank(self) -> int:
         return self.comm.rank
+
+    @property
+    def is_root(self) -> bool:
+        return self.comm.rank == 0
 
     def sample(self) -> tuple[np.ndarray, np.ndarray]:
         """This rank's peers' minibatches: the global draw's rows, only those samples loaded."""
@@ -272,162 +191,60 @@ class MPISimulator(Simulator):
         comm = self.comm
         pi = self._eval_peer_idx
         acc_local, _ = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
-        acc = comm.allgather_peers(np.asarray(acc_local, dtype=np.float64))
-        self.last_accuracy = acc
+        self.last_accuracy = comm.allgather_peers(np.asarray(acc_local, dtype=np.float64))
         X = comm.gather_rows(self.params)
         sent = comm.gather_rows(comm.bytes_sent)
-        row = None
-        if comm.rank == 0:
-            avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
-            if final or self.eval_avg_samples >= len(self.y_eval):
-                x_avg, y_avg = self.x_eval, self.y_eval
-            else:
-                x_avg, y_avg = self.x_eval[self._eval_avg_idx], self.y_eval[self._eval_avg_idx]
-            acc_avg, loss_avg = self.model.evaluate(avg, x_avg, y_avg)
-            row = {
-                "test_accuracy_mean": float(acc.mean()),
-                "test_accuracy_min": float(acc.min()),
-                "test_accuracy_max": float(acc.max()),
-                "test_accuracy_avg_model": float(acc_avg[0]),
-                "test_loss_avg_model": float(loss_avg[0]),
-                "consensus_distance": metrics.consensus_distance(X),
-                "bytes_sent_total": int(sent.sum()),
-                "bytes_sent_max_peer": int(sent.max()),
-                **comm.network_metrics(),  # sim_seconds and fault rates with --network
-            }
+        row = self._eval_row(X, self.last_accuracy, sent, final) if comm.rank == 0 else None
         row = comm.bcast_json(row)
         self.eval_seconds += time.perf_counter() - t0
         return row
 
-    def _check_losses(self, t: int, losses: np.ndarray) -> None:
-        """The simulator's loss bounds on the losses of all peers (every rank decides alike)."""
-        from decentlearn.sim import DIVERGENCE_LOSS_FACTOR
-        c = self.config
-        if not np.isfinite(losses).all():
-            raise DivergenceError(t, c)
-        loss = float(losses.mean())
-        if self._loss0 is None:
-            self._loss0 = loss
-        elif loss > DIVERGENCE_LOSS_FACTOR * max(self._loss0, 1e-3):
-            raise DivergenceError(t, c, f"the mean training loss {loss:.4g} exceeds "
-                                  f"{DIVERGENCE_LOSS_FACTOR:g} x its first-round value "
-                                  f"{self._loss0:.4g}")
+    def _step(self, t: int) -> np.ndarray:
+        """Round t, its phases' seconds, and the loss bounds on every peer's loss (every rank
+        decides alike; the consensus bound is checked at evaluations, ``_after_eval``)."""
+        comm = self.comm
+        before = dict(comm.seconds)
+        r0 = time.perf_counter()
+        try:
+            local = self._train_round(t)
+        except NonFiniteError:
+            local = np.full(comm.n_peers, np.nan)
+        self._spent["rounds_total"] += time.perf_counter() - r0
+        for k in _PHASES:
+            self._spent[k] += comm.seconds[k] - before[k]
+        losses = comm.allgather_peers(np.asarray(local, dtype=np.float64))
+        self._check_losses(t, losses)
+        return losses
 
-    def _check_consensus(self, t: int, cd: float) -> None:
-        from decentlearn.sim import DIVERGENCE_CONSENSUS_FACTOR
-        bound = DIVERGENCE_CONSENSUS_FACTOR * self._scale0
-        if not np.isfinite(cd) or cd > bound:
-            raise DivergenceError(t, self.config, f"the consensus distance {cd:.3g} exceeds "
-                                  f"{DIVERGENCE_CONSENSUS_FACTOR:g} x max(1, ||x_0||^2) = "
-                                  f"{bound:.3g}, peers are drifting apart")
+    def _after_eval(self, t: int, row: dict) -> None:
+        self._check_consensus(t, row["consensus_distance"])
 
     def run(self, callbacks=()) -> Result:
-        """Runs the rounds from ``next_round`` (0, or where a checkpoint left off) to
-        ``config.rounds``. ``callbacks`` are this rank's: their ``on_round_end`` and ``on_eval``
-        are called on rank 0 only, ``on_round_complete`` (between two rounds) on every rank, so
-        that a ``CheckpointCallback`` given to every rank saves collectively."""
-        c = self.config
-        comm = self.comm
-        result = Result(config=c)
-        start = time.perf_counter() - self._elapsed
-        if self._scale0 is None:
-            x0 = self._init_row.astype(np.float64)
-            self._scale0 = max(1.0, float(x0 @ x0))
-        result.history = self.history
-        phases = ("compress", "communicate", "wait")
-        spent = dict.fromkeys(("compute", *phases, "rounds_total"), 0.0)
-        for t in range(self.next_round, c.rounds):
-            self.at_boundary = False
-            before = dict(comm.seconds)
-            r0 = time.perf_counter()
-            try:
-                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                    if self.lr_schedule is not None:
-                        self.algorithm.optimizer.lr = self.lr_schedule(t)
-                    if self.offline_hook is not None:  # churn: offline peers' rows rest
-                        self.offline_hook.before_round(t)
-                    local = self.algorithm.round(self.sample, t)
-                    if self.offline_hook is not None:
-                        self.offline_hook.after_round(t)
-                comm.round_done(t)  # closes round t on the simulated clock (--network)
-            except NonFiniteError:
-                local = np.full(comm.n_peers, np.nan)
-            spent["rounds_total"] += time.perf_counter() - r0
-            for k in phases:
-                spent[k] += comm.seconds[k] - before[k]
-            losses = comm.allgather_peers(np.asarray(local, dtype=np.float64))
-            self._check_losses(t, losses)
-            self._loss_sum += float(losses.mean())
-            self._loss_rounds += 1
-            if comm.rank == 0:
-                for cb in callbacks:
-                    cb.on_round_end(self, t)
-            if (t + 1) % c.eval_every == 0 or t + 1 == c.rounds:
-                row = {"round": t + 1, "train_loss": self._loss_sum / self._loss_rounds}
-                row.update(self.evaluate(final=t + 1 == c.rounds))
-                row["wall_seconds"] = time.perf_counter() - start
-                self._loss_sum, self._loss_rounds = 0.0, 0
-                result.history.append(row)
-                self._check_consensus(t, row["consensus_distance"])
-                if comm.rank == 0:
-                    for cb in callbacks:
-                        cb.on_eval(self, row)
-            self.next_round = t + 1
-            self._elapsed = time.perf_counter() - start
-            self.at_boundary = True
-            for cb in callbacks:
-                hook = getattr(cb, "on_round_complete", None)
-                if hook is not None:
-                    hook(self, t)
-        if not result.history:
-            raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
-                             f"{self.next_round}); raise rounds to continue the run")
-        last = result.history[-1]
-        result.summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
-        result.summary.update(comm.network_summary())  # sim_seconds with --network
-        topo = self.topology
-        result.summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
-                              spectral_gap=topo.spectral_gap(),
-                              n_params=self.model.dim, precision=c.precision,
-                              warnings=list(self.problems), config=c.to_dict())
-        if hasattr(topo, "edge_count"):
-            edges = topo.edge_count()
-            result.summary.update(edges=edges, edges_fraction_of_complete=(
-                edges / max(1, c.peers * (c.peers - 1) // 2)))
-        if topo.period is not None and topo.period > 1 and hasattr(topo, "period_spectral_gap"):
-            result.summary["spectral_gap_period"] = topo.period_spectral_gap()
-        if topo.info is not None:
-            result.summary["topology_info"] = dict(topo.info)
-        counts = self.frozen if self.frozen is not None else np.zeros(c.peers, dtype=np.int64)
-        result.summary["evaluation"] = self.eval_summary(time.perf_counter() - start)
-        result.summary["compute"] = cocofl.cost_summary(self.model, counts, c.batch_size,
-                                                        c.local_steps, c.momentum != 0)
-        if self.frozen is not None:
-            acc = self.last_accuracy
-            constrained = self.frozen > 0
-            result.summary.update(
-                constrained_peers=np.flatnonzero(constrained).tolist(),
-                test_accuracy_constrained_mean=float(acc[constrained].mean())
-                if constrained.any() else None,
-                test_accuracy_unconstrained_mean=float(acc[~constrained].mean())
-                if (~constrained).any() else None)
+        """Runs the rounds from ``next_round`` to ``config.rounds`` (Simulator.run); the
+        summary adds every rank's timings, and ``params`` is the whole matrix on rank 0."""
+        self._spent = dict.fromkeys(("compute", *_PHASES, "rounds_total"), 0.0)
+        result = super().run(callbacks)
+        result.params = self.gather_params()
+        return result
+
+    def _summary(self, run_seconds: float) -> dict:
+        summary = super()._summary(run_seconds)
         # Per-rank timings of the rounds (evaluation excluded): compute, compress, communicate,
         # wait; compute is what remains of the round time.
-        spent["compute"] = max(0.0, spent["rounds_total"] - sum(spent[k] for k in phases))
+        comm, spent = self.comm, self._spent
+        spent["compute"] = max(0.0, spent["rounds_total"] - sum(spent[k] for k in _PHASES))
         names = tuple(spent)
         timings = comm.allgather_peers(np.array([[spent[k] for k in names]] * comm.n_peers,
                                                 dtype=np.float64))
-        owner = comm.bounds[:-1]
-        result.summary["mpi"] = {
+        summary["mpi"] = {
             "ranks": comm.n_ranks,
             "peers_per_rank": np.diff(comm.bounds).tolist(),
             "threads_per_rank": comm.n_threads,
             "timeout_seconds": comm.timeout,
             "timings_seconds": [dict(rank=r, **dict(zip(names, map(float, timings[p]))))
-                                for r, p in enumerate(owner)],
+                                for r, p in enumerate(comm.bounds[:-1])],
         }
-        result.params = self.gather_params()
-        return result
+        return summary
 
     # ---- checkpoints (docs/checkpoints.md, docs/mpi.md) -----------------------------------------
     # ``state_dict()`` (inherited) is this rank's state under the in-process simulator's names:
