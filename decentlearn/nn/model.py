@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from decentlearn import lowp
+from decentlearn.nn import checks
 from decentlearn.nn.layers import (
     Conv2d,
     Dense,
@@ -240,21 +241,7 @@ class Model:
 
     def _check_x(self, x: object, n_peers: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
         """Returns x as (P, B, *input_shape) in ``dtype`` (stride 0 over P when shared)."""
-        x = np.asarray(x)
-        if x.dtype.kind not in "biuf":
-            raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
-        k = len(self.input_shape)
-        if x.ndim == k + 2 and x.shape[2:] == self.input_shape:
-            if x.shape[0] != n_peers:
-                raise ValueError(f"x has {x.shape[0]} peer batches but params has {n_peers} peers")
-            shared = False
-        elif x.ndim == k + 1 and x.shape[1:] == self.input_shape:
-            shared = True
-        else:
-            raise ValueError(
-                f"x must have shape (n_peers, batch, *{self.input_shape}) or "
-                f"(batch, *{self.input_shape}), got {x.shape}"
-            )
+        x, shared = checks.check_inputs(x, n_peers, self.input_shape)
         x = x.astype(dtype, copy=False)
         if shared:
             # Contiguous samples, so no later reshape can materialise the broadcast.
@@ -266,18 +253,7 @@ class Model:
         return x, shared
 
     def _check_y(self, y: object, shape: tuple[int, ...]) -> np.ndarray:
-        y = np.asarray(y)
-        if y.dtype.kind not in "iu":
-            raise TypeError(f"y must have an integer dtype, got {y.dtype}")
-        if y.shape != shape:
-            raise ValueError(f"y must have shape {shape}, got {y.shape}")
-        if y.size:
-            lo, hi = int(y.min()), int(y.max())
-            if lo < 0 or hi >= self.n_classes:
-                raise ValueError(
-                    f"y must hold labels in [0, {self.n_classes}), got values in [{lo}, {hi}]"
-                )
-        return y.astype(np.intp, copy=False)
+        return checks.check_labels(y, shape, self.n_classes).astype(np.intp, copy=False)
 
     # ---- passes ----------------------------------------------------------------------------
 
@@ -348,24 +324,11 @@ class Model:
             y = self._check_y(y, (n_peers, batch))
         if batch == 0:
             raise ValueError("x must hold at least one sample per peer, got batch size 0")
-        if grad is None:
-            grad = np.empty(params.shape, dtype=params.dtype)
-        else:
-            if not isinstance(grad, np.ndarray):
-                raise TypeError(f"grad must be a numpy array, got {type(grad).__name__}")
-            if grad.dtype != params.dtype:
-                raise TypeError(f"grad must have dtype {params.dtype}, got {grad.dtype}")
-            if grad.shape != params.shape:
-                raise ValueError(f"grad must have shape {params.shape}, got {grad.shape}")
-            if not grad.flags.c_contiguous or not grad.flags.writeable:
-                raise ValueError("grad must be a writable C-contiguous array")
-            if np.may_share_memory(grad, params):
-                raise ValueError("grad must not share memory with params")
+        grad = checks.check_grad(grad, params)
+        checks.check_step(step)
         if step is None:
             step, self.steps = self.steps, self.steps + 1
-        elif isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"step must be None or a non-negative int, got {step!r}")
-        counts = self._check_frozen(frozen, n_peers)
+        counts = checks.check_frozen(frozen, n_peers, len(self._param_layers))
         if counts is None or (counts == counts[0]).all():
             k = 0 if counts is None else int(counts[0])
             return self._loss_and_grad(params, xb, y, grad, int(step), k), grad
@@ -379,20 +342,6 @@ class Model:
                                              int(k))
             grad[rows] = g_rows
         return loss, grad
-
-    def _check_frozen(self, frozen: object, n_peers: int) -> np.ndarray | None:
-        n = len(self._param_layers)
-        counts = np.asarray(frozen)
-        if counts.dtype.kind not in "iu" or counts.ndim > 1:
-            raise TypeError(f"frozen must be an int or a 1-D int array, got {frozen!r}")
-        if counts.ndim == 1 and counts.shape != (n_peers,):
-            raise ValueError(f"frozen must have shape ({n_peers},), got {counts.shape}")
-        if counts.size and (counts.min() < 0 or counts.max() > n):
-            raise ValueError(f"frozen must hold layer counts in [0, {n}], got values in "
-                             f"[{counts.min()}, {counts.max()}]")
-        if not counts.any():
-            return None
-        return np.broadcast_to(counts, (n_peers,))
 
     def _loss_and_grad(self, params: np.ndarray, xb: np.ndarray, y: np.ndarray, grad: np.ndarray,
                        step: int, n_frozen: int) -> np.ndarray:

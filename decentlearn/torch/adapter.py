@@ -35,6 +35,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from decentlearn import ops
+from decentlearn.nn import checks
 
 # Upper bound on P * chunk samples of one evaluation pass (keeps activations near 100 MB for the
 # zoo's models at 32x32).
@@ -266,46 +267,15 @@ class TorchModel:
         return params
 
     def _check_x(self, x: object, n_peers: int) -> tuple[torch.Tensor, bool]:
-        x = np.asarray(x)
-        if x.dtype.kind not in "biuf":
-            raise TypeError(f"x must hold real numbers, got dtype {x.dtype}")
-        k = len(self.input_shape)
-        if x.ndim == k + 2 and x.shape[2:] == self.input_shape:
-            if x.shape[0] != n_peers:
-                raise ValueError(f"x has {x.shape[0]} peer batches but params has {n_peers} peers")
-            shared = False
-        elif x.ndim == k + 1 and x.shape[1:] == self.input_shape:
-            shared = True
-        else:
-            raise ValueError(f"x must have shape (n_peers, batch, *{self.input_shape}) or "
-                             f"(batch, *{self.input_shape}), got {x.shape}")
-        if x.shape[-k - 1] == 0:
+        x, shared = checks.check_inputs(x, n_peers, self.input_shape)
+        if x.shape[-len(self.input_shape) - 1] == 0:
             raise ValueError("x must hold at least one sample per peer, got batch size 0")
         x = np.require(x, dtype=np.float32, requirements=["C", "W"])
         return torch.from_numpy(x), shared
 
     def _check_y(self, y: object, shape: tuple[int, ...]) -> torch.Tensor:
-        y = np.asarray(y)
-        if y.dtype.kind not in "iu":
-            raise TypeError(f"y must have an integer dtype, got {y.dtype}")
-        if y.shape != shape:
-            raise ValueError(f"y must have shape {shape}, got {y.shape}")
-        if y.size and (y.min() < 0 or y.max() >= self.n_classes):
-            raise ValueError(f"y must hold labels in [0, {self.n_classes}), got values in "
-                             f"[{y.min()}, {y.max()}]")
+        y = checks.check_labels(y, shape, self.n_classes)
         return torch.from_numpy(np.require(y, dtype=np.int64, requirements=["C", "W"]))
-
-    def _check_frozen(self, frozen: object, n_peers: int) -> np.ndarray | None:
-        n = len(self.param_layers)
-        counts = np.asarray(frozen)
-        if counts.dtype.kind not in "iu" or counts.ndim > 1:
-            raise TypeError(f"frozen must be an int or a 1-D int array, got {frozen!r}")
-        if counts.ndim == 1 and counts.shape != (n_peers,):
-            raise ValueError(f"frozen must have shape ({n_peers},), got {counts.shape}")
-        if counts.size and (counts.min() < 0 or counts.max() > n):
-            raise ValueError(f"frozen must hold layer counts in [0, {n}], got values in "
-                             f"[{counts.min()}, {counts.max()}]")
-        return None if not counts.any() else np.broadcast_to(counts, (n_peers,))
 
     # ---- passes ---------------------------------------------------------------------------
 
@@ -409,24 +379,10 @@ class TorchModel:
         yt = self._check_y(y, (batch,) if shared and np.ndim(y) == 1 else (n_peers, batch))
         if yt.ndim == 1:
             yt = yt.expand(n_peers, batch)
-        if grad is None:
-            grad = np.empty(params.shape, dtype=np.float32)
-        else:
-            if not isinstance(grad, np.ndarray):
-                raise TypeError(f"grad must be a numpy array, got {type(grad).__name__}")
-            if grad.dtype != np.float32:
-                raise TypeError(f"grad must have dtype float32, got {grad.dtype}")
-            if grad.shape != params.shape:
-                raise ValueError(f"grad must have shape {params.shape}, got {grad.shape}")
-            if not grad.flags.c_contiguous or not grad.flags.writeable:
-                raise ValueError("grad must be a writable C-contiguous array")
-            if np.may_share_memory(grad, params):
-                raise ValueError("grad must not share memory with params")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer))
-                                 or step < 0):
-            raise ValueError(f"step must be None or a non-negative int, got {step!r}")
+        grad = checks.check_grad(grad, params)
+        checks.check_step(step)
         self.steps += 1
-        counts = self._check_frozen(frozen, n_peers)
+        counts = checks.check_frozen(frozen, n_peers, len(self.param_layers))
         if counts is None or (counts == counts[0]).all():
             k = 0 if counts is None else int(counts[0])
             return self._loss_and_grad(params, xt, shared, yt, grad, k), grad
