@@ -547,4 +547,11 @@ int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t 
                      int64_t rows, int64_t ld, float *dxp, int n_threads);
 /* <<< conv */
 
+/* >>> pool: 2x2 max pooling, stride 2, of MaxPool2d (pool.c); contracts in pool.c. */
+int dl_maxpool2_forward_f32(int64_t n, int64_t h, int64_t ld, int64_t w, const float *x, float *y,
+                            uint8_t *code, int n_threads);
+int dl_maxpool2_backward_f32(int64_t n, int64_t h2, int64_t w2, const float *dy,
+                             const uint8_t *code, float *dx, int n_threads);
+/* <<< pool */
+
 #endif /* DL_H */

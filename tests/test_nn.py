@@ -303,11 +303,12 @@ def test_dtype_is_kept(spec: str, input_shape: tuple[int, ...], dtype: type) -> 
     assert grad.dtype == dtype and loss.dtype == np.float64
     acc, mean_loss = model.evaluate(params, x[0], y[0])
     assert acc.dtype == np.float64 and mean_loss.dtype == np.float64
-    # No silent upcasts: every intermediate kept for the backward pass is in params.dtype.
+    # No silent upcasts: every intermediate kept for the backward pass is in params.dtype (or a
+    # mask: bool, or MaxPool2d's uint8 winner codes).
     xb, _ = model._check_x(x, 2, np.dtype(dtype))
     _, ctxs = model._forward(params, xb, train=True)
     for arr in _arrays(ctxs):
-        assert arr.dtype in (np.dtype(dtype), np.dtype(bool)), arr.dtype
+        assert arr.dtype in (np.dtype(dtype), np.dtype(bool), np.dtype(np.uint8)), arr.dtype
 
 
 def test_grad_is_written_into_given_buffer() -> None:

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 from numpy.lib.stride_tricks import as_strided
 
 from decentlearn import lowp, ops
+from decentlearn._reference import pool as pool_reference
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -524,10 +526,34 @@ class Conv2d(Layer):
         return self._crop(dxp, h, wd) if need_dx else None
 
 
+def _image_rows(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """x (..., H, W) as a C-contiguous (N, H, LD) array whose rows start with x's rows (LD >= W),
+    and W: a view when x is C-contiguous or a column crop of a C-contiguous buffer (Conv2d's wide
+    rows), else a copy."""
+    *lead, h, w = x.shape
+    n, it = math.prod(lead), x.itemsize
+    ld = x.strides[-2] // it if x.ndim >= 2 and x.strides[-2] % it == 0 else -1
+    if x.strides[-1] == it and ld >= w and n * h > 0:
+        step, ok = h * ld * it, True
+        for extent, stride in zip(reversed(lead), reversed(x.strides[:-2])):
+            ok = ok and (extent == 1 or stride == step)
+            step *= extent
+        base = x
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        lo, hi = byte_bounds(base)
+        start = x.__array_interface__["data"][0]
+        if ok and lo <= start and start + n * h * ld * it <= hi:
+            return as_strided(x, (n, h, ld), (h * ld * it, ld * it, it), writeable=False), w
+    return np.ascontiguousarray(x).reshape(n, h, w), w
+
+
 @dataclass(frozen=True)
 class MaxPool2d(Layer):
     """2x2 max pooling, stride 2. The gradient goes to one maximum per window: ties go to the
-    left column of the window, then to its top row."""
+    left column of the window, then to its top row. float32 runs the C kernels
+    (ops.maxpool2_forward / maxpool2_backward, images split over threads), other dtypes their
+    NumPy reference (decentlearn/_reference/pool.py)."""
 
     kind: ClassVar[str] = "pool"
     spatial: ClassVar[bool] = True
@@ -544,35 +570,26 @@ class MaxPool2d(Layer):
         self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
     ) -> tuple[np.ndarray, Any]:
         *lead, h, wd = x.shape
-        v = np.reshape(x, (*lead, h // 2, 2, wd // 2, 2))
-        top, bottom = v[..., :, 0, :, :], v[..., :, 1, :, :]  # (..., H/2, W/2, 2) each
-        # Rows first: the two operands are contiguous runs, which NumPy vectorises.
-        colmax = scratch.empty("colmax", top.shape, x.dtype)
-        np.maximum(top, bottom, out=colmax)
+        rows, _ = _image_rows(x)
         y = scratch.empty("y", (*lead, h // 2, wd // 2), x.dtype)
-        np.maximum(colmax[..., 0], colmax[..., 1], out=y)
-        if not train:
-            return y, None
-        lower = np.greater(bottom, top, out=scratch.empty("lower", top.shape, np.dtype(bool)))
-        right = np.greater(
-            colmax[..., 1], colmax[..., 0], out=scratch.empty("right", y.shape, np.dtype(bool))
-        )
-        return y, (lower, right)
+        y3 = np.reshape(y, (rows.shape[0], h // 2, wd // 2), copy=False)
+        code = scratch.empty("code", y3.shape, np.dtype(np.uint8)) if train else None
+        kernels = ops if x.dtype == np.float32 else pool_reference
+        kernels.maxpool2_forward(rows, wd, y3, code, n_threads=scratch.n_threads)
+        return y, code
 
     def backward(
         self, w: Params, g: Params, dy: np.ndarray, ctx: Any, need_dx: bool, scratch: Scratch
     ) -> np.ndarray | None:
         if not need_dx:
             return None
-        lower, right = ctx
         *lead, h2, w2 = dy.shape
-        dcol = scratch.empty("dcol", lower.shape, dy.dtype)
-        np.multiply(dy, right, out=dcol[..., 1])
-        np.subtract(dy, dcol[..., 1], out=dcol[..., 0])  # exact: dy - dy or dy - 0
-        dx = scratch.empty("dx", (*lead, h2, 2, w2, 2), dy.dtype)
-        np.multiply(dcol, lower, out=dx[..., :, 1, :, :])
-        np.subtract(dcol, dx[..., :, 1, :, :], out=dx[..., :, 0, :, :])
-        return _view(dx, (*lead, 2 * h2, 2 * w2))
+        dy3 = np.ascontiguousarray(dy).reshape(ctx.shape)
+        dx = scratch.empty("dx", (*lead, 2 * h2, 2 * w2), dy.dtype)
+        kernels = ops if dy.dtype == np.float32 else pool_reference
+        kernels.maxpool2_backward(dy3, ctx, np.reshape(dx, (ctx.shape[0], 2 * h2, 2 * w2),
+                                                       copy=False), n_threads=scratch.n_threads)
+        return dx
 
 
 @dataclass(frozen=True)
