@@ -136,6 +136,35 @@ static inline void gossip_row(const int32_t *restrict indices, const float *rest
     for (; c < w; c++) yr[c] = gossip_col(indices, data, p0, p1, x0, dim, c);
 }
 
+/* Every row of Y over one full-width sub-slab s (n_cols x DL_GOSSIP_VW, contiguous): columns
+ * [c, c + DL_GOSSIP_VW) of Y, the same operations as gossip_row. With `stream`, y + i * dim must
+ * be vector-aligned for every row i. */
+static inline void gossip_sweep(const int64_t *restrict indptr, const int32_t *restrict indices,
+                                const float *restrict data, int64_t n_rows, const float *restrict s,
+                                float *restrict y, int64_t dim, int stream) {
+    for (int64_t i = 0; i < n_rows; i++) {
+        const int64_t p0 = indptr[i], p1 = indptr[i + 1];
+        float *restrict yr = y + i * dim;
+        dl_vf a[DL_NACC];
+        if (p0 == p1) {
+            for (int u = 0; u < DL_NACC; u++) a[u] = (dl_vf){0};
+        } else {
+            const float *xr = s + (int64_t)indices[p0] * DL_GOSSIP_VW;
+            const float w0 = data[p0];
+            for (int u = 0; u < DL_NACC; u++) a[u] = w0 * dl_ld(xr + u * DL_LANES);
+            for (int64_t p = p0 + 1; p < p1; p++) {
+                const float *xp = s + (int64_t)indices[p] * DL_GOSSIP_VW;
+                const float wp = data[p];
+                for (int u = 0; u < DL_NACC; u++) a[u] += wp * dl_ld(xp + u * DL_LANES);
+            }
+        }
+        if (stream)
+            for (int u = 0; u < DL_NACC; u++) dl_st_nt(yr + u * DL_LANES, a[u]);
+        else
+            for (int u = 0; u < DL_NACC; u++) dl_st(yr + u * DL_LANES, a[u]);
+    }
+}
+
 /* Columns [c0, c1) of slab jb and its sub-slabs: with head > 0, slab 0 starts with the sub-slab
  * [0, head); the others are DL_GOSSIP_VW columns from a0 on, the last one possibly narrower. */
 typedef struct {
@@ -245,9 +274,12 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
             }
             for (int t = 0; t < sl.n; t++) {
                 const int64_t c = gossip_sub_col(&sl, t), ws = gossip_sub_col(&sl, t + 1) - c;
-                for (int64_t i = 0; i < w->n_rows; i++)
-                    gossip_row(indices, data, indptr[i], indptr[i + 1], buf + t * sub, vw, 0, ws,
-                               y + i * dim + c, pstream);
+                if (ws == vw)
+                    gossip_sweep(indptr, indices, data, w->n_rows, buf + t * sub, y + c, dim, pstream);
+                else
+                    for (int64_t i = 0; i < w->n_rows; i++)
+                        gossip_row(indices, data, indptr[i], indptr[i + 1], buf + t * sub, vw, 0, ws,
+                                   y + i * dim + c, pstream);
             }
             if (pstream) dl_fence();
         }
