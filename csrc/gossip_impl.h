@@ -136,32 +136,58 @@ static inline void gossip_row(const int32_t *restrict indices, const float *rest
     for (; c < w; c++) yr[c] = gossip_col(indices, data, p0, p1, x0, dim, c);
 }
 
-/* Every row of Y over one full-width sub-slab s (n_cols x DL_GOSSIP_VW, contiguous): columns
- * [c, c + DL_GOSSIP_VW) of Y, the same operations as gossip_row. With `stream`, y + i * dim must
- * be vector-aligned for every row i. */
-static inline void gossip_sweep(const int64_t *restrict indptr, const int32_t *restrict indices,
+/* Rows i and i + 1 of Y over one full-width sub-slab s (n_cols x DL_GOSSIP_VW, contiguous),
+ * columns [c, c + DL_GOSSIP_VW) with y pointing at column c; both rows have k >= 1 entries. Two
+ * rows at once give 2 * DL_NACC independent chains of multiply-adds. Same operations per element
+ * as gossip_row. With `stream`, y + i * dim must be vector-aligned. */
+static inline void gossip_sweep_pair(const int32_t *restrict indices, const float *restrict data,
+                                     int64_t p0, int64_t q0, int64_t k, const float *restrict s,
+                                     float *restrict yr, float *restrict yq, int stream) {
+    const int32_t *ir = indices + p0, *iq = indices + q0;
+    const float *dr = data + p0, *dq = data + q0;
+    const float *xr = s + (int64_t)ir[0] * DL_GOSSIP_VW, *xq = s + (int64_t)iq[0] * DL_GOSSIP_VW;
+    const float w0 = dr[0], v0 = dq[0];
+    dl_vf a[DL_NACC], b[DL_NACC];
+    for (int u = 0; u < DL_NACC; u++) {
+        a[u] = w0 * dl_ld(xr + u * DL_LANES);
+        b[u] = v0 * dl_ld(xq + u * DL_LANES);
+    }
+    for (int64_t t = 1; t < k; t++) {
+        const float *xp = s + (int64_t)ir[t] * DL_GOSSIP_VW, *xs = s + (int64_t)iq[t] * DL_GOSSIP_VW;
+        const float wp = dr[t], vp = dq[t];
+        for (int u = 0; u < DL_NACC; u++) {
+            a[u] += wp * dl_ld(xp + u * DL_LANES);
+            b[u] += vp * dl_ld(xs + u * DL_LANES);
+        }
+    }
+    for (int u = 0; u < DL_NACC; u++) {
+        if (stream) {
+            dl_st_nt(yr + u * DL_LANES, a[u]);
+            dl_st_nt(yq + u * DL_LANES, b[u]);
+        } else {
+            dl_st(yr + u * DL_LANES, a[u]);
+            dl_st(yq + u * DL_LANES, b[u]);
+        }
+    }
+}
+
+/* Every row of Y over one full-width sub-slab: pairs of consecutive rows with the same number of
+ * entries together, any other row alone (gossip_row). Not inlined: inside the slab loop GCC ran
+ * out of registers and reloaded the pair's pointers from the stack in the inner loop. */
+__attribute__((noinline)) static void gossip_sweep(const int64_t *restrict indptr, const int32_t *restrict indices,
                                 const float *restrict data, int64_t n_rows, const float *restrict s,
                                 float *restrict y, int64_t dim, int stream) {
-    for (int64_t i = 0; i < n_rows; i++) {
-        const int64_t p0 = indptr[i], p1 = indptr[i + 1];
-        float *restrict yr = y + i * dim;
-        dl_vf a[DL_NACC];
-        if (p0 == p1) {
-            for (int u = 0; u < DL_NACC; u++) a[u] = (dl_vf){0};
+    for (int64_t i = 0; i < n_rows;) {
+        const int64_t k = indptr[i + 1] - indptr[i];
+        if (i + 1 < n_rows && k > 0 && indptr[i + 2] - indptr[i + 1] == k) {
+            gossip_sweep_pair(indices, data, indptr[i], indptr[i + 1], k, s, y + i * dim,
+                              y + (i + 1) * dim, stream);
+            i += 2;
         } else {
-            const float *xr = s + (int64_t)indices[p0] * DL_GOSSIP_VW;
-            const float w0 = data[p0];
-            for (int u = 0; u < DL_NACC; u++) a[u] = w0 * dl_ld(xr + u * DL_LANES);
-            for (int64_t p = p0 + 1; p < p1; p++) {
-                const float *xp = s + (int64_t)indices[p] * DL_GOSSIP_VW;
-                const float wp = data[p];
-                for (int u = 0; u < DL_NACC; u++) a[u] += wp * dl_ld(xp + u * DL_LANES);
-            }
+            gossip_row(indices, data, indptr[i], indptr[i + 1], s, DL_GOSSIP_VW, 0, DL_GOSSIP_VW,
+                       y + i * dim, stream);
+            i += 1;
         }
-        if (stream)
-            for (int u = 0; u < DL_NACC; u++) dl_st_nt(yr + u * DL_LANES, a[u]);
-        else
-            for (int u = 0; u < DL_NACC; u++) dl_st(yr + u * DL_LANES, a[u]);
     }
 }
 
