@@ -17,6 +17,7 @@
  *   ahead (short pieces at a stride of a whole row defeat the hardware prefetchers). When rows of
  *   Y are whole cache lines apart, slab boundaries are shifted so that every piece of Y starts on a
  *   cache line and large outputs are stored non-temporally, skipping the write-allocate read.
+ *   Consecutive rows of equal degree are swept in pairs (twice the independent FMA chains).
  * Each output element is one sum over its row's CSR entries in stored order, computed with the same
  * operations whichever vector, head or tail piece it falls in, hence bit-identical for any thread
  * count.
@@ -153,7 +154,8 @@ static inline void gossip_sweep_pair(const int32_t *restrict indices, const floa
         b[u] = v0 * dl_ld(xq + u * DL_LANES);
     }
     for (int64_t t = 1; t < k; t++) {
-        const float *xp = s + (int64_t)ir[t] * DL_GOSSIP_VW, *xs = s + (int64_t)iq[t] * DL_GOSSIP_VW;
+        const float *xp = s + (int64_t)ir[t] * DL_GOSSIP_VW;
+        const float *xs = s + (int64_t)iq[t] * DL_GOSSIP_VW;
         const float wp = dr[t], vp = dq[t];
         for (int u = 0; u < DL_NACC; u++) {
             a[u] += wp * dl_ld(xp + u * DL_LANES);
@@ -174,9 +176,11 @@ static inline void gossip_sweep_pair(const int32_t *restrict indices, const floa
 /* Every row of Y over one full-width sub-slab: pairs of consecutive rows with the same number of
  * entries together, any other row alone (gossip_row). Not inlined: inside the slab loop GCC ran
  * out of registers and reloaded the pair's pointers from the stack in the inner loop. */
-__attribute__((noinline)) static void gossip_sweep(const int64_t *restrict indptr, const int32_t *restrict indices,
-                                const float *restrict data, int64_t n_rows, const float *restrict s,
-                                float *restrict y, int64_t dim, int stream) {
+__attribute__((noinline)) static void gossip_sweep(const int64_t *restrict indptr,
+                                                   const int32_t *restrict indices,
+                                                   const float *restrict data, int64_t n_rows,
+                                                   const float *restrict s, float *restrict y,
+                                                   int64_t dim, int stream) {
     for (int64_t i = 0; i < n_rows;) {
         const int64_t k = indptr[i + 1] - indptr[i];
         if (i + 1 < n_rows && k > 0 && indptr[i + 2] - indptr[i + 1] == k) {
@@ -285,6 +289,7 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
             const dl_gossip_slab_t sl = gossip_slab(jb, head, cb, dim);
             const float *xp = x + sl.c0;
             for (int64_t j = 0; j < n_cols; j++) {
+                /* Non-temporal hint (T0 measured the same). */
                 if (j + DL_GOSSIP_PREFETCH < n_cols)
                     for (int64_t l = 0; l < sl.c1 - sl.c0; l += 16)
                         __builtin_prefetch(xp + (j + DL_GOSSIP_PREFETCH) * dim + l, 0, 0);
@@ -300,11 +305,12 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
             }
             for (int t = 0; t < sl.n; t++) {
                 const int64_t c = gossip_sub_col(&sl, t), ws = gossip_sub_col(&sl, t + 1) - c;
+                const float *bs = buf + t * sub;
                 if (ws == vw)
-                    gossip_sweep(indptr, indices, data, w->n_rows, buf + t * sub, y + c, dim, pstream);
+                    gossip_sweep(indptr, indices, data, w->n_rows, bs, y + c, dim, pstream);
                 else
                     for (int64_t i = 0; i < w->n_rows; i++)
-                        gossip_row(indices, data, indptr[i], indptr[i + 1], buf + t * sub, vw, 0, ws,
+                        gossip_row(indices, data, indptr[i], indptr[i + 1], bs, vw, 0, ws,
                                    y + i * dim + c, pstream);
             }
             if (pstream) dl_fence();
