@@ -9,9 +9,15 @@
  *   tiles of DL_GOSSIP_RB rows split statically over threads; outputs of 16 MiB or more are stored
  *   non-temporally, skipping the write-allocate read of Y.
  * - packed column slabs, when neighbours are far apart (exponential, random graphs): each thread
- *   copies X[:, c0:c0+cb] into a private buffer sized for L2, with the row stride padded by one
- *   cache line (rows of X are often a multiple of 4 KiB apart and would alias onto a few sets), and
- *   computes every row of Y for that block from it, so each element of X leaves DRAM once.
+ *   copies X[:, c0:c1] (a slab of about DL_GOSSIP_SLAB bytes) into a private buffer laid out as
+ *   sub-slabs of DL_GOSSIP_VW columns, each n_cols x DL_GOSSIP_VW contiguous, then sweeps every row
+ *   of Y over one sub-slab at a time, so each element of X leaves DRAM once. A narrow contiguous
+ *   sub-slab (128 KiB at 1000 peers under AVX2) sits in L2 and keeps the rows of small offsets
+ *   (i +- 1, 2, 4, ...) in L1 between the output rows that reuse them; the copy prefetches the rows
+ *   ahead (short pieces at a stride of a whole row defeat the hardware prefetchers). When rows of
+ *   Y are whole cache lines apart, slab boundaries are shifted so that every piece of Y starts on a
+ *   cache line and large outputs are stored non-temporally, skipping the write-allocate read.
+ *   Consecutive rows of equal degree are swept in pairs (twice the independent FMA chains).
  * Each output element is one sum over its row's CSR entries in stored order, computed with the same
  * operations whichever vector, head or tail piece it falls in, hence bit-identical for any thread
  * count.
@@ -33,6 +39,7 @@
 #ifndef DL_GOSSIP_SLAB
 #define DL_GOSSIP_SLAB (1 << 19) /* bytes of X a column block may span */
 #endif
+#define DL_GOSSIP_PREFETCH 4 /* rows ahead that the slab copy prefetches */
 
 /* One vector register of the build's widest type: 16 floats under AVX-512, 8 under AVX2, 4 in the
  * portable build (SSE2 on x86-64). Accessed through memcpy, so rows need no alignment. */
@@ -130,6 +137,88 @@ static inline void gossip_row(const int32_t *restrict indices, const float *rest
     for (; c < w; c++) yr[c] = gossip_col(indices, data, p0, p1, x0, dim, c);
 }
 
+/* Rows i and i + 1 of Y over one full-width sub-slab s (n_cols x DL_GOSSIP_VW, contiguous),
+ * columns [c, c + DL_GOSSIP_VW) with y pointing at column c; both rows have k >= 1 entries. Two
+ * rows at once give 2 * DL_NACC independent chains of multiply-adds. Same operations per element
+ * as gossip_row. With `stream`, y + i * dim must be vector-aligned. */
+static inline void gossip_sweep_pair(const int32_t *restrict indices, const float *restrict data,
+                                     int64_t p0, int64_t q0, int64_t k, const float *restrict s,
+                                     float *restrict yr, float *restrict yq, int stream) {
+    const int32_t *ir = indices + p0, *iq = indices + q0;
+    const float *dr = data + p0, *dq = data + q0;
+    const float *xr = s + (int64_t)ir[0] * DL_GOSSIP_VW, *xq = s + (int64_t)iq[0] * DL_GOSSIP_VW;
+    const float w0 = dr[0], v0 = dq[0];
+    dl_vf a[DL_NACC], b[DL_NACC];
+    for (int u = 0; u < DL_NACC; u++) {
+        a[u] = w0 * dl_ld(xr + u * DL_LANES);
+        b[u] = v0 * dl_ld(xq + u * DL_LANES);
+    }
+    for (int64_t t = 1; t < k; t++) {
+        const float *xp = s + (int64_t)ir[t] * DL_GOSSIP_VW;
+        const float *xs = s + (int64_t)iq[t] * DL_GOSSIP_VW;
+        const float wp = dr[t], vp = dq[t];
+        for (int u = 0; u < DL_NACC; u++) {
+            a[u] += wp * dl_ld(xp + u * DL_LANES);
+            b[u] += vp * dl_ld(xs + u * DL_LANES);
+        }
+    }
+    for (int u = 0; u < DL_NACC; u++) {
+        if (stream) {
+            dl_st_nt(yr + u * DL_LANES, a[u]);
+            dl_st_nt(yq + u * DL_LANES, b[u]);
+        } else {
+            dl_st(yr + u * DL_LANES, a[u]);
+            dl_st(yq + u * DL_LANES, b[u]);
+        }
+    }
+}
+
+/* Every row of Y over one full-width sub-slab: pairs of consecutive rows with the same number of
+ * entries together, any other row alone (gossip_row). Not inlined: inside the slab loop GCC ran
+ * out of registers and reloaded the pair's pointers from the stack in the inner loop. */
+__attribute__((noinline)) static void gossip_sweep(const int64_t *restrict indptr,
+                                                   const int32_t *restrict indices,
+                                                   const float *restrict data, int64_t n_rows,
+                                                   const float *restrict s, float *restrict y,
+                                                   int64_t dim, int stream) {
+    for (int64_t i = 0; i < n_rows;) {
+        const int64_t k = indptr[i + 1] - indptr[i];
+        if (i + 1 < n_rows && k > 0 && indptr[i + 2] - indptr[i + 1] == k) {
+            gossip_sweep_pair(indices, data, indptr[i], indptr[i + 1], k, s, y + i * dim,
+                              y + (i + 1) * dim, stream);
+            i += 2;
+        } else {
+            gossip_row(indices, data, indptr[i], indptr[i + 1], s, DL_GOSSIP_VW, 0, DL_GOSSIP_VW,
+                       y + i * dim, stream);
+            i += 1;
+        }
+    }
+}
+
+/* Columns [c0, c1) of slab jb and its sub-slabs: with head > 0, slab 0 starts with the sub-slab
+ * [0, head); the others are DL_GOSSIP_VW columns from a0 on, the last one possibly narrower. */
+typedef struct {
+    int64_t c0, c1, a0;
+    int first, n; /* 1 when sub-slab 0 is [0, head); number of sub-slabs */
+} dl_gossip_slab_t;
+
+static inline dl_gossip_slab_t gossip_slab(int64_t jb, int64_t head, int64_t cb, int64_t dim) {
+    dl_gossip_slab_t s;
+    s.c0 = jb == 0 ? 0 : head + jb * cb;
+    s.c1 = dl_min_i64(dim, head + (jb + 1) * cb);
+    s.first = jb == 0 && head > 0;
+    s.a0 = jb == 0 ? head : s.c0;
+    s.n = s.first + (int)dl_cdiv_i64(s.c1 - s.a0, DL_GOSSIP_VW);
+    return s;
+}
+
+/* First column of sub-slab t (t == s->n gives the slab's end). */
+static inline int64_t gossip_sub_col(const dl_gossip_slab_t *s, int t) {
+    if (t >= s->n) return s->c1;
+    if (s->first && t == 0) return 0;
+    return s->a0 + (t - s->first) * DL_GOSSIP_VW;
+}
+
 /* Y (n_rows x dim) = W (n_rows x n_cols, CSR) @ X (n_cols x dim); X and Y C-contiguous float32,
  * must not overlap. W is assumed valid (dl_csr_check). Any n_threads >= 1 gives the same bits. */
 int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, const float *x,
@@ -150,9 +239,9 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
             reach = dl_max_i64(reach, d);
         }
     const int64_t live = dl_min_i64(2 * reach + 1, dl_max_i64(w->n_cols, 1));
-    /* Whole-row path only: stream Y past the caches when it is too large to be read back from them
-     * soon. (The packed path writes short, mostly unaligned pieces of rows, where streaming costs
-     * more than the write-allocate reads it saves: measured 37 ms vs 22 ms at 1000 x 25,600.) */
+    /* Stream Y past the caches when it is too large to be read back from them soon. The packed
+     * path streams only when its pieces of Y can start on cache lines (see below): short
+     * unaligned pieces cost more streamed than the write-allocate reads they save. */
     const int stream = (int64_t)4 * w->n_rows * dim >= DL_GOSSIP_STREAM_BYTES;
     const int packed = 4 * live * dim > DL_GOSSIP_SLAB && 4 * w->n_cols * dim > DL_GOSSIP_SLAB;
 #ifndef _OPENMP
@@ -175,32 +264,56 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
         return DL_OK;
     }
 
-    /* Packed column slabs: a thread copies X[:, c0:c0+cw] into a private buffer whose row stride
-     * is padded by one cache line (rows of X are often a multiple of 4 KiB apart, so unpacked they
-     * alias onto a few cache sets), then computes every row of Y for that block from it. cb is a
-     * multiple of DL_GOSSIP_VW, so vector/tail boundaries, hence the bits, match the unpacked
-     * path. */
-    const int64_t cb = dl_max_i64(DL_GOSSIP_SLAB / (4 * w->n_cols) / DL_GOSSIP_VW * DL_GOSSIP_VW,
-                                  DL_GOSSIP_VW);
-    const int64_t n_cb = dl_cdiv_i64(dim, cb), ld = cb + 16;
+    /* Packed column slabs of cb columns (a multiple of DL_GOSSIP_VW), split into sub-slabs of
+     * DL_GOSSIP_VW columns. With rows of Y a multiple of 16 floats apart, the first `head` columns
+     * form a sub-slab of their own so that every later piece of Y starts on a cache line and can
+     * be streamed. Where a piece starts changes no bits: each element is computed alike. */
+    const int64_t n_cols = w->n_cols, vw = DL_GOSSIP_VW;
+    const int64_t cb = dl_max_i64(DL_GOSSIP_SLAB / (4 * n_cols) / vw * vw, vw);
+    const int pstream = stream && dim % 16 == 0;
+    const int64_t head = pstream ? (int64_t)((-(uintptr_t)y) & 63) / 4 : 0;
+    const int64_t n_cb = dl_cdiv_i64(dim - head, cb);
+    const int64_t n_sub = cb / vw + (head > 0), sub = n_cols * vw; /* sub-slabs, floats in one */
     int failed = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)dl_min_i64(n_threads, n_cb)) reduction(| : failed)
 #endif
     {
-        float *buf = malloc((size_t)(w->n_cols * ld) * sizeof(float));
+        float *buf = malloc((size_t)(n_sub * sub) * sizeof(float));
         if (buf == NULL) failed = 1;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t jb = 0; jb < n_cb; jb++) {
             if (buf == NULL) continue;
-            const int64_t c0 = jb * cb, cw = dl_min_i64(cb, dim - c0);
-            for (int64_t j = 0; j < w->n_cols; j++)
-                memcpy(buf + j * ld, x + j * dim + c0, (size_t)cw * sizeof(float));
-            for (int64_t i = 0; i < w->n_rows; i++)
-                gossip_row(indices, data, indptr[i], indptr[i + 1], buf, ld, 0, cw, y + i * dim + c0,
-                           0);
+            const dl_gossip_slab_t sl = gossip_slab(jb, head, cb, dim);
+            const float *xp = x + sl.c0;
+            for (int64_t j = 0; j < n_cols; j++) {
+                /* Non-temporal hint (T0 measured the same). */
+                if (j + DL_GOSSIP_PREFETCH < n_cols)
+                    for (int64_t l = 0; l < sl.c1 - sl.c0; l += 16)
+                        __builtin_prefetch(xp + (j + DL_GOSSIP_PREFETCH) * dim + l, 0, 0);
+                for (int t = 0; t < sl.n; t++) {
+                    const int64_t c = gossip_sub_col(&sl, t), ws = gossip_sub_col(&sl, t + 1) - c;
+                    float *b = buf + t * sub + j * vw;
+                    if (ws == vw)
+                        for (int u = 0; u < DL_NACC; u++)
+                            dl_st(b + u * DL_LANES, dl_ld(x + j * dim + c + u * DL_LANES));
+                    else
+                        memcpy(b, x + j * dim + c, (size_t)ws * sizeof(float));
+                }
+            }
+            for (int t = 0; t < sl.n; t++) {
+                const int64_t c = gossip_sub_col(&sl, t), ws = gossip_sub_col(&sl, t + 1) - c;
+                const float *bs = buf + t * sub;
+                if (ws == vw)
+                    gossip_sweep(indptr, indices, data, w->n_rows, bs, y + c, dim, pstream);
+                else
+                    for (int64_t i = 0; i < w->n_rows; i++)
+                        gossip_row(indices, data, indptr[i], indptr[i + 1], bs, vw, 0, ws,
+                                   y + i * dim + c, pstream);
+            }
+            if (pstream) dl_fence();
         }
         free(buf);
     }
