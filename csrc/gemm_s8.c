@@ -316,6 +316,10 @@ int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_
 int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                int rounding, uint64_t key, int8_t *q, float *scale) {
     const dl_dispatch_t *d = dl_dispatch();
+    if (ldx == cols && rows > 1) { /* contiguous rows: one row (the same codes, longer vectors) */
+        cols *= rows;
+        rows = 1;
+    }
     uint32_t mb = 0;
     for (int64_t r = 0; r < rows; r++)
         mb = gemm_max_u32(mb, d->gemm_absmax_bits_f32(x + r * ldx, cols));
