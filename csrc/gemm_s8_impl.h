@@ -4,7 +4,8 @@
  * DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a SIMD packing of
  * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR
  * columns, k in groups of DL_GEMM_KG), the packed element types dl_gemm_a_t / dl_gemm_b_t,
- * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel(). Packed B:
+ * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel() (optionally
+ * DL_GEMM_HAVE_UKERNEL_ROWS with dl_gemm_ukernel_rows(), the first mr rows only). Packed B:
  * panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG) groups of NR
  * columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
  * step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B - 128
@@ -85,6 +86,19 @@ static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs,
     const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
     int32_t cs_[DL_GEMM_NR] = {0};
     int64_t g = 0;
+#ifdef DL_GEMM_HAVE_PACK_B_ROWS
+    if (nv < DL_GEMM_NR && cs == 1) { /* edge panel: rows copied zero-padded, then SIMD-packed */
+        int8_t tmp[64 * DL_GEMM_KG * DL_GEMM_NR];
+        memset(tmp, 0, sizeof tmp);
+        for (; g < kfull; g += 64) {
+            const int64_t ng = dl_min_i64(64, kfull - g);
+            for (int64_t kk = 0; kk < ng * DL_GEMM_KG; kk++)
+                memcpy(tmp + kk * DL_GEMM_NR, b + (g * DL_GEMM_KG + kk) * rs + j0, (size_t)nv);
+            dl_gemm_pack_b_rows(ng, tmp, DL_GEMM_NR, dst + g * DL_GEMM_NR * DL_GEMM_KG, cs_);
+        }
+        g = kfull;
+    }
+#endif
     if (nv == DL_GEMM_NR && cs == 1) {
 #ifdef DL_GEMM_HAVE_PACK_B_ROWS /* the ISA file's packing of whole groups */
         dl_gemm_pack_b_rows(kfull, b + j0, rs, dst, cs_);
@@ -420,7 +434,10 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
         v = __builtin_convertvector(ti, gemm_v8f) * sv + b;
         if (mr != NULL) {
             gemm_v8f mk = {0};
-            memcpy(&mk, mr + h, (size_t)w * sizeof(float));
+            if (w == 8) /* constant sizes: no library memcpy calls */
+                memcpy(&mk, mr + h, sizeof mk);
+            else
+                for (int j = 0; j < w; j++) mk[j] = mr[h + j];
             const gemm_v8i one = (mk > 0.0f) & 0x3f800000; /* bits of 1.0f or 0.0f */
             gemm_v8f f;
             memcpy(&f, &one, sizeof f);
@@ -434,7 +451,7 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
         if (w == 8)
             memcpy(c + h, &v, sizeof v);
         else
-            memcpy(c + h, &v, (size_t)w * sizeof(float));
+            for (int j = 0; j < w; j++) c[h + j] = v[j];
     }
 }
 
@@ -467,7 +484,14 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
         for (int64_t t = 0; t < mt; t++) {
             const int64_t i0 = t * DL_GEMM_MR;
             const int mv = (int)dl_min_i64(DL_GEMM_MR, m - i0);
-            dl_gemm_ukernel(kgn, wb->ap + t * a_tile, wb->bp + q * b_panel, wb->colsum + j0, tile);
+#ifdef DL_GEMM_HAVE_UKERNEL_ROWS
+            if (mv < DL_GEMM_MR)
+                dl_gemm_ukernel_rows(mv, kgn, wb->ap + t * a_tile, wb->bp + q * b_panel,
+                                     wb->colsum + j0, tile);
+            else
+#endif
+                dl_gemm_ukernel(kgn, wb->ap + t * a_tile, wb->bp + q * b_panel, wb->colsum + j0,
+                                tile);
             if (c_trans) { /* small: scalar stores down the columns of C^T */
                 for (int r = 0; r < mv; r++) {
                     const float br = bias != NULL ? bias[i0 + r] : 0.0f;
