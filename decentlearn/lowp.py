@@ -93,8 +93,7 @@ def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bo
         x = x[:1]
     if x.shape[2] > 1 and x.strides[2] != x.itemsize:
         x = np.ascontiguousarray(x)
-    y, codes = ops.gemm_s8_dense_forward(x, weight, np.ascontiguousarray(bias), relu,
-                                         n_threads=n_threads)
+    y, codes = ops.gemm_s8_dense_forward(x, weight, bias, relu, n_threads=n_threads)
     return y, (codes if train else None)
 
 
