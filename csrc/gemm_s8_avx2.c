@@ -60,12 +60,24 @@ static void dl_gemm_ukernel_rows(int mr, int64_t kgn, const int16_t *ap, const i
                                  const int32_t *colsum, int32_t *tile) {
     (void)colsum;
     switch (mr) {
-    case 1: gemm_ukernel_mr(1, kgn, ap, bp, tile); break;
-    case 2: gemm_ukernel_mr(2, kgn, ap, bp, tile); break;
-    case 3: gemm_ukernel_mr(3, kgn, ap, bp, tile); break;
-    case 4: gemm_ukernel_mr(4, kgn, ap, bp, tile); break;
-    case 5: gemm_ukernel_mr(5, kgn, ap, bp, tile); break;
-    default: gemm_ukernel_mr(6, kgn, ap, bp, tile); break;
+    case 1:
+        gemm_ukernel_mr(1, kgn, ap, bp, tile);
+        break;
+    case 2:
+        gemm_ukernel_mr(2, kgn, ap, bp, tile);
+        break;
+    case 3:
+        gemm_ukernel_mr(3, kgn, ap, bp, tile);
+        break;
+    case 4:
+        gemm_ukernel_mr(4, kgn, ap, bp, tile);
+        break;
+    case 5:
+        gemm_ukernel_mr(5, kgn, ap, bp, tile);
+        break;
+    default:
+        gemm_ukernel_mr(6, kgn, ap, bp, tile);
+        break;
     }
 }
 

@@ -98,9 +98,10 @@ def peer_costs(model: Model, n_frozen: int, batch: int, momentum: bool = True) -
     for dX; a Conv2d layer B·Ho·Wo·Cout·Cin·k² each. Frozen layers cost their forward pass only
     (in int8); trained ones forward, dW and dX, except the lowest trained layer, whose dX
     is never needed, counted as int8 for a layer of ``precision="int8"`` (all three products
-    run in int8, see decentlearn.lowp) and as float32 otherwise. Activation bytes: the float32 inputs of the trained layers with parameters
-    (B·prod(input shape)·4; an in-place ReLU's output is the next layer's input). Optimizer bytes:
-    a float32 momentum per trained parameter (0 without momentum).
+    run in int8, see decentlearn.lowp) and as float32 otherwise. Activation bytes: the float32
+    inputs of the trained layers with parameters (B·prod(input shape)·4; an in-place ReLU's
+    output is the next layer's input). Optimizer bytes: a float32 momentum per trained
+    parameter (0 without momentum).
     """
     n_param = len(model.param_layers)
     names = model.param_layers
