@@ -24,14 +24,16 @@ typedef int16_t dl_gemm_a_t;
 typedef int16_t dl_gemm_b_t;
 static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return v; }
 
-/* tile (6 x 16) = packed A tile @ packed B panel over kgn pairs of k. */
-static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t *bp,
-                                   const int32_t *colsum, int32_t *tile) {
+/* The first mr (1..6) rows of tile (6 x 16) = packed A tile @ packed B panel over kgn pairs of
+ * k (a partial row tile costs its rows only). */
+#define DL_GEMM_HAVE_UKERNEL_ROWS 1
+static inline void dl_gemm_ukernel_rows(int mr, int64_t kgn, const int16_t *ap, const int16_t *bp,
+                                        const int32_t *colsum, int32_t *tile) {
     uint32_t acc[DL_GEMM_MR][DL_GEMM_NR];
     (void)colsum;
     memset(acc, 0, sizeof acc);
     for (int64_t g = 0; g < kgn; g++) {
-        for (int r = 0; r < DL_GEMM_MR; r++) {
+        for (int r = 0; r < mr; r++) {
             const int32_t a0 = ap[2 * r], a1 = ap[2 * r + 1];
             for (int j = 0; j < DL_GEMM_NR; j++)
                 acc[r][j] += (uint32_t)(a0 * bp[2 * j]) + (uint32_t)(a1 * bp[2 * j + 1]);
@@ -39,8 +41,14 @@ static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t
         ap += DL_GEMM_MR * 2;
         bp += DL_GEMM_NR * 2;
     }
-    for (int r = 0; r < DL_GEMM_MR; r++)
+    for (int r = 0; r < mr; r++)
         for (int j = 0; j < DL_GEMM_NR; j++) tile[r * DL_GEMM_NR + j] = (int32_t)acc[r][j];
+}
+
+/* tile (6 x 16) = packed A tile @ packed B panel over kgn pairs of k. */
+static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t *bp,
+                                   const int32_t *colsum, int32_t *tile) {
+    dl_gemm_ukernel_rows(DL_GEMM_MR, kgn, ap, bp, colsum, tile);
 }
 
 #include "gemm_s8_impl.h"
@@ -316,6 +324,10 @@ int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_
 int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                int rounding, uint64_t key, int8_t *q, float *scale) {
     const dl_dispatch_t *d = dl_dispatch();
+    if (ldx == cols && rows > 1) { /* contiguous rows: one row (the same codes, longer vectors) */
+        cols *= rows;
+        rows = 1;
+    }
     uint32_t mb = 0;
     for (int64_t r = 0; r < rows; r++)
         mb = gemm_max_u32(mb, d->gemm_absmax_bits_f32(x + r * ldx, cols));

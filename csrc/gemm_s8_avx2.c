@@ -19,18 +19,18 @@ typedef int16_t dl_gemm_a_t;
 typedef int16_t dl_gemm_b_t;
 static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return v; }
 
-/* tile (6 x 16) = packed A tile @ packed B panel over kgn pairs of k. */
-static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t *bp,
-                                   const int32_t *colsum, int32_t *tile) {
+/* The first mr rows (mr constant after inlining) of tile (6 x 16) = packed A tile @ packed B
+ * panel over kgn pairs of k. */
+static inline __attribute__((always_inline)) void
+gemm_ukernel_mr(const int mr, int64_t kgn, const int16_t *ap, const int16_t *bp, int32_t *tile) {
     __m256i c[DL_GEMM_MR][2];
-    (void)colsum;
 #pragma GCC unroll 6
-    for (int r = 0; r < DL_GEMM_MR; r++) c[r][0] = c[r][1] = _mm256_setzero_si256();
+    for (int r = 0; r < mr; r++) c[r][0] = c[r][1] = _mm256_setzero_si256();
     for (int64_t g = 0; g < kgn; g++) {
         const __m256i b0 = _mm256_loadu_si256((const __m256i *)bp);
         const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bp + 16));
 #pragma GCC unroll 6
-        for (int r = 0; r < DL_GEMM_MR; r++) {
+        for (int r = 0; r < mr; r++) {
             int32_t pair;
             __builtin_memcpy(&pair, ap + 2 * r, 4);
             const __m256i a = _mm256_set1_epi32(pair);
@@ -41,9 +41,43 @@ static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t
         bp += DL_GEMM_NR * 2;
     }
 #pragma GCC unroll 6
-    for (int r = 0; r < DL_GEMM_MR; r++) {
+    for (int r = 0; r < mr; r++) {
         _mm256_store_si256((__m256i *)(tile + r * 16), c[r][0]);
         _mm256_store_si256((__m256i *)(tile + r * 16 + 8), c[r][1]);
+    }
+}
+
+/* tile (6 x 16) = packed A tile @ packed B panel over kgn pairs of k. */
+static inline void dl_gemm_ukernel(int64_t kgn, const int16_t *ap, const int16_t *bp,
+                                   const int32_t *colsum, int32_t *tile) {
+    (void)colsum;
+    gemm_ukernel_mr(DL_GEMM_MR, kgn, ap, bp, tile);
+}
+
+/* Only the first mr (1..6) rows of the tile: a partial row tile costs its rows, not six. */
+#define DL_GEMM_HAVE_UKERNEL_ROWS 1
+static void dl_gemm_ukernel_rows(int mr, int64_t kgn, const int16_t *ap, const int16_t *bp,
+                                 const int32_t *colsum, int32_t *tile) {
+    (void)colsum;
+    switch (mr) {
+    case 1:
+        gemm_ukernel_mr(1, kgn, ap, bp, tile);
+        break;
+    case 2:
+        gemm_ukernel_mr(2, kgn, ap, bp, tile);
+        break;
+    case 3:
+        gemm_ukernel_mr(3, kgn, ap, bp, tile);
+        break;
+    case 4:
+        gemm_ukernel_mr(4, kgn, ap, bp, tile);
+        break;
+    case 5:
+        gemm_ukernel_mr(5, kgn, ap, bp, tile);
+        break;
+    default:
+        gemm_ukernel_mr(6, kgn, ap, bp, tile);
+        break;
     }
 }
 

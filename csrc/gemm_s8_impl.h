@@ -4,7 +4,8 @@
  * DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a SIMD packing of
  * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR
  * columns, k in groups of DL_GEMM_KG), the packed element types dl_gemm_a_t / dl_gemm_b_t,
- * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel(). Packed B:
+ * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel() (optionally
+ * DL_GEMM_HAVE_UKERNEL_ROWS with dl_gemm_ukernel_rows(), the first mr rows only). Packed B:
  * panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG) groups of NR
  * columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
  * step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B - 128
@@ -85,6 +86,19 @@ static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs,
     const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
     int32_t cs_[DL_GEMM_NR] = {0};
     int64_t g = 0;
+#ifdef DL_GEMM_HAVE_PACK_B_ROWS
+    if (nv < DL_GEMM_NR && cs == 1) { /* edge panel: rows copied zero-padded, then SIMD-packed */
+        int8_t tmp[64 * DL_GEMM_KG * DL_GEMM_NR];
+        memset(tmp, 0, sizeof tmp);
+        for (; g < kfull; g += 64) {
+            const int64_t ng = dl_min_i64(64, kfull - g);
+            for (int64_t kk = 0; kk < ng * DL_GEMM_KG; kk++)
+                memcpy(tmp + kk * DL_GEMM_NR, b + (g * DL_GEMM_KG + kk) * rs + j0, (size_t)nv);
+            dl_gemm_pack_b_rows(ng, tmp, DL_GEMM_NR, dst + g * DL_GEMM_NR * DL_GEMM_KG, cs_);
+        }
+        g = kfull;
+    }
+#endif
     if (nv == DL_GEMM_NR && cs == 1) {
 #ifdef DL_GEMM_HAVE_PACK_B_ROWS /* the ISA file's packing of whole groups */
         dl_gemm_pack_b_rows(kfull, b + j0, rs, dst, cs_);
@@ -377,11 +391,14 @@ static size_t gemm_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 static int gemm_dense_buf_init(gemm_dense_buf_t *wb, int64_t B, int64_t I, int64_t O, int bwd) {
     size_t na = gemm_dense_a_elems(B, I), nb = gemm_dense_b_elems(I, O);
-    if (bwd) {
-        na = gemm_max_sz(gemm_dense_a_elems(I, B), gemm_dense_a_elems(B, O));
-        nb = gemm_max_sz(gemm_dense_b_elems(B, O), gemm_dense_b_elems(O, I));
+    if (bwd) { /* dW in either orientation (gemm_dense_trans), dX */
+        na = gemm_max_sz(gemm_max_sz(gemm_dense_a_elems(I, B), gemm_dense_a_elems(O, B)),
+                         gemm_dense_a_elems(B, O));
+        nb = gemm_max_sz(gemm_max_sz(gemm_dense_b_elems(B, O), gemm_dense_b_elems(B, I)),
+                         gemm_dense_b_elems(O, I));
     }
-    const size_t nc = (size_t)(dl_cdiv_i64(dl_max_i64(I, O), DL_GEMM_NR) * DL_GEMM_NR);
+    const size_t nc =
+        (size_t)(dl_cdiv_i64(dl_max_i64(dl_max_i64(I, O), B), DL_GEMM_NR) * DL_GEMM_NR);
     wb->ap = aligned_alloc(64, (na * sizeof(dl_gemm_a_t) + 63) / 64 * 64 + 64);
     wb->bp = aligned_alloc(64, (nb * sizeof(dl_gemm_b_t) + 63) / 64 * 64 + 64);
     wb->colsum = malloc((nc + 1) * sizeof(int32_t));
@@ -395,14 +412,57 @@ static void gemm_dense_buf_free(gemm_dense_buf_t *wb) {
     free(wb->dyq);
 }
 
+/* 8 float lanes (two SSE registers in the portable build, one ymm with AVX2): the epilogue works
+ * on whole vectors so that its loads never wait on scalar stores. */
+typedef float gemm_v8f __attribute__((vector_size(32)));
+typedef int32_t gemm_v8i __attribute__((vector_size(32)));
+
+/* Epilogue of one register tile row: c[0..nv) = act(float(t) * s + bv) (relu: np.maximum(v, 0);
+ * mask mr (may be NULL): times (mr > 0 ? 1 : 0)). The same operations per element as the scalar
+ * form (the AVX2 build contracts the multiply-add there as here). */
+static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const float *bv, int relu,
+                                  const float *mr, float *c) {
+    for (int h = 0; h < DL_GEMM_NR; h += 8) {
+        if (h >= nv) break;
+        const int w = nv - h < 8 ? nv - h : 8;
+        gemm_v8i ti;
+        gemm_v8f b, v;
+        memcpy(&ti, t + h, sizeof ti);
+        memcpy(&b, bv + h, sizeof b);
+        v = __builtin_convertvector(ti, gemm_v8f) * sv + b;
+        if (mr != NULL) {
+            gemm_v8f mk = {0};
+            if (w == 8) /* constant sizes: no library memcpy calls */
+                memcpy(&mk, mr + h, sizeof mk);
+            else
+                for (int j = 0; j < w; j++) mk[j] = mr[h + j];
+            const gemm_v8i one = (mk > 0.0f) & 0x3f800000; /* bits of 1.0f or 0.0f */
+            gemm_v8f f;
+            memcpy(&f, &one, sizeof f);
+            v *= f;
+        } else if (relu) { /* !(v <= 0): v > 0 or NaN stays, as np.maximum(v, 0) */
+            gemm_v8i vi;
+            memcpy(&vi, &v, sizeof vi);
+            vi &= ~(v <= 0.0f);
+            memcpy(&v, &vi, sizeof v);
+        }
+        if (w == 8)
+            memcpy(c + h, &v, sizeof v);
+        else
+            for (int j = 0; j < w; j++) c[h + j] = v[j];
+    }
+}
+
 /* c (m, n; row stride c_rs) = epilogue(float(A B) * s + bias) for
  * A[i, kk] = a[i * a_rs + kk * a_cs], B[kk, j] = b[kk * b_rs + j * b_cs]; bias NULL adds 0;
  * relu as np.maximum(v, 0); mask (row stride m_rs) multiplies by (mask > 0 ? 1 : 0). The same
- * store arithmetic as gemm_store, so results match the batched kernel's bit for bit. */
+ * store arithmetic as gemm_store, so results match the batched kernel's bit for bit.
+ * c_trans: C^T is stored instead (element (i, j) at c[j * c_rs + i]) and bias is per row i;
+ * neither relu nor mask then (callers use it to put a narrow n on the tile's rows). */
 static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int64_t a_rs,
                           int64_t a_cs, const int8_t *b, int64_t b_rs, int64_t b_cs, float s,
                           const float *bias, int relu, const float *mask, int64_t m_rs, float *c,
-                          int64_t c_rs, gemm_dense_buf_t *wb) {
+                          int64_t c_rs, int c_trans, gemm_dense_buf_t *wb) {
     if (m == 0 || n == 0) return;
     const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
@@ -411,42 +471,48 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
     for (int64_t q = 0; q < np; q++)
         gemm_pack_b_panel(k, n, b, b_rs, b_cs, q, wb->bp + q * b_panel, wb->colsum);
     int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+    gemm_v8f sv;
+    for (int j = 0; j < 8; j++) sv[j] = s;
     for (int64_t q = 0; q < np; q++) {
         const int64_t j0 = q * DL_GEMM_NR;
         const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
         float bv[DL_GEMM_NR];
-        for (int j = 0; j < DL_GEMM_NR; j++) bv[j] = (bias != NULL && j < nv) ? bias[j0 + j] : 0.0f;
+        for (int j = 0; j < DL_GEMM_NR; j++)
+            bv[j] = (!c_trans && bias != NULL && j < nv) ? bias[j0 + j] : 0.0f;
         for (int64_t t = 0; t < mt; t++) {
             const int64_t i0 = t * DL_GEMM_MR;
             const int mv = (int)dl_min_i64(DL_GEMM_MR, m - i0);
-            dl_gemm_ukernel(kgn, wb->ap + t * a_tile, wb->bp + q * b_panel, wb->colsum + j0, tile);
-            for (int r = 0; r < mv; r++) { /* whole rows of the tile: loops GCC vectorizes */
-                float v[DL_GEMM_NR], mk[DL_GEMM_NR];
-                const int32_t *tr = tile + r * DL_GEMM_NR;
-                for (int j = 0; j < DL_GEMM_NR; j++) v[j] = (float)tr[j] * s + bv[j];
-                if (mask != NULL) {
-                    const float *mr = mask + (i0 + r) * m_rs + j0;
-                    if (nv == DL_GEMM_NR) {
-                        memcpy(mk, mr, sizeof mk);
-                    } else {
-                        memset(mk, 0, sizeof mk);
-                        memcpy(mk, mr, (size_t)nv * sizeof(float));
-                    }
-                    uint32_t one[DL_GEMM_NR]; /* bits of 1.0f or 0.0f: a select, not a branch */
-                    for (int j = 0; j < DL_GEMM_NR; j++)
-                        one[j] = 0x3f800000u & (0u - (uint32_t)(mk[j] > 0.0f));
-                    memcpy(mk, one, sizeof mk);
-                    for (int j = 0; j < DL_GEMM_NR; j++) v[j] *= mk[j];
-                } else if (relu) { /* !(v <= 0): v > 0 or NaN, as np.maximum(v, 0); branch-free */
-                    for (int j = 0; j < DL_GEMM_NR; j++) v[j] = !(v[j] <= 0.0f) ? v[j] : 0.0f;
+#ifdef DL_GEMM_HAVE_UKERNEL_ROWS
+            if (mv < DL_GEMM_MR)
+                dl_gemm_ukernel_rows(mv, kgn, wb->ap + t * a_tile, wb->bp + q * b_panel,
+                                     wb->colsum + j0, tile);
+            else
+#endif
+                dl_gemm_ukernel(kgn, wb->ap + t * a_tile, wb->bp + q * b_panel, wb->colsum + j0,
+                                tile);
+            if (c_trans) { /* small: scalar stores down the columns of C^T */
+                for (int r = 0; r < mv; r++) {
+                    const float br = bias != NULL ? bias[i0 + r] : 0.0f;
+                    for (int j = 0; j < nv; j++)
+                        c[(j0 + j) * c_rs + i0 + r] = (float)tile[r * DL_GEMM_NR + j] * s + br;
                 }
-                if (nv == DL_GEMM_NR)
-                    memcpy(c + (i0 + r) * c_rs + j0, v, sizeof v);
-                else
-                    memcpy(c + (i0 + r) * c_rs + j0, v, (size_t)nv * sizeof(float));
+                continue;
             }
+            for (int r = 0; r < mv; r++)
+                gemm_dense_row(tile + r * DL_GEMM_NR, nv, sv, bv, relu,
+                               mask != NULL ? mask + (i0 + r) * m_rs + j0 : NULL,
+                               c + (i0 + r) * c_rs + j0);
         }
     }
+}
+
+/* Whether C = A B (m x n) costs fewer padded tile elements computed as C^T = B^T A^T. */
+static int gemm_dense_trans(int64_t m, int64_t n) {
+    const int64_t plain = dl_cdiv_i64(m, DL_GEMM_MR) * DL_GEMM_MR * dl_cdiv_i64(n, DL_GEMM_NR) *
+                          DL_GEMM_NR;
+    const int64_t trans = dl_cdiv_i64(n, DL_GEMM_MR) * DL_GEMM_MR * dl_cdiv_i64(m, DL_GEMM_NR) *
+                          DL_GEMM_NR;
+    return 10 * trans < 9 * plain;
 }
 
 /* Threads for P peers of `macs` multiply-adds in all: one for small layers. */
@@ -459,6 +525,18 @@ static int gemm_dense_check(const dl_gemm_s8_dense_t *d, int n_threads) {
     return d != NULL && n_threads >= 1 && d->n_peers >= 0 && d->batch >= 0 && d->n_in >= 0 &&
            d->n_out >= 0 && d->n_in <= DL_GEMM_S8_MAX_K && d->n_out <= DL_GEMM_S8_MAX_K &&
            d->batch <= DL_GEMM_S8_MAX_K;
+}
+
+/* gb[o] = sum over the batch of dy[b * rs + o], in batch order (restrict: vectorized over o). */
+static void gemm_dense_bias_grad(int64_t B, int64_t O, const float *restrict dy, int64_t rs,
+                                 float *restrict gb) {
+    if (B == 0) {
+        for (int64_t o = 0; o < O; o++) gb[o] = 0.0f;
+        return;
+    }
+    for (int64_t o = 0; o < O; o++) gb[o] = dy[o];
+    for (int64_t b = 1; b < B; b++)
+        for (int64_t o = 0; o < O; o++) gb[o] += dy[b * rs + o];
 }
 
 /* Forward of the fused int8 dense layer; peers split statically between threads, each peer's
@@ -503,10 +581,14 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
                     s = dl_gemm_quantize_tensor_s8(1, I * O, d->w + p * d->w_ps, I * O, 0, 0,
                                                    d->wq + p * I * O, &d->sw[p]);
                 }
-                if (s == DL_OK)
-                    gemm_dense_mm(B, I, O, xq, I, 1, d->wq + p * I * O, O, 1, sxp * d->sw[p],
-                                  d->bias != NULL ? d->bias + p * d->b_ps : NULL, d->relu, NULL, 0,
-                                  d->y + p * d->y_ps, d->y_rs, &wb);
+                if (s == DL_OK) {
+                    const int8_t *wq = d->wq + p * I * O;
+                    const float *bias = d->bias != NULL ? d->bias + p * d->b_ps : NULL;
+                    /* not transposed for a narrow O: packing Xq^T costs more than the padded
+                     * columns (measured on Zen 1) */
+                    gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sxp * d->sw[p], bias, d->relu,
+                                  NULL, 0, d->y + p * d->y_ps, d->y_rs, 0, &wb);
+                }
                 if (s < status) status = s;
             }
         }
@@ -541,13 +623,7 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
             for (int64_t p = 0; p < P; p++) {
                 const float *dy = d->dy + p * d->dy_ps;
                 float *gb = d->gb + p * d->gb_ps;
-                if (B == 0) { /* db = sum over the batch, in batch order */
-                    for (int64_t o = 0; o < O; o++) gb[o] = 0.0f;
-                } else {
-                    for (int64_t o = 0; o < O; o++) gb[o] = dy[o];
-                    for (int64_t b = 1; b < B; b++)
-                        for (int64_t o = 0; o < O; o++) gb[o] += dy[b * d->dy_rs + o];
-                }
+                gemm_dense_bias_grad(B, O, dy, d->dy_rs, gb);
                 float sdy = 1.0f;
                 const uint64_t key = dl_rng_key(d->seed, d->step, (uint64_t)(d->peer0 + p));
                 int s = dl_gemm_quantize_tensor_s8(B, O, dy, d->dy_rs, 1, key, wb.dyq, &sdy);
@@ -555,13 +631,17 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
                     const int8_t *xq = d->xq + p * d->xq_ps;
                     const float sx = d->sx[d->xq_ps == 0 ? 0 : p];
                     /* dW (I x O) = Xq^T (I x B) dYq (B x O) */
-                    gemm_dense_mm(I, B, O, xq, 1, I, wb.dyq, O, 1, sx * sdy, NULL, 0, NULL, 0,
-                                  d->gw + p * d->gw_ps, O, &wb);
+                    if (gemm_dense_trans(I, O)) /* dW^T = dYq^T Xq: narrow O */
+                        gemm_dense_mm(O, B, I, wb.dyq, 1, O, xq, I, 1, sx * sdy, NULL, 0, NULL, 0,
+                                      d->gw + p * d->gw_ps, O, 1, &wb);
+                    else
+                        gemm_dense_mm(I, B, O, xq, 1, I, wb.dyq, O, 1, sx * sdy, NULL, 0, NULL, 0,
+                                      d->gw + p * d->gw_ps, O, 0, &wb);
                     if (d->dx != NULL) /* dX (B x I) = dYq (B x O) Wq^T (O x I), masked */
                         gemm_dense_mm(B, O, I, wb.dyq, O, 1, d->wq + p * I * O, 1, O,
                                       sdy * d->sw[p], NULL, 0,
                                       d->mask != NULL ? d->mask + p * d->m_ps : NULL, d->m_rs,
-                                      d->dx + p * d->dx_ps, d->dx_rs, &wb);
+                                      d->dx + p * d->dx_ps, d->dx_rs, 0, &wb);
                 }
                 if (s < status) status = s;
             }

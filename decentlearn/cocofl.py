@@ -97,9 +97,11 @@ def peer_costs(model: Model, n_frozen: int, batch: int, momentum: bool = True) -
     MACs: a Dense layer (in, out) costs B·in·out for the forward pass, as much again for dW and
     for dX; a Conv2d layer B·Ho·Wo·Cout·Cin·k² each. Frozen layers cost their forward pass only
     (in int8); trained ones forward, dW and dX, except the lowest trained layer, whose dX
-    is never needed. Activation bytes: the float32 inputs of the trained layers with parameters
-    (B·prod(input shape)·4; an in-place ReLU's output is the next layer's input). Optimizer bytes:
-    a float32 momentum per trained parameter (0 without momentum).
+    is never needed, counted as int8 for a layer of ``precision="int8"`` (all three products
+    run in int8, see decentlearn.lowp) and as float32 otherwise. Activation bytes: the float32
+    inputs of the trained layers with parameters (B·prod(input shape)·4; an in-place ReLU's
+    output is the next layer's input). Optimizer bytes: a float32 momentum per trained
+    parameter (0 without momentum).
     """
     n_param = len(model.param_layers)
     names = model.param_layers
@@ -119,7 +121,10 @@ def peer_costs(model: Model, n_frozen: int, batch: int, momentum: bool = True) -
             if not trained:
                 macs_int8 += m  # frozen Dense and Conv2d layers forward in int8
                 continue
-            macs_fp32 += m * (2 if lowest else 3)
+            if getattr(layer, "precision", "fp32") == "int8":
+                macs_int8 += m * (2 if lowest else 3)  # all three products in int8
+            else:
+                macs_fp32 += m * (2 if lowest else 3)
             if name in names:
                 act += batch * math.prod(shape_in) * 4
                 lowest = False

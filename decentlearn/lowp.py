@@ -81,20 +81,28 @@ def quantize_weights(weight: np.ndarray,
 
 def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bool,
                   shared: bool, n_threads: int | None = None,
-                  relu: bool = False) -> tuple[np.ndarray, Any]:
+                  relu: bool = False, scratch: Any = None) -> tuple[np.ndarray, Any]:
     """y (P, B, out) = act(Q(x) Q(W) + b) for x (P, B, in) (stride 0 over P or one peer when
     ``shared``: quantized once), weight (P, in, out), bias (P, out); act the ReLU when ``relu``.
     One fused C pass per peer (ops.gemm_s8_dense_forward): quantization, packing, the exact int8
     product and the dequantizing epilogue. Returns y and the backward context (the int8 codes
-    and scales of x and W, None unless ``train``)."""
+    and scales of x and W, None unless ``train``). ``scratch`` (a layer's nn.Scratch, or None):
+    the codes go into its reused arrays, valid until the layer's next forward pass."""
     check_f32("inputs", x)
     check_f32("parameters", weight)
     if shared and x.shape[0] != 1:
         x = x[:1]
     if x.shape[2] > 1 and x.strides[2] != x.itemsize:
         x = np.ascontiguousarray(x)
-    y, codes = ops.gemm_s8_dense_forward(x, weight, np.ascontiguousarray(bias), relu,
-                                         n_threads=n_threads)
+    codes = None
+    if scratch is not None:
+        px, (n_peers, n_in, n_out) = x.shape[0], weight.shape
+        codes = ops.DenseCodes(scratch.empty("xq", (px, x.shape[1], n_in), np.int8),
+                               scratch.empty("sx", (px,), np.float32),
+                               scratch.empty("wq", (n_peers, n_in, n_out), np.int8),
+                               scratch.empty("sw", (n_peers,), np.float32))
+    y, codes = ops.gemm_s8_dense_forward(x, weight, bias, relu, n_threads=n_threads,
+                                         codes=codes)
     return y, (codes if train else None)
 
 

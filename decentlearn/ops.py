@@ -878,14 +878,17 @@ class DenseCodes:
 
 def gemm_s8_dense_forward(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
                           relu: bool = False, out: np.ndarray | None = None,
-                          n_threads: int | None = None) -> tuple[np.ndarray, DenseCodes]:
+                          n_threads: int | None = None,
+                          codes: DenseCodes | None = None) -> tuple[np.ndarray, DenseCodes]:
     """int8 dense layer forward in one C pass per peer: quantizes x[p] and w[p] (per tensor, absmax
     scale, nearest even), multiplies the codes exactly and dequantizes in the epilogue:
     ``y[p] = act(float32(xq[p] @ wq[p]) * (sx[p] * sw[p]) + bias[p])``, act the ReLU of
     ``np.maximum(v, 0)`` when ``relu``. x (P or 1, B, I) float32 (1: shared, quantized once), w
     (P, I, O) with each peer's matrix contiguous (rows of the parameter matrix are), bias (P, O) or
     None. Peers are split between threads; the result does not depend on their count. Returns y
-    (P, B, O) and the codes for :func:`gemm_s8_dense_backward`. NumPy reference:
+    (P, B, O) and the codes for :func:`gemm_s8_dense_backward`, written into ``codes`` when
+    given (arrays of the shapes and dtypes the kernel would allocate, C-contiguous, reused across
+    calls by the int8 Dense layer: fresh ones are page faults every step). NumPy reference:
     decentlearn._reference.gemm.gemm_s8_dense_forward."""
     x = _f32_operand("x", x, 3)
     w = _f32_operand("w", w, 3)
@@ -897,8 +900,12 @@ def gemm_s8_dense_forward(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
     px, batch = x.shape[0], x.shape[1]
     if out is None:
         out = np.empty((n_peers, batch, n_out), dtype=np.float32)
-    codes = DenseCodes(np.empty((px, batch, n_in), np.int8), np.empty(px, np.float32),
-                       np.empty((n_peers, n_in, n_out), np.int8), np.empty(n_peers, np.float32))
+    if codes is None:
+        codes = DenseCodes(np.empty((px, batch, n_in), np.int8), np.empty(px, np.float32),
+                           np.empty((n_peers, n_in, n_out), np.int8),
+                           np.empty(n_peers, np.float32))
+    elif not isinstance(codes, DenseCodes):
+        raise TypeError(f"codes must be a DenseCodes or None, got {type(codes).__name__}")
     _core.gemm_s8_dense_forward(x, w, bias, bool(relu), out, codes.xq, codes.sx, codes.wq,
                                 codes.sw, resolve_threads(n_threads))
     return out, codes

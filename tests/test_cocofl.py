@@ -169,6 +169,25 @@ def test_compute_counts_closed_form():
     assert s["unconstrained"]["compute_macs_per_round"] == 2 * full["macs"]
 
 
+def test_compute_counts_int8_precision():
+    """An int8 model's trained Dense layers count their three products as int8 MACs, in
+    peer_costs and in the summary.json of a run (the fp32 model's closed form, moved)."""
+    b = 32
+    fp32 = make_model("mlp:16,12", (1, 8, 8), 10)
+    int8 = make_model("mlp:16,12", (1, 8, 8), 10, precision="int8")
+    l1, l2, l3 = 64 * 16, 16 * 12, 12 * 10
+    for k in (0, 1, 2):
+        f, q = cocofl.peer_costs(fp32, k, b), cocofl.peer_costs(int8, k, b)
+        assert q["macs_fp32"] == 0 and q["macs_int8"] == f["macs"] == q["macs"]
+    assert cocofl.peer_costs(int8, 0, b)["macs_int8"] == b * (2 * l1 + 3 * l2 + 3 * l3)
+    res = simulate(RunConfig(peers=4, rounds=2, eval_every=2, model="mlp:16,12",
+                             precision="int8"))
+    full = res.summary["compute"]["full_peer"]
+    assert full["macs_fp32"] == 0 and full["macs_int8"] == b * (2 * l1 + 3 * l2 + 3 * l3)
+    unc = res.summary["compute"]["unconstrained"]
+    assert unc["int8_macs_per_round"] == unc["compute_macs_per_round"] == full["macs"]
+
+
 def test_run_reproducible_and_summary():
     cfg = RunConfig(peers=8, rounds=6, eval_every=3, model="mlp:16,12", cocofl="0.5:1")
     a, b = simulate(cfg), simulate(cfg)

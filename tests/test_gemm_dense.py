@@ -12,7 +12,7 @@ from decentlearn._reference import gemm as ref
 
 # (peers, batch, in, out): the MLP's layers, edge tiles, one peer, empty batch and inputs
 SHAPES = [(3, 32, 64, 128), (4, 32, 128, 10), (2, 7, 33, 17), (1, 1, 1, 1), (5, 0, 3, 4),
-          (2, 5, 0, 3), (3, 13, 40, 65)]
+          (2, 5, 0, 3), (3, 13, 40, 65), (2, 13, 31, 10)]
 
 
 def _data(shape, shared, seed=0):
@@ -51,6 +51,34 @@ def test_dense_forward_matches_reference(isa, shape, shared):
                 _codes_equal(c, c1)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(w, w0)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_dense_forward_into_given_codes(isa, shared):
+    """codes= (the Dense layer's reused arrays): the same y and codes as fresh arrays, written in
+    place (also by the reference); a peer-strided bias (a view of the parameter matrix) needs no
+    copy and gives the contiguous bias's y."""
+    x, w, bias, _, _ = _data((3, 32, 64, 128), shared, seed=4)
+    want, want_codes = ops.gemm_s8_dense_forward(x, w, bias, True)
+    px = x.shape[0]
+    codes = ops.DenseCodes(np.full((px, 32, 64), 5, np.int8), np.zeros(px, np.float32),
+                           np.full((3, 64, 128), 5, np.int8), np.zeros(3, np.float32))
+    for _ in range(2):  # reused twice: fully overwritten each time
+        y, c = ops.gemm_s8_dense_forward(x, w, bias, True, codes=codes)
+        assert c is codes
+        np.testing.assert_array_equal(y, want)
+        _codes_equal(c, want_codes)
+    ref_codes = ops.DenseCodes(*(np.empty_like(getattr(want_codes, f))
+                                 for f in ("xq", "sx", "wq", "sw")))
+    _, rc = ref.gemm_s8_dense_forward(x, w, bias, True, codes=ref_codes)
+    assert rc is ref_codes
+    _codes_equal(rc, want_codes)
+    wide = np.zeros((3, 200), np.float32)
+    wide[:, 50:178] = bias
+    y, _ = ops.gemm_s8_dense_forward(x, w, wide[:, 50:178], True)
+    np.testing.assert_array_equal(y, want)
+    with pytest.raises(TypeError, match="codes must be a DenseCodes"):
+        ops.gemm_s8_dense_forward(x, w, bias, codes=(1, 2))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

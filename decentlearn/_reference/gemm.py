@@ -128,7 +128,7 @@ def _dense_codes():
     return DenseCodes
 
 
-def gemm_s8_dense_forward(x, w, bias=None, relu=False, out=None, n_threads=None):
+def gemm_s8_dense_forward(x, w, bias=None, relu=False, out=None, n_threads=None, codes=None):
     """(y, DenseCodes): per-peer, per-tensor absmax scales and nearest codes of x and w (an x with 1
     peer or peer stride 0 quantized once), y = float32(xq @ wq) * float32(sx * sw) + bias (+ 0
     without a bias), then np.maximum(y, 0) when relu. The C epilogue may fuse the multiply-add:
@@ -151,6 +151,10 @@ def gemm_s8_dense_forward(x, w, bias=None, relu=False, out=None, n_threads=None)
     if out is not None:
         out[...] = y
         y = out
+    if codes is not None:  # written into the caller's arrays, as the kernel does
+        for dst, src in ((codes.xq, xq), (codes.sx, sx), (codes.wq, wq), (codes.sw, sw)):
+            dst[...] = src
+        return y, codes
     return y, _dense_codes()(xq, sx, wq, sw)
 
 

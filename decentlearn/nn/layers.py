@@ -207,7 +207,7 @@ class Dense(Layer):
         weight, bias = w
         if self.precision == "int8":
             return lowp.dense_forward(x, weight, bias, train, _is_shared(x),
-                                      n_threads=_threads(scratch), relu=relu)
+                                      n_threads=_threads(scratch), relu=relu, scratch=scratch)
         if weight.dtype == np.float32 and x.dtype == np.float32:
             # One C call: every peer's gemm, bias and ReLU, peers split over threads.
             y = ops.dense_forward(x, weight, bias, relu, n_threads=_threads(scratch))
