@@ -254,6 +254,70 @@ static inline void nat_encode_block(const float *x, uint8_t *out, const nat_key_
     nat_store_bytes(out, code);
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* The AVX2 fast path of nat_encode_block, same bits: the code is formed on bytes. With
+ * t = 2 (|x| bits + the word's low 23 bits), the top byte of t is the rounded biased exponent E
+ * (|x| has no sign bit, so nothing carries out for finite x), c = min(sat(E - 63), 127) is a
+ * saturating byte subtract and a byte min, the sign is or-ed into bit 31, and one vpshufb per
+ * vector gathers the top bytes (no 32-bit shifts: Zen 1 runs those on one pipe only). Sign on a
+ * zero code is cleared on the 32 gathered bytes. The block is correct as is unless some code has
+ * c <= 1 or c = 127 (zero, |x| < 2^-62, NaN/Inf: 2t wraps to c = 0 or tops at c = 127, |x| >=
+ * 2^63): those blocks return 1 and the caller checks them exactly. */
+#define NAT_G(u, i) (char)((i) / 4 == (u) ? 3 + 4 * ((i) % 4) : -1)
+#define NAT_G16(u)                                                                                 \
+    NAT_G(u, 0), NAT_G(u, 1), NAT_G(u, 2), NAT_G(u, 3), NAT_G(u, 4), NAT_G(u, 5), NAT_G(u, 6),     \
+        NAT_G(u, 7), NAT_G(u, 8), NAT_G(u, 9), NAT_G(u, 10), NAT_G(u, 11), NAT_G(u, 12),          \
+        NAT_G(u, 13), NAT_G(u, 14), NAT_G(u, 15)
+static inline __m256i nat_gather_mask(int u) {
+    switch (u) {
+    case 0: return _mm256_setr_epi8(NAT_G16(0), NAT_G16(0));
+    case 1: return _mm256_setr_epi8(NAT_G16(1), NAT_G16(1));
+    case 2: return _mm256_setr_epi8(NAT_G16(2), NAT_G16(2));
+    default: return _mm256_setr_epi8(NAT_G16(3), NAT_G16(3));
+    }
+}
+
+static inline int nat_encode_block_fast(const float *x, uint8_t *out, const nat_key_t *k,
+                                        uint64_t j0) {
+    nat_vu r[NAT_NV];
+    nat_rng_block(k, j0, r);
+    const __m256i m23 = _mm256_set1_epi32(0x7fffff), ab = _mm256_set1_epi32(0x7fffffff);
+    const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
+    const __m256i c63 = _mm256_set1_epi8(63), c127 = _mm256_set1_epi8(127);
+    __m256i g = _mm256_setzero_si256();
+    for (int u = 0; u < NAT_NV; u++) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(x + u * NAT_LANES));
+        __m256i t = _mm256_and_si256((__m256i)r[u], m23);
+        t = _mm256_add_epi32(_mm256_and_si256(b, ab), t);
+        t = _mm256_add_epi32(t, t);
+        t = _mm256_min_epu8(_mm256_subs_epu8(t, c63), c127);
+        t = _mm256_or_si256(t, _mm256_and_si256(b, sgn));
+        /* byte 3 of each 32-bit lane to bytes 4u..4u+3 of its 128-bit half, the others zero */
+        g = _mm256_or_si256(g, _mm256_shuffle_epi8(t, nat_gather_mask(u)));
+    }
+    g = _mm256_permutevar8x32_epi32(g, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i c2 = _mm256_add_epi8(g, g); /* 2c: the sign bit shifted out */
+    g = _mm256_andnot_si256(_mm256_cmpeq_epi8(c2, _mm256_setzero_si256()), g);
+    _mm256_storeu_si256((__m256i *)out, g);
+    /* 2c + 2 (mod 256) <= 4 exactly when c is 0, 1 or 127 */
+    const __m256i f = _mm256_add_epi8(c2, _mm256_set1_epi8(2));
+    return !_mm256_testz_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(f, _mm256_set1_epi8(4)), f),
+                               _mm256_set1_epi8(-1));
+}
+
+/* Whether DL_NAT_BLK values hold 0 < |x| < 2^-63 or NaN/Inf (the cases nat_encode_block_fast
+ * may get wrong or must report). */
+static inline int nat_block_special(const float *x) {
+    nat_vu any = {0};
+    for (int u = 0; u < NAT_NV; u++) {
+        const nat_vu a = nat_ld(x + u * NAT_LANES) & 0x7fffffffu;
+        any |= (nat_vu)((nat_vi)(a + 0x60000000u) > 0x60000000);
+        any |= (nat_vu)((nat_vi)a >= 0x7f800000);
+    }
+    return !_mm256_testz_si256((__m256i)any, (__m256i)any);
+}
+#endif
+
 /* codes (n_rows x dim) uint8 from x (n_rows x dim) float32; row r draws from peer peer0 + r.
  * DL_E_NONFINITE if x holds NaN/Inf (codes then unspecified). Any n_threads gives the same bits. */
 int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const float *x,
@@ -283,8 +347,14 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
             const float *xr = x + r * dim;
             uint8_t *dst = stream ? stage - j0 : codes + r * dim;
             int64_t j = j0;
-            for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK)
+            for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+                if (__builtin_expect(!nat_encode_block_fast(xr + j, dst + j, &k, (uint64_t)j), 1) ||
+                    !nat_block_special(xr + j))
+                    continue;
+#endif
                 nat_encode_block(xr + j, dst + j, &k, (uint64_t)j, &bad);
+            }
             if (j < j1) {
                 for (; j < j1; j++) {
                     uint32_t b;
