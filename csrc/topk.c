@@ -233,7 +233,8 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
  * T = H L. Each segment's counts above and equal to T follow, it takes its share of the ties in
  * segment order and writes its selected candidates at its prefix offset in one more pass. Writes
  * the k selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
-static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *const *cs,
+static int tk_select_segs(const dl_dispatch_t *d, const tk_src_t *src, int32_t *const *ci,
+                          uint32_t *const *cs,
                           const int64_t *len, int nseg, int64_t k, uint32_t t, int nt,
                           int32_t *idx, float *val) {
     const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
@@ -258,9 +259,10 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
         for (int g = tid; g < nseg; g += team) {
             int32_t *hg = h + (int64_t)g * nb;
             const uint32_t *sg = cs[g];
+            const int64_t ng = len[g];
             uint32_t mx = 0;
             memset(hg, 0, nb * sizeof(int32_t));
-            for (int64_t j = 0; j < len[g]; j++) {
+            for (int64_t j = 0; j < ng; j++) {
                 const uint32_t sc = sg[j] & mask;
                 mx = sc > mx ? sc : mx;
                 hg[(sc >> 16) - b_lo]++;
@@ -287,7 +289,7 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
                 for (uint32_t b = hb + 1; b <= top; b++) a += h[(int64_t)g * nb + b];
                 gt[g] = a;
                 nlow[g] = h[(int64_t)g * nb + hb];
-                low[g] = malloc((size_t)dl_max_i64(nlow[g], 1) * sizeof(uint16_t));
+                low[g] = malloc((size_t)(nlow[g] + 1) * sizeof(uint16_t));
                 if (low[g] == NULL) bad = DL_E_NOMEM;
             }
             T = (hb + b_lo) << 16;
@@ -296,10 +298,14 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
         if (!bad) {
             const uint32_t H = T >> 16;
             for (int g = tid; g < nseg; g += team) {
+                const uint32_t *sg = cs[g];
+                uint16_t *lg = low[g];
+                const int64_t ng = len[g];
                 int64_t m = 0;
-                for (int64_t j = 0; j < len[g]; j++) {
-                    const uint32_t sc = cs[g][j] & mask;
-                    if ((sc >> 16) == H) low[g][m++] = (uint16_t)sc;
+                for (int64_t j = 0; j < ng; j++) { /* branch-free: lg has room for nlow[g] + 1 */
+                    const uint32_t sc = sg[j] & mask;
+                    lg[m] = (uint16_t)sc;
+                    m += (sc >> 16) == H;
                 }
             }
 #ifdef _OPENMP
@@ -335,22 +341,28 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
                     eq_before += eq[g];
                 }
             }
+            /* Segment g selects score >= T up to just past its take[g]-th tie (all of them when
+             * it takes every tie, none when it takes none), score > T after: two compactions. */
             const uint32_t TT = T;
             for (int g = tid; g < nseg; g += team) {
-                int64_t o = off[g], left = take[g];
+                const int32_t *ig = ci[g];
                 const uint32_t *sg = cs[g];
-                for (int64_t j = 0; j < len[g]; j++) {
-                    const uint32_t sc = sg[j] & mask;
-                    if (sc > TT || (sc == TT && left > 0)) {
-                        left -= sc == TT;
-                        idx[o] = ci[g][j];
-                        if (src->mode == TK_MAG)
-                            memcpy(&val[o], &sg[j], 4);
-                        else
-                            val[o] = src->x[ci[g][j]];
-                        o++;
-                    }
+                const int64_t ng = len[g], want = gt[g] + take[g];
+                int32_t *oi = idx + off[g];
+                uint32_t *ob = (uint32_t *)(val + off[g]);
+                int64_t p = take[g] == eq[g] ? ng : 0;
+                if (take[g] > 0 && take[g] < eq[g]) {
+                    int64_t e = 0, j = 0;
+                    for (; j < ng; j++)
+                        if ((sg[j] & mask) == TT && ++e == take[g]) break;
+                    p = j + 1;
                 }
+                int64_t o = d->topk_compact_u32(ig, sg, p, mask, TT, want, oi, ob);
+                if (TT < mask)
+                    o += d->topk_compact_u32(ig + p, sg + p, ng - p, mask, TT + 1, want - o,
+                                             oi + o, ob + o);
+                if (src->mode != TK_MAG) /* ob holds scores: the values are x[idx] */
+                    for (int64_t j = 0; j < o; j++) val[off[g] + j] = src->x[oi[j]];
             }
         }
     }
@@ -364,6 +376,28 @@ done:
     return bad;
 }
 
+/* Per-thread candidate buffers, grown on demand and kept for the thread's life (OpenMP reuses its
+ * threads) up to DL_TK_KEEP bytes: a fresh buffer costs a page fault per 4 KiB written, which at
+ * k = 1% of a long row was a third of the select. Larger requests are allocated per call. */
+#define DL_TK_KEEP ((size_t)64 << 20)
+static _Thread_local uint32_t *tk_buf = NULL;
+static _Thread_local size_t tk_buf_n = 0;
+
+/* n uint32 of scratch for the calling thread: the kept buffer (*own = 0) or a new one (*own = 1,
+ * the caller frees it). NULL when out of memory. */
+static uint32_t *tk_scratch(size_t n, int *own) {
+    *own = 0;
+    if (n <= tk_buf_n) return tk_buf;
+    if (n * sizeof(uint32_t) > DL_TK_KEEP) {
+        *own = 1;
+        return malloc(n * sizeof(uint32_t));
+    }
+    free(tk_buf); /* no realloc: the old contents are not needed */
+    tk_buf = malloc(n * sizeof(uint32_t));
+    tk_buf_n = tk_buf == NULL ? 0 : n;
+    return tk_buf;
+}
+
 /* One filter pass with threshold t and at most cap candidates per thread, then the exact select
  * on the candidates. DL_OK, DL_TK_RETRY (fewer than k candidates), DL_TK_FALLBACK (a buffer
  * overflowed) or an error. */
@@ -372,7 +406,9 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
     int32_t **ci = calloc((size_t)nt, sizeof(int32_t *));
     uint32_t **cs = calloc((size_t)nt, sizeof(uint32_t *));
     int64_t *cnt = calloc((size_t)nt * 2, sizeof(int64_t));
-    int nteam = 1, nomem = ci == NULL || cs == NULL || cnt == NULL, status = DL_OK;
+    int *own = calloc((size_t)nt, sizeof(int));
+    int nteam = 1, nomem = ci == NULL || cs == NULL || cnt == NULL || own == NULL;
+    int status = DL_OK;
     if (nomem) goto done;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : nomem)
@@ -382,15 +418,18 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         int64_t i0, i1;
         if (tid == 0) nteam = tk_nteam();
         tk_range(n, tid, tk_nteam(), &i0, &i1);
-        const int64_t ct = dl_min_i64(cap, i1 - i0);
-        ci[tid] = malloc((size_t)dl_max_i64(ct, 1) * sizeof(int32_t));
-        cs[tid] = malloc((size_t)dl_max_i64(ct, 1) * sizeof(uint32_t));
-        if (ci[tid] == NULL || cs[tid] == NULL)
+        const int64_t ct = dl_max_i64(dl_min_i64(cap, i1 - i0), 1);
+        uint32_t *buf = tk_scratch(2 * (size_t)ct, &own[tid]);
+        if (buf == NULL) {
             nomem = 1;
-        else if (src->mode == TK_MAG)
-            cnt[tid] = d->topk_filter_f32(src->x, i0, i1, t, ct, ci[tid], cs[tid]);
-        else
-            cnt[tid] = d->topk_randfilter_u32(src->key, i0, i1, t, ct, ci[tid], cs[tid]);
+        } else {
+            ci[tid] = (int32_t *)buf;
+            cs[tid] = buf + ct;
+            if (src->mode == TK_MAG)
+                cnt[tid] = d->topk_filter_f32(src->x, i0, i1, t, ct, ci[tid], cs[tid]);
+            else
+                cnt[tid] = d->topk_randfilter_u32(src->key, i0, i1, t, ct, ci[tid], cs[tid]);
+        }
         cnt[nt + tid] = ct;
     }
     if (nomem) goto done;
@@ -406,15 +445,15 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         status = DL_TK_RETRY;
         goto done;
     }
-    status = tk_select_segs(src, ci, cs, cnt, nteam, k, t, nt, idx, val);
+    status = tk_select_segs(d, src, ci, cs, cnt, nteam, k, t, nt, idx, val);
 done:
-    if (ci != NULL)
-        for (int g = 0; g < nt; g++) free(ci[g]);
-    if (cs != NULL)
-        for (int g = 0; g < nt; g++) free(cs[g]);
+    if (ci != NULL && own != NULL)
+        for (int g = 0; g < nt; g++)
+            if (own[g]) free(ci[g]);
     free(ci);
     free(cs);
     free(cnt);
+    free(own);
     return nomem ? DL_E_NOMEM : status;
 }
 
