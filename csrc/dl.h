@@ -67,7 +67,7 @@ typedef int (*dl_natural_dither_decode_f32_fn)(int64_t n_rows, int64_t dim, cons
 /* <<< dispatch-types natural */
 /* >>> dispatch-types topk */
 typedef int64_t (*dl_topk_filter_f32_fn)(const float *x, int64_t i0, int64_t i1, uint32_t t,
-                                        int64_t cap, int32_t *idx, uint32_t *bits);
+                                        int64_t cap, int32_t *idx, uint32_t *bits, int32_t *hist);
 typedef int64_t (*dl_topk_randfilter_u32_fn)(uint64_t key, int64_t i0, int64_t i1, uint32_t t,
                                             int64_t cap, int32_t *idx, uint32_t *score);
 typedef int64_t (*dl_topk_count_f32_fn)(const float *x, int64_t n, uint32_t t, int64_t *n_nan);
@@ -376,7 +376,7 @@ int dl_natural_dither_bits(int s);
 /* Filter passes (topk_impl.h, one build per ISA): scores |x| bits or ~rng, compared unsigned. */
 DL_DECLARE_ISA(dl_topk_filter_f32, int64_t,
                (const float *x, int64_t i0, int64_t i1, uint32_t t, int64_t cap, int32_t *idx,
-                uint32_t *bits))
+                uint32_t *bits, int32_t *hist))
 DL_DECLARE_ISA(dl_topk_randfilter_u32, int64_t,
                (uint64_t key, int64_t i0, int64_t i1, uint32_t t, int64_t cap, int32_t *idx,
                 uint32_t *score))

@@ -234,12 +234,11 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
  * segment order and writes its selected candidates at its prefix offset in one more pass. Writes
  * the k selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
 static int tk_select_segs(const dl_dispatch_t *d, const tk_src_t *src, int32_t *const *ci,
-                          uint32_t *const *cs,
-                          const int64_t *len, int nseg, int64_t k, uint32_t t, int nt,
-                          int32_t *idx, float *val) {
+                          uint32_t *const *cs, const int64_t *len, int32_t *hpre, int nseg,
+                          int64_t k, uint32_t t, int nt, int32_t *idx, float *val) {
     const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
     const uint32_t b_lo = t >> 16, nb = (mask >> 16) + 1 - b_lo; /* level-0 bins */
-    int32_t *h = malloc((size_t)nseg * nb * sizeof(int32_t));
+    int32_t *h = hpre != NULL ? hpre : malloc((size_t)nseg * nb * sizeof(int32_t));
     int64_t *tot = malloc((nb + 6 * (size_t)nseg + 1) * sizeof(int64_t));
     uint16_t **low = calloc((size_t)nseg, sizeof(uint16_t *));
     uint32_t *mxs = calloc((size_t)nseg, sizeof(uint32_t));
@@ -261,11 +260,19 @@ static int tk_select_segs(const dl_dispatch_t *d, const tk_src_t *src, int32_t *
             const uint32_t *sg = cs[g];
             const int64_t ng = len[g];
             uint32_t mx = 0;
-            memset(hg, 0, nb * sizeof(int32_t));
-            for (int64_t j = 0; j < ng; j++) {
-                const uint32_t sc = sg[j] & mask;
-                mx = sc > mx ? sc : mx;
-                hg[(sc >> 16) - b_lo]++;
+            if (hpre == NULL) {
+                memset(hg, 0, nb * sizeof(int32_t));
+                for (int64_t j = 0; j < ng; j++) {
+                    const uint32_t sc = sg[j] & mask;
+                    mx = sc > mx ? sc : mx;
+                    hg[(sc >> 16) - b_lo]++;
+                }
+            } else if (ng > 0) { /* the filter's histogram: its top bin, the exact max near NaN */
+                uint32_t b = nb - 1;
+                while (b > 0 && hg[b] == 0) b--;
+                mx = (b + b_lo) << 16;
+                if (mx >= DL_TK_NAN)
+                    for (int64_t j = 0; j < ng; j++) mx = (sg[j] & mask) > mx ? sg[j] & mask : mx;
             }
             mxs[g] = mx;
         }
@@ -351,8 +358,14 @@ static int tk_select_segs(const dl_dispatch_t *d, const tk_src_t *src, int32_t *
                 int32_t *oi = idx + off[g];
                 uint32_t *ob = (uint32_t *)(val + off[g]);
                 int64_t p = take[g] == eq[g] ? ng : 0;
-                if (take[g] > 0 && take[g] < eq[g]) {
+                if (take[g] > 0 && take[g] < eq[g]) { /* blocks of 64 counted, then one walked */
                     int64_t e = 0, j = 0;
+                    for (; j + 64 <= ng; j += 64) {
+                        int64_t eb = 0;
+                        for (int u = 0; u < 64; u++) eb += (sg[j + u] & mask) == TT;
+                        if (e + eb >= take[g]) break;
+                        e += eb;
+                    }
                     for (; j < ng; j++)
                         if ((sg[j] & mask) == TT && ++e == take[g]) break;
                     p = j + 1;
@@ -370,7 +383,7 @@ done:
     if (low != NULL)
         for (int g = 0; g < nseg; g++) free(low[g]);
     free(low);
-    free(h);
+    if (hpre == NULL) free(h);
     free(tot);
     free(mxs);
     return bad;
@@ -407,7 +420,11 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
     uint32_t **cs = calloc((size_t)nt, sizeof(uint32_t *));
     int64_t *cnt = calloc((size_t)nt * 2, sizeof(int64_t));
     int *own = calloc((size_t)nt, sizeof(int));
-    int nteam = 1, nomem = ci == NULL || cs == NULL || cnt == NULL || own == NULL;
+    /* Magnitudes: the filter builds each thread's level-0 histogram of the select. */
+    const uint32_t nb = 0x8000u - (t >> 16);
+    int32_t *hist = src->mode == TK_MAG ? malloc((size_t)nt * nb * sizeof(int32_t)) : NULL;
+    int nteam = 1, nomem = ci == NULL || cs == NULL || cnt == NULL || own == NULL ||
+                           (src->mode == TK_MAG && hist == NULL);
     int status = DL_OK;
     if (nomem) goto done;
 #ifdef _OPENMP
@@ -425,8 +442,11 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         } else {
             ci[tid] = (int32_t *)buf;
             cs[tid] = buf + ct;
-            if (src->mode == TK_MAG)
-                cnt[tid] = d->topk_filter_f32(src->x, i0, i1, t, ct, ci[tid], cs[tid]);
+            if (src->mode == TK_MAG) {
+                int32_t *ht = hist + (int64_t)tid * nb;
+                memset(ht, 0, nb * sizeof(int32_t));
+                cnt[tid] = d->topk_filter_f32(src->x, i0, i1, t, ct, ci[tid], cs[tid], ht);
+            }
             else
                 cnt[tid] = d->topk_randfilter_u32(src->key, i0, i1, t, ct, ci[tid], cs[tid]);
         }
@@ -445,7 +465,7 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         status = DL_TK_RETRY;
         goto done;
     }
-    status = tk_select_segs(d, src, ci, cs, cnt, nteam, k, t, nt, idx, val);
+    status = tk_select_segs(d, src, ci, cs, cnt, hist, nteam, k, t, nt, idx, val);
 done:
     if (ci != NULL && own != NULL)
         for (int g = 0; g < nt; g++)
@@ -454,6 +474,7 @@ done:
     free(cs);
     free(cnt);
     free(own);
+    free(hist);
     return nomem ? DL_E_NOMEM : status;
 }
 
@@ -467,12 +488,17 @@ static int tk_filter_path(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
     if (src->mode == TK_MAG) {
         sample = malloc(DL_TK_SAMPLE * sizeof(uint32_t));
         if (sample == NULL) return DL_E_NOMEM;
+        uint32_t mx = 0; /* the gather is one cache miss per element: split over the threads */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
+#endif
         for (int64_t j = 0; j < DL_TK_SAMPLE; j++) {
             sample[j] = tk_score(src, j * n / DL_TK_SAMPLE);
-            if (sample[j] > DL_TK_NAN) {
-                free(sample);
-                return DL_E_NONFINITE;
-            }
+            mx = sample[j] > mx ? sample[j] : mx;
+        }
+        if (mx > DL_TK_NAN) {
+            free(sample);
+            return DL_E_NONFINITE;
         }
         const double mu = (double)k * DL_TK_SAMPLE / (double)n;
         r = (int64_t)ceil(mu + 4.0 * sqrt(mu) + 4.0);
@@ -655,7 +681,7 @@ int dl_topk_threshold_f32(int64_t n_rows, int64_t dim, float v, const float *x,
         const int64_t r = p / nc, i0 = (p % nc) * DL_TK_CHUNK;
         const int64_t got = d->topk_filter_f32(x + r * dim, i0, dl_min_i64(dim, i0 + DL_TK_CHUNK),
                                                t, chunk_counts[p], idx + off[p],
-                                               (uint32_t *)(val + off[p]));
+                                               (uint32_t *)(val + off[p]), NULL);
         bad += got != chunk_counts[p];
     }
     free(off);

@@ -227,11 +227,14 @@ static inline int64_t tk_emit(uint32_t m, dl_tk_vu v, int64_t i0, int32_t *idx, 
 
 /* Magnitude filter: returns how many i in [i0, i1) have (bits(x[i]) & 0x7fffffff) >= t and writes
  * the first min(count, cap) of them (index, raw float bits) to idx/bits in ascending order. Writes
- * nothing past cap. Single-threaded. */
+ * nothing past cap. With hist (else NULL), also adds 1 to hist[(s >> 16) - (t >> 16)] for the
+ * score s of each candidate written: the first level of the select, here while the candidate is
+ * in a register rather than in a later pass over the candidates from DRAM. Single-threaded. */
 int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int64_t i1,
                                                  uint32_t t, int64_t cap, int32_t *idx,
-                                                 uint32_t *bits) {
-    int64_t c = 0, i = i0;
+                                                 uint32_t *bits, int32_t *hist) {
+    int64_t c = 0, i = i0, cf = 0; /* cf: candidates already in hist */
+    const uint32_t hlo = t >> 16;
 #if DL_TK_LANES > 1
     const dl_tk_vu tv = (dl_tk_vu){0} + t, am = (dl_tk_vu){0} + 0x7fffffffu;
 #if defined(__AVX2__) && !defined(__AVX512F__)
@@ -260,7 +263,9 @@ int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int
         const uint32_t *xb = (const uint32_t *)(const void *)(x + i);
         if (dense && c + DL_TK_RUN <= cap) {
             /* Two candidates per word written without a branch (a word without one writes a
-             * slot that the next write overwrites), a loop for the rest. */
+             * slot that the next write overwrites), a loop for the rest; then the run's
+             * candidates, still in L1, go to the histogram. */
+            const int64_t c0 = c;
             for (int q = 0; q < DL_TK_RUN / 64; q++) {
                 uint64_t m = w[q];
                 for (int r = 0; r < 2; r++) {
@@ -276,6 +281,10 @@ int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int
                     memcpy(&bits[c], xb + j, 4);
                     c++;
                 }
+            }
+            if (hist != NULL && cf == c0) {
+                for (int64_t j = c0; j < c; j++) hist[((bits[j] & 0x7fffffffu) >> 16) - hlo]++;
+                cf = c;
             }
         } else if (c + DL_TK_RUN <= cap) {
             for (int q = 0; q < DL_TK_RUN / 64; q++)
@@ -313,6 +322,9 @@ int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int
         memcpy(&b, x + i, 4);
         if ((b & 0x7fffffffu) >= t) tk_put(idx, bits, cap, c++, i, b);
     }
+    if (hist != NULL)
+        for (int64_t j = cf; j < dl_min_i64(c, cap); j++)
+            hist[((bits[j] & 0x7fffffffu) >> 16) - hlo]++;
     return c;
 }
 
