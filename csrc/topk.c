@@ -3,11 +3,12 @@
  * Top-k never sorts a row. A fixed strided sample of the magnitudes gives a threshold a little
  * below the k-th largest (a quantile plus a safety margin of ~4 standard deviations); one
  * vectorized pass (topk_impl.h, chosen through dl_dispatch) collects the few elements at or above
- * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram pass, each
- * thread on its own candidates, the integer counts summed in a fixed order, then the few
- * candidates in the chosen bin) finds the k-th largest value T. The output is every candidate
- * above T plus the lowest-indexed ones equal to T, which the candidates' index order yields
- * already ascending; each thread writes its own candidates at a prefix offset. Too few
+ * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram of each
+ * thread's candidates, built by the filter itself for magnitudes, the integer counts summed in a
+ * fixed order, then the few candidates in the chosen bin) finds the k-th largest value T. The
+ * output is every candidate above T plus the lowest-indexed ones equal to T, which the candidates'
+ * index order yields already ascending; each thread packs its own candidates at a prefix offset
+ * (dl_topk_compact_u32). Candidate buffers are kept per thread between calls. Too few
  * candidates lower the threshold and filter again; too many (heavy ties, adversarial rows) fall
  * back to the same radix select over the whole row. Either way the result is a pure
  * function of the row: the k largest |x|, ties at the threshold going to the lowest indices, so it
@@ -226,12 +227,14 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
 
 /* The exact selection over candidate segments (each in ascending index order, segment g before
  * g + 1; every score >= t), in parallel. Level 0: every segment counts the high halves of its
- * scores in bins [t >> 16, 65535]; the counts, summed in segment order (integers: exact, so the
+ * scores in bins [t >> 16, 65535] (hpre, nseg x nb, when the filter counted them already: then
+ * the top bin stands for the maximum, checked exactly only where NaN starts); the counts, summed
+ * in segment order (integers: exact, so the
  * same for any thread count), give the high half H of the k-th largest score. Level 1: each
  * segment copies out the low halves of its scores whose high half is H (few: one bin of 2^16),
  * and one thread finds the low half L of the k-th largest among them (two 8-bit histograms), so
  * T = H L. Each segment's counts above and equal to T follow, it takes its share of the ties in
- * segment order and writes its selected candidates at its prefix offset in one more pass. Writes
+ * segment order and packs its selected candidates at its prefix offset in one more pass. Writes
  * the k selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
 static int tk_select_segs(const dl_dispatch_t *d, const tk_src_t *src, int32_t *const *ci,
                           uint32_t *const *cs, const int64_t *len, int32_t *hpre, int nseg,

@@ -9,8 +9,10 @@
  * four vectors is tested at once and skipped when none passes; AVX-512 compacts a passing vector in
  * a register (vpcompressd with a memory operand is microcoded on AMD Zen 4) and stores it whole,
  * AVX2 does the same with a permutation from a 256-entry table (vpermd), the portable build walks
- * the mask's set bits. The row drivers (selection, threads, fallbacks) are in
- * topk.c.
+ * the mask's set bits. The AVX2 magnitude filter instead takes runs of 2048 elements: 64-bit masks
+ * first, then one scalar store per candidate (see there). dl_topk_compact_u32 is the final step of
+ * the select: it keeps the candidates at or above a score with the same packing. The row drivers
+ * (selection, threads, fallbacks) are in topk.c.
  */
 #include <stdint.h>
 #include <string.h>
