@@ -35,6 +35,7 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .topk_filter_f32 = W(dl_topk_filter_f32_##isa),                                               \
     .topk_randfilter_u32 = W(dl_topk_randfilter_u32_##isa),                                       \
     .topk_count_f32 = W(dl_topk_count_f32_##isa),                                                 \
+    .topk_compact_u32 = W(dl_topk_compact_u32_##isa),                                             \
     .qsgd_encode_f32 = W(dl_qsgd_encode_f32_##isa),                                               \
     .bucket_encode_f32 = W(dl_bucket_encode_f32_##isa),                                           \
     .sign_encode_f32 = W(dl_sign_encode_f32_##isa),                                               \

@@ -67,10 +67,13 @@ typedef int (*dl_natural_dither_decode_f32_fn)(int64_t n_rows, int64_t dim, cons
 /* <<< dispatch-types natural */
 /* >>> dispatch-types topk */
 typedef int64_t (*dl_topk_filter_f32_fn)(const float *x, int64_t i0, int64_t i1, uint32_t t,
-                                        int64_t cap, int32_t *idx, uint32_t *bits);
+                                        int64_t cap, int32_t *idx, uint32_t *bits, int32_t *hist);
 typedef int64_t (*dl_topk_randfilter_u32_fn)(uint64_t key, int64_t i0, int64_t i1, uint32_t t,
                                             int64_t cap, int32_t *idx, uint32_t *score);
 typedef int64_t (*dl_topk_count_f32_fn)(const float *x, int64_t n, uint32_t t, int64_t *n_nan);
+typedef int64_t (*dl_topk_compact_u32_fn)(const int32_t *idx, const uint32_t *bits, int64_t n,
+                                         uint32_t mask, uint32_t t, int64_t cap, int32_t *oi,
+                                         uint32_t *ob);
 /* <<< dispatch-types topk */
 /* >>> dispatch-types quant */
 typedef int (*dl_qsgd_encode_f32_fn)(int64_t n_rows, int64_t dim, int levels, const float *x,
@@ -236,6 +239,7 @@ typedef struct {
     dl_topk_filter_f32_fn topk_filter_f32;
     dl_topk_randfilter_u32_fn topk_randfilter_u32;
     dl_topk_count_f32_fn topk_count_f32;
+    dl_topk_compact_u32_fn topk_compact_u32;
     /* <<< dispatch-members topk */
     /* >>> dispatch-members quant */
     dl_qsgd_encode_f32_fn qsgd_encode_f32;
@@ -372,12 +376,15 @@ int dl_natural_dither_bits(int s);
 /* Filter passes (topk_impl.h, one build per ISA): scores |x| bits or ~rng, compared unsigned. */
 DL_DECLARE_ISA(dl_topk_filter_f32, int64_t,
                (const float *x, int64_t i0, int64_t i1, uint32_t t, int64_t cap, int32_t *idx,
-                uint32_t *bits))
+                uint32_t *bits, int32_t *hist))
 DL_DECLARE_ISA(dl_topk_randfilter_u32, int64_t,
                (uint64_t key, int64_t i0, int64_t i1, uint32_t t, int64_t cap, int32_t *idx,
                 uint32_t *score))
 DL_DECLARE_ISA(dl_topk_count_f32, int64_t,
                (const float *x, int64_t n, uint32_t t, int64_t *n_nan))
+DL_DECLARE_ISA(dl_topk_compact_u32, int64_t,
+               (const int32_t *idx, const uint32_t *bits, int64_t n, uint32_t mask, uint32_t t,
+                int64_t cap, int32_t *oi, uint32_t *ob))
 int dl_topk_exact_f32(int64_t n_rows, int64_t dim, int64_t k, const float *x, int32_t *idx,
                       float *val, int n_threads);
 int dl_topk_random_f32(int64_t n_rows, int64_t dim, int64_t k, const float *x, uint64_t seed,

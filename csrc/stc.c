@@ -6,12 +6,16 @@
  * the remainder gap & (M - 1) in b bits (least significant first), then one sign bit (1 means
  * negative). Bits go LSB-first into bytes, as in bitpack.c; pad bits after the last are zero. Sum
  * of the quotients is at most (dim - k) >> b, so dl_stc_golomb_max_bits bounds every row. Rows are
- * independent and coded in parallel; the decoder treats its input as untrusted and returns
- * DL_E_FORMAT for anything but exactly k valid positions that use exactly nbits bits.
+ * independent and coded in parallel (one long row in fixed chunks: encode_row_par); the decoder
+ * treats its input as untrusted and returns DL_E_FORMAT for anything but exactly k valid positions
+ * that use exactly nbits bits.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dl.h"
+
+#define DL_STC_CHUNK 16384 /* positions per chunk of one long row coded on several threads */
 
 int64_t dl_stc_golomb_max_bits(int64_t k, int64_t dim, int b) {
     if (k < 0 || dim < 0 || k > dim || b < 0 || b > DL_STC_MAX_B) return -1;
@@ -69,6 +73,103 @@ static int encode_row(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t
     return DL_OK;
 }
 
+/* Appends one byte of a chunk's code: byte `skip` (the one it shares with the chunk before, or
+ * -1) goes to *head, to be OR'ed in after every chunk is written. */
+static inline void chunk_byte(uint8_t *out, int64_t *o, int64_t skip, uint8_t *head, uint8_t v) {
+    if (*o == skip)
+        *head = v;
+    else
+        out[*o] = v;
+    (*o)++;
+}
+
+/* Appends the low n (<= 32) bits of v, flushing whole 32-bit words as bytes. */
+static inline void chunk_put(uint8_t *out, int64_t *o, int64_t skip, uint8_t *head, uint64_t *acc,
+                             int *fill, uint64_t v, int n) {
+    *acc |= v << *fill;
+    *fill += n;
+    if (*fill >= 32) {
+        for (int j = 0; j < 4; j++) chunk_byte(out, o, skip, head, (uint8_t)(*acc >> (8 * j)));
+        *acc >>= 32;
+        *fill -= 32;
+    }
+}
+
+/* encode_row for one long row on nt threads, byte for byte the same: fixed chunks of
+ * DL_STC_CHUNK positions count their bits (the gap of a chunk's first position is taken from the
+ * last one of the chunk before), a prefix sum in chunk order gives each its bit offset, and each
+ * writes its code there. A byte holding the end of one chunk and the start of the next is written
+ * by the first; the second's bits in it are OR'ed in afterwards, in order. */
+static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t dim, int b,
+                          uint8_t *out, int64_t row_bytes, int64_t *nbits, int nt) {
+    const int64_t nc = dl_cdiv_i64(k, DL_STC_CHUNK);
+    int64_t *off = malloc((size_t)(nc + 1) * sizeof(int64_t));
+    uint8_t *head = calloc((size_t)nc, 1);
+    if (off == NULL || head == NULL) {
+        free(off);
+        free(head);
+        return DL_E_NOMEM;
+    }
+    const uint64_t rmask = ((uint64_t)1 << b) - 1;
+    int bad = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad)
+#endif
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * DL_STC_CHUNK, i1 = dl_min_i64(k, i0 + DL_STC_CHUNK);
+        int64_t prev = i0 > 0 ? pos[i0 - 1] : -1, bits = 0;
+        for (int64_t i = i0; i < i1; i++) {
+            const int64_t p = pos[i];
+            if (p <= prev || p >= dim) { /* (an invalid pos[i0 - 1] fails in chunk c - 1) */
+                bad = 1;
+                break;
+            }
+            bits += ((p - prev - 1) >> b) + b + 2;
+            prev = p;
+        }
+        off[c + 1] = bits;
+    }
+    int status = DL_OK;
+    off[0] = 0;
+    for (int64_t c = 0; c < nc; c++) off[c + 1] += off[c];
+    if (bad)
+        status = DL_E_ARG;
+    else if ((off[nc] + 7) / 8 > row_bytes)
+        status = DL_E_SPACE;
+    if (status == DL_OK) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t i0 = c * DL_STC_CHUNK, i1 = dl_min_i64(k, i0 + DL_STC_CHUNK);
+            int64_t o = off[c] >> 3, prev = i0 > 0 ? pos[i0 - 1] : -1;
+            const int64_t skip = (off[c] & 7) ? o : -1;
+            uint64_t acc = 0;
+            int fill = (int)(off[c] & 7);
+            for (int64_t i = i0; i < i1; i++) {
+                const uint64_t gap = (uint64_t)(pos[i] - prev - 1);
+                uint64_t q = gap >> b;
+                for (; q >= 32; q -= 32)
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill, 0xffffffffu, 32);
+                chunk_put(out, &o, skip, &head[c], &acc, &fill, ((uint64_t)1 << q) - 1, (int)q + 1);
+                chunk_put(out, &o, skip, &head[c], &acc, &fill,
+                          (gap & rmask) | ((uint64_t)(neg[i] != 0) << b), b + 1);
+                prev = pos[i];
+            }
+            for (; fill > 0; fill -= 8, acc >>= 8)
+                chunk_byte(out, &o, skip, &head[c], (uint8_t)acc);
+        }
+        for (int64_t c = 1; c < nc; c++)
+            if (off[c] & 7) out[off[c] >> 3] |= head[c];
+        const int64_t used = (off[nc] + 7) / 8;
+        memset(out + used, 0, (size_t)(row_bytes - used));
+        *nbits = off[nc];
+    }
+    free(off);
+    free(head);
+    return status;
+}
+
 /* data (n_rows x row_bytes) and nbits (n_rows) from positions and negative (n_rows x k, uint8 0/1
  * or any non-zero for negative); DL_E_ARG if a row's positions are not strictly increasing in
  * [0, dim), DL_E_SPACE if a row does not fit (never with row_bytes >= ceil(max_bits / 8)). Bytes
@@ -80,6 +181,12 @@ int dl_stc_golomb_encode(int64_t n_rows, int64_t k, int64_t dim, int b, const in
         row_bytes < 0 || n_threads < 1)
         return DL_E_ARG;
     int status = DL_OK;
+    if (n_threads > 1 && n_rows < n_threads && k >= 2 * DL_STC_CHUNK) { /* few long rows */
+        for (int64_t r = 0; r < n_rows && status == DL_OK; r++)
+            status = encode_row_par(positions + r * k, negative + r * k, k, dim, b,
+                                    data + r * row_bytes, row_bytes, nbits + r, n_threads);
+        return status;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)                        \
     if (n_rows > 1 && n_rows * k > (1 << 16)) reduction(min : status)

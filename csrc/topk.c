@@ -3,11 +3,12 @@
  * Top-k never sorts a row. A fixed strided sample of the magnitudes gives a threshold a little
  * below the k-th largest (a quantile plus a safety margin of ~4 standard deviations); one
  * vectorized pass (topk_impl.h, chosen through dl_dispatch) collects the few elements at or above
- * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram pass, each
- * thread on its own candidates, the integer counts summed in a fixed order, then the few
- * candidates in the chosen bin) finds the k-th largest value T. The output is every candidate
- * above T plus the lowest-indexed ones equal to T, which the candidates' index order yields
- * already ascending; each thread writes its own candidates at a prefix offset. Too few
+ * it, and an exact radix select on the candidates' magnitude bits (a 16-bit histogram of each
+ * thread's candidates, built by the filter itself for magnitudes, the integer counts summed in a
+ * fixed order, then the few candidates in the chosen bin) finds the k-th largest value T. The
+ * output is every candidate above T plus the lowest-indexed ones equal to T, which the candidates'
+ * index order yields already ascending; each thread packs its own candidates at a prefix offset
+ * (dl_topk_compact_u32). Candidate buffers are kept per thread between calls. Too few
  * candidates lower the threshold and filter again; too many (heavy ties, adversarial rows) fall
  * back to the same radix select over the whole row. Either way the result is a pure
  * function of the row: the k largest |x|, ties at the threshold going to the lowest indices, so it
@@ -226,19 +227,21 @@ static int tk_emit_direct(const tk_src_t *src, int64_t n, uint32_t T, int64_t ne
 
 /* The exact selection over candidate segments (each in ascending index order, segment g before
  * g + 1; every score >= t), in parallel. Level 0: every segment counts the high halves of its
- * scores in bins [t >> 16, 65535]; the counts, summed in segment order (integers: exact, so the
+ * scores in bins [t >> 16, 65535] (hpre, nseg x nb, when the filter counted them already: then
+ * the top bin stands for the maximum, checked exactly only where NaN starts); the counts, summed
+ * in segment order (integers: exact, so the
  * same for any thread count), give the high half H of the k-th largest score. Level 1: each
  * segment copies out the low halves of its scores whose high half is H (few: one bin of 2^16),
  * and one thread finds the low half L of the k-th largest among them (two 8-bit histograms), so
  * T = H L. Each segment's counts above and equal to T follow, it takes its share of the ties in
- * segment order and writes its selected candidates at its prefix offset in one more pass. Writes
+ * segment order and packs its selected candidates at its prefix offset in one more pass. Writes
  * the k selected (ascending indices) to idx/val. DL_E_NONFINITE for a NaN magnitude. */
-static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *const *cs,
-                          const int64_t *len, int nseg, int64_t k, uint32_t t, int nt,
-                          int32_t *idx, float *val) {
+static int tk_select_segs(const dl_dispatch_t *d, const tk_src_t *src, int32_t *const *ci,
+                          uint32_t *const *cs, const int64_t *len, int32_t *hpre, int nseg,
+                          int64_t k, uint32_t t, int nt, int32_t *idx, float *val) {
     const uint32_t mask = src->mode == TK_MAG ? 0x7fffffffu : 0xffffffffu;
     const uint32_t b_lo = t >> 16, nb = (mask >> 16) + 1 - b_lo; /* level-0 bins */
-    int32_t *h = malloc((size_t)nseg * nb * sizeof(int32_t));
+    int32_t *h = hpre != NULL ? hpre : malloc((size_t)nseg * nb * sizeof(int32_t));
     int64_t *tot = malloc((nb + 6 * (size_t)nseg + 1) * sizeof(int64_t));
     uint16_t **low = calloc((size_t)nseg, sizeof(uint16_t *));
     uint32_t *mxs = calloc((size_t)nseg, sizeof(uint32_t));
@@ -258,12 +261,21 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
         for (int g = tid; g < nseg; g += team) {
             int32_t *hg = h + (int64_t)g * nb;
             const uint32_t *sg = cs[g];
+            const int64_t ng = len[g];
             uint32_t mx = 0;
-            memset(hg, 0, nb * sizeof(int32_t));
-            for (int64_t j = 0; j < len[g]; j++) {
-                const uint32_t sc = sg[j] & mask;
-                mx = sc > mx ? sc : mx;
-                hg[(sc >> 16) - b_lo]++;
+            if (hpre == NULL) {
+                memset(hg, 0, nb * sizeof(int32_t));
+                for (int64_t j = 0; j < ng; j++) {
+                    const uint32_t sc = sg[j] & mask;
+                    mx = sc > mx ? sc : mx;
+                    hg[(sc >> 16) - b_lo]++;
+                }
+            } else if (ng > 0) { /* the filter's histogram: its top bin, the exact max near NaN */
+                uint32_t b = nb - 1;
+                while (b > 0 && hg[b] == 0) b--;
+                mx = (b + b_lo) << 16;
+                if (mx >= DL_TK_NAN)
+                    for (int64_t j = 0; j < ng; j++) mx = (sg[j] & mask) > mx ? sg[j] & mask : mx;
             }
             mxs[g] = mx;
         }
@@ -287,7 +299,7 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
                 for (uint32_t b = hb + 1; b <= top; b++) a += h[(int64_t)g * nb + b];
                 gt[g] = a;
                 nlow[g] = h[(int64_t)g * nb + hb];
-                low[g] = malloc((size_t)dl_max_i64(nlow[g], 1) * sizeof(uint16_t));
+                low[g] = malloc((size_t)(nlow[g] + 1) * sizeof(uint16_t));
                 if (low[g] == NULL) bad = DL_E_NOMEM;
             }
             T = (hb + b_lo) << 16;
@@ -296,10 +308,14 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
         if (!bad) {
             const uint32_t H = T >> 16;
             for (int g = tid; g < nseg; g += team) {
+                const uint32_t *sg = cs[g];
+                uint16_t *lg = low[g];
+                const int64_t ng = len[g];
                 int64_t m = 0;
-                for (int64_t j = 0; j < len[g]; j++) {
-                    const uint32_t sc = cs[g][j] & mask;
-                    if ((sc >> 16) == H) low[g][m++] = (uint16_t)sc;
+                for (int64_t j = 0; j < ng; j++) { /* branch-free: lg has room for nlow[g] + 1 */
+                    const uint32_t sc = sg[j] & mask;
+                    lg[m] = (uint16_t)sc;
+                    m += (sc >> 16) == H;
                 }
             }
 #ifdef _OPENMP
@@ -335,22 +351,34 @@ static int tk_select_segs(const tk_src_t *src, int32_t *const *ci, uint32_t *con
                     eq_before += eq[g];
                 }
             }
+            /* Segment g selects score >= T up to just past its take[g]-th tie (all of them when
+             * it takes every tie, none when it takes none), score > T after: two compactions. */
             const uint32_t TT = T;
             for (int g = tid; g < nseg; g += team) {
-                int64_t o = off[g], left = take[g];
+                const int32_t *ig = ci[g];
                 const uint32_t *sg = cs[g];
-                for (int64_t j = 0; j < len[g]; j++) {
-                    const uint32_t sc = sg[j] & mask;
-                    if (sc > TT || (sc == TT && left > 0)) {
-                        left -= sc == TT;
-                        idx[o] = ci[g][j];
-                        if (src->mode == TK_MAG)
-                            memcpy(&val[o], &sg[j], 4);
-                        else
-                            val[o] = src->x[ci[g][j]];
-                        o++;
+                const int64_t ng = len[g], want = gt[g] + take[g];
+                int32_t *oi = idx + off[g];
+                uint32_t *ob = (uint32_t *)(val + off[g]);
+                int64_t p = take[g] == eq[g] ? ng : 0;
+                if (take[g] > 0 && take[g] < eq[g]) { /* blocks of 64 counted, then one walked */
+                    int64_t e = 0, j = 0;
+                    for (; j + 64 <= ng; j += 64) {
+                        int64_t eb = 0;
+                        for (int u = 0; u < 64; u++) eb += (sg[j + u] & mask) == TT;
+                        if (e + eb >= take[g]) break;
+                        e += eb;
                     }
+                    for (; j < ng; j++)
+                        if ((sg[j] & mask) == TT && ++e == take[g]) break;
+                    p = j + 1;
                 }
+                int64_t o = d->topk_compact_u32(ig, sg, p, mask, TT, want, oi, ob);
+                if (TT < mask)
+                    o += d->topk_compact_u32(ig + p, sg + p, ng - p, mask, TT + 1, want - o,
+                                             oi + o, ob + o);
+                if (src->mode != TK_MAG) /* ob holds scores: the values are x[idx] */
+                    for (int64_t j = 0; j < o; j++) val[off[g] + j] = src->x[oi[j]];
             }
         }
     }
@@ -358,10 +386,32 @@ done:
     if (low != NULL)
         for (int g = 0; g < nseg; g++) free(low[g]);
     free(low);
-    free(h);
+    if (hpre == NULL) free(h);
     free(tot);
     free(mxs);
     return bad;
+}
+
+/* Per-thread candidate buffers, grown on demand and kept for the thread's life (OpenMP reuses its
+ * threads) up to DL_TK_KEEP bytes: a fresh buffer costs a page fault per 4 KiB written, which at
+ * k = 1% of a long row was a third of the select. Larger requests are allocated per call. */
+#define DL_TK_KEEP ((size_t)64 << 20)
+static _Thread_local uint32_t *tk_buf = NULL;
+static _Thread_local size_t tk_buf_n = 0;
+
+/* n uint32 of scratch for the calling thread: the kept buffer (*own = 0) or a new one (*own = 1,
+ * the caller frees it). NULL when out of memory. */
+static uint32_t *tk_scratch(size_t n, int *own) {
+    *own = 0;
+    if (n <= tk_buf_n) return tk_buf;
+    if (n * sizeof(uint32_t) > DL_TK_KEEP) {
+        *own = 1;
+        return malloc(n * sizeof(uint32_t));
+    }
+    free(tk_buf); /* no realloc: the old contents are not needed */
+    tk_buf = malloc(n * sizeof(uint32_t));
+    tk_buf_n = tk_buf == NULL ? 0 : n;
+    return tk_buf;
 }
 
 /* One filter pass with threshold t and at most cap candidates per thread, then the exact select
@@ -372,7 +422,13 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
     int32_t **ci = calloc((size_t)nt, sizeof(int32_t *));
     uint32_t **cs = calloc((size_t)nt, sizeof(uint32_t *));
     int64_t *cnt = calloc((size_t)nt * 2, sizeof(int64_t));
-    int nteam = 1, nomem = ci == NULL || cs == NULL || cnt == NULL, status = DL_OK;
+    int *own = calloc((size_t)nt, sizeof(int));
+    /* Magnitudes: the filter builds each thread's level-0 histogram of the select. */
+    const uint32_t nb = 0x8000u - (t >> 16);
+    int32_t *hist = src->mode == TK_MAG ? malloc((size_t)nt * nb * sizeof(int32_t)) : NULL;
+    int nteam = 1, nomem = ci == NULL || cs == NULL || cnt == NULL || own == NULL ||
+                           (src->mode == TK_MAG && hist == NULL);
+    int status = DL_OK;
     if (nomem) goto done;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : nomem)
@@ -382,15 +438,21 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         int64_t i0, i1;
         if (tid == 0) nteam = tk_nteam();
         tk_range(n, tid, tk_nteam(), &i0, &i1);
-        const int64_t ct = dl_min_i64(cap, i1 - i0);
-        ci[tid] = malloc((size_t)dl_max_i64(ct, 1) * sizeof(int32_t));
-        cs[tid] = malloc((size_t)dl_max_i64(ct, 1) * sizeof(uint32_t));
-        if (ci[tid] == NULL || cs[tid] == NULL)
+        const int64_t ct = dl_max_i64(dl_min_i64(cap, i1 - i0), 1);
+        uint32_t *buf = tk_scratch(2 * (size_t)ct, &own[tid]);
+        if (buf == NULL) {
             nomem = 1;
-        else if (src->mode == TK_MAG)
-            cnt[tid] = d->topk_filter_f32(src->x, i0, i1, t, ct, ci[tid], cs[tid]);
-        else
-            cnt[tid] = d->topk_randfilter_u32(src->key, i0, i1, t, ct, ci[tid], cs[tid]);
+        } else {
+            ci[tid] = (int32_t *)buf;
+            cs[tid] = buf + ct;
+            if (src->mode == TK_MAG) {
+                int32_t *ht = hist + (int64_t)tid * nb;
+                memset(ht, 0, nb * sizeof(int32_t));
+                cnt[tid] = d->topk_filter_f32(src->x, i0, i1, t, ct, ci[tid], cs[tid], ht);
+            }
+            else
+                cnt[tid] = d->topk_randfilter_u32(src->key, i0, i1, t, ct, ci[tid], cs[tid]);
+        }
         cnt[nt + tid] = ct;
     }
     if (nomem) goto done;
@@ -406,15 +468,16 @@ static int tk_filter_pass(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
         status = DL_TK_RETRY;
         goto done;
     }
-    status = tk_select_segs(src, ci, cs, cnt, nteam, k, t, nt, idx, val);
+    status = tk_select_segs(d, src, ci, cs, cnt, hist, nteam, k, t, nt, idx, val);
 done:
-    if (ci != NULL)
-        for (int g = 0; g < nt; g++) free(ci[g]);
-    if (cs != NULL)
-        for (int g = 0; g < nt; g++) free(cs[g]);
+    if (ci != NULL && own != NULL)
+        for (int g = 0; g < nt; g++)
+            if (own[g]) free(ci[g]);
     free(ci);
     free(cs);
     free(cnt);
+    free(own);
+    free(hist);
     return nomem ? DL_E_NOMEM : status;
 }
 
@@ -428,12 +491,17 @@ static int tk_filter_path(const dl_dispatch_t *d, const tk_src_t *src, int64_t n
     if (src->mode == TK_MAG) {
         sample = malloc(DL_TK_SAMPLE * sizeof(uint32_t));
         if (sample == NULL) return DL_E_NOMEM;
+        uint32_t mx = 0; /* the gather is one cache miss per element: split over the threads */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1) reduction(max : mx)
+#endif
         for (int64_t j = 0; j < DL_TK_SAMPLE; j++) {
             sample[j] = tk_score(src, j * n / DL_TK_SAMPLE);
-            if (sample[j] > DL_TK_NAN) {
-                free(sample);
-                return DL_E_NONFINITE;
-            }
+            mx = sample[j] > mx ? sample[j] : mx;
+        }
+        if (mx > DL_TK_NAN) {
+            free(sample);
+            return DL_E_NONFINITE;
         }
         const double mu = (double)k * DL_TK_SAMPLE / (double)n;
         r = (int64_t)ceil(mu + 4.0 * sqrt(mu) + 4.0);
@@ -616,7 +684,7 @@ int dl_topk_threshold_f32(int64_t n_rows, int64_t dim, float v, const float *x,
         const int64_t r = p / nc, i0 = (p % nc) * DL_TK_CHUNK;
         const int64_t got = d->topk_filter_f32(x + r * dim, i0, dl_min_i64(dim, i0 + DL_TK_CHUNK),
                                                t, chunk_counts[p], idx + off[p],
-                                               (uint32_t *)(val + off[p]));
+                                               (uint32_t *)(val + off[p]), NULL);
         bad += got != chunk_counts[p];
     }
     free(off);

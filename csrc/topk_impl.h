@@ -9,8 +9,10 @@
  * four vectors is tested at once and skipped when none passes; AVX-512 compacts a passing vector in
  * a register (vpcompressd with a memory operand is microcoded on AMD Zen 4) and stores it whole,
  * AVX2 does the same with a permutation from a 256-entry table (vpermd), the portable build walks
- * the mask's set bits. The row drivers (selection, threads, fallbacks) are in
- * topk.c.
+ * the mask's set bits. The AVX2 magnitude filter instead takes runs of 2048 elements: 64-bit masks
+ * first, then one scalar store per candidate (see there). dl_topk_compact_u32 is the final step of
+ * the select: it keeps the candidates at or above a score with the same packing. The row drivers
+ * (selection, threads, fallbacks) are in topk.c.
  */
 #include <stdint.h>
 #include <string.h>
@@ -37,7 +39,7 @@
 #define DL_TK_LANES 1
 #endif
 #define DL_TK_BLOCK (4 * DL_TK_LANES) /* elements tested per mask */
-#define DL_TK_RUN 256                 /* vectors per two-phase run (AVX2 magnitude filter) */
+#define DL_TK_RUN 2048                /* elements per two-phase run (AVX2 magnitude filter) */
 
 #if DL_TK_LANES > 1
 typedef uint32_t dl_tk_vu __attribute__((vector_size(DL_TK_LANES * 4)));
@@ -227,31 +229,81 @@ static inline int64_t tk_emit(uint32_t m, dl_tk_vu v, int64_t i0, int32_t *idx, 
 
 /* Magnitude filter: returns how many i in [i0, i1) have (bits(x[i]) & 0x7fffffff) >= t and writes
  * the first min(count, cap) of them (index, raw float bits) to idx/bits in ascending order. Writes
- * nothing past cap. Single-threaded. */
+ * nothing past cap. With hist (else NULL), also adds 1 to hist[(s >> 16) - (t >> 16)] for the
+ * score s of each candidate written: the first level of the select, here while the candidate is
+ * in a register rather than in a later pass over the candidates from DRAM. Single-threaded. */
 int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int64_t i1,
                                                  uint32_t t, int64_t cap, int32_t *idx,
-                                                 uint32_t *bits) {
-    int64_t c = 0, i = i0;
+                                                 uint32_t *bits, int32_t *hist) {
+    int64_t c = 0, i = i0, cf = 0; /* cf: candidates already in hist */
+    const uint32_t hlo = t >> 16;
 #if DL_TK_LANES > 1
     const dl_tk_vu tv = (dl_tk_vu){0} + t, am = (dl_tk_vu){0} + 0x7fffffffu;
 #if defined(__AVX2__) && !defined(__AVX512F__)
-    /* AVX2, when the buffer is sized for a dense pass (cap above 1/128 of the range, ~0.5% of
-     * elements passing): runs of DL_TK_RUN vectors in two phases, first the (branch-free) list of
-     * vectors with a passing lane, then the compaction of just those, reloaded from L1. No branch
-     * per vector or block, which at ~1% density mispredicts on a quarter of the blocks; at low
-     * density the second look costs more than the rare mispredictions. */
-    const int64_t run_end = cap > (i1 - i0) / 128 ? i1 : i0;
-    for (; i + DL_TK_RUN * DL_TK_LANES <= run_end; i += DL_TK_RUN * DL_TK_LANES) {
-        uint16_t hit[DL_TK_RUN];
-        int nh = 0;
-        for (int u = 0; u < DL_TK_RUN; u++) {
-            hit[nh] = (uint16_t)u;
-            nh += tk_mask_ge(tk_ld(x + i + u * DL_TK_LANES) & am, tv) != 0;
+    /* AVX2: runs of DL_TK_RUN elements in two phases. First one 64-bit mask per 64 elements, with
+     * no store and no branch (a signed compare: the magnitudes are below 2^31, and t - 1 wraps to
+     * -1 for t = 0, which every magnitude passes); then the set bits are walked, one scalar
+     * (index, bits) pair per candidate from the run still in L1. Per candidate rather than per
+     * vector: the cost follows the candidates, and the first phase stays at the memory rate.
+     * (A branch per vector or a store per vector in the first phase cost ~40% more at ~1%.) */
+    if (t > 0x7fffffffu) return 0; /* no magnitude reaches it */
+    const __m256i tm1 = _mm256_set1_epi32((int32_t)(t - 1u));
+    const __m256i am8 = _mm256_set1_epi32(0x7fffffff);
+    const int dense = cap > (i1 - i0) / 128; /* buffer sized for > ~0.5% candidates */
+    for (; i + DL_TK_RUN <= i1; i += DL_TK_RUN) {
+        uint64_t w[DL_TK_RUN / 64];
+        for (int q = 0; q < DL_TK_RUN / 64; q++) {
+            uint64_t m = 0;
+            for (int u = 0; u < 8; u++) {
+                const __m256i v = _mm256_and_si256(
+                    _mm256_loadu_si256((const __m256i *)(x + i + q * 64 + u * 8)), am8);
+                const __m256i ge = _mm256_cmpgt_epi32(v, tm1);
+                m |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(ge)) << (u * 8);
+            }
+            w[q] = m;
         }
-        for (int h = 0; h < nh; h++) {
-            const int64_t j = i + (int64_t)hit[h] * DL_TK_LANES;
-            const dl_tk_vu v = tk_ld(x + j);
-            c = tk_emit(tk_mask_ge(v & am, tv), v, j, idx, bits, cap, c);
+        const uint32_t *xb = (const uint32_t *)(const void *)(x + i);
+        if (dense && c + DL_TK_RUN <= cap) {
+            /* Two candidates per word written without a branch (a word without one writes a
+             * slot that the next write overwrites), a loop for the rest; then the run's
+             * candidates, still in L1, go to the histogram. */
+            const int64_t c0 = c;
+            for (int q = 0; q < DL_TK_RUN / 64; q++) {
+                uint64_t m = w[q];
+                for (int r = 0; r < 2; r++) {
+                    const int j = q * 64 + __builtin_ctzll(m | (1ull << 63));
+                    idx[c] = (int32_t)(i + j);
+                    memcpy(&bits[c], xb + j, 4);
+                    c += m != 0;
+                    m &= m - 1;
+                }
+                for (; m; m &= m - 1) {
+                    const int j = q * 64 + __builtin_ctzll(m);
+                    idx[c] = (int32_t)(i + j);
+                    memcpy(&bits[c], xb + j, 4);
+                    c++;
+                }
+            }
+            if (hist != NULL && cf == c0) {
+                for (int64_t j = c0; j < c; j++) hist[((bits[j] & 0x7fffffffu) >> 16) - hlo]++;
+                cf = c;
+            }
+        } else if (c + DL_TK_RUN <= cap) {
+            for (int q = 0; q < DL_TK_RUN / 64; q++)
+                for (uint64_t m = w[q]; m; m &= m - 1) {
+                    const int j = q * 64 + __builtin_ctzll(m);
+                    idx[c] = (int32_t)(i + j);
+                    memcpy(&bits[c], xb + j, 4);
+                    c++;
+                }
+        } else {
+            for (int q = 0; q < DL_TK_RUN / 64; q++)
+                for (uint64_t m = w[q]; m; m &= m - 1) {
+                    const int j = q * 64 + __builtin_ctzll(m);
+                    uint32_t b;
+                    memcpy(&b, xb + j, 4);
+                    tk_put(idx, bits, cap, c++, i + j, b);
+                }
         }
     }
 #endif
@@ -272,6 +324,9 @@ int64_t DL_TK_CAT(dl_topk_filter_f32, DL_SUFFIX)(const float *x, int64_t i0, int
         memcpy(&b, x + i, 4);
         if ((b & 0x7fffffffu) >= t) tk_put(idx, bits, cap, c++, i, b);
     }
+    if (hist != NULL)
+        for (int64_t j = cf; j < dl_min_i64(c, cap); j++)
+            hist[((bits[j] & 0x7fffffffu) >> 16) - hlo]++;
     return c;
 }
 
@@ -301,6 +356,82 @@ int64_t DL_TK_CAT(dl_topk_randfilter_u32, DL_SUFFIX)(uint64_t key, int64_t i0, i
         const uint32_t s = ~dl_hash32(dl_hash32((uint32_t)i ^ klo) ^ khi);
         if (s >= t) tk_put(idx, score, cap, c++, i, s);
     }
+    return c;
+}
+
+/* Appends the passing lanes of one vector pair: the set bits of m, lanes of vi and vb. */
+#if defined(__AVX512F__)
+static inline int64_t tk_emit2(uint32_t m, dl_tk_vu vi, dl_tk_vu vb, int32_t *oi, uint32_t *ob,
+                               int64_t cap, int64_t c) {
+    const __m512i ci = _mm512_maskz_compress_epi32((__mmask16)m, (__m512i)vi);
+    const __m512i cb = _mm512_maskz_compress_epi32((__mmask16)m, (__m512i)vb);
+    const int pop = __builtin_popcount(m);
+    if (c + 16 <= cap) {
+        _mm512_storeu_si512(oi + c, ci);
+        _mm512_storeu_si512(ob + c, cb);
+    } else if (c < cap) {
+        int32_t ti[16];
+        uint32_t tb[16];
+        _mm512_storeu_si512(ti, ci);
+        _mm512_storeu_si512(tb, cb);
+        const int64_t w = dl_min_i64(pop, cap - c);
+        memcpy(oi + c, ti, (size_t)w * 4);
+        memcpy(ob + c, tb, (size_t)w * 4);
+    }
+    return c + pop;
+}
+#elif defined(__AVX2__)
+static inline int64_t tk_emit2(uint32_t m, dl_tk_vu vi, dl_tk_vu vb, int32_t *oi, uint32_t *ob,
+                               int64_t cap, int64_t c) {
+    if (c + 8 <= cap) {
+        const __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)tk_lut[m]));
+        _mm256_storeu_si256((__m256i *)(oi + c), _mm256_permutevar8x32_epi32((__m256i)vi, perm));
+        _mm256_storeu_si256((__m256i *)(ob + c), _mm256_permutevar8x32_epi32((__m256i)vb, perm));
+        return c + __builtin_popcount(m);
+    }
+    uint32_t li[8], lb[8];
+    memcpy(li, &vi, sizeof li);
+    memcpy(lb, &vb, sizeof lb);
+    while (m) {
+        const int j = __builtin_ctz(m);
+        tk_put(oi, ob, cap, c++, (int32_t)li[j], lb[j]);
+        m &= m - 1;
+    }
+    return c;
+}
+#elif DL_TK_LANES > 1
+static inline int64_t tk_emit2(uint32_t m, dl_tk_vu vi, dl_tk_vu vb, int32_t *oi, uint32_t *ob,
+                               int64_t cap, int64_t c) {
+    uint32_t li[DL_TK_LANES], lb[DL_TK_LANES];
+    memcpy(li, &vi, sizeof li);
+    memcpy(lb, &vb, sizeof lb);
+    while (m) {
+        const int j = __builtin_ctz(m);
+        tk_put(oi, ob, cap, c++, (int32_t)li[j], lb[j]);
+        m &= m - 1;
+    }
+    return c;
+}
+#endif
+
+/* Compaction of a candidate list: returns how many j in [0, n) have (bits[j] & mask) >= t and
+ * writes the first min(count, cap) of them (idx[j], bits[j]) to oi/ob in order. Writes nothing
+ * past cap. The selection of the final top-k from the filter's candidates: most pass, so every
+ * vector is compacted without a test (no branch to mispredict). Single-threaded. */
+int64_t DL_TK_CAT(dl_topk_compact_u32, DL_SUFFIX)(const int32_t *idx, const uint32_t *bits,
+                                                  int64_t n, uint32_t mask, uint32_t t,
+                                                  int64_t cap, int32_t *oi, uint32_t *ob) {
+    int64_t c = 0, j = 0;
+#if DL_TK_LANES > 1
+    const dl_tk_vu tv = (dl_tk_vu){0} + t, mv = (dl_tk_vu){0} + mask;
+    for (; j + DL_TK_LANES <= n; j += DL_TK_LANES) {
+        const dl_tk_vu vb = tk_ld((const float *)(bits + j));
+        const dl_tk_vu vi = tk_ld((const float *)(idx + j));
+        c = tk_emit2(tk_mask_ge(vb & mv, tv), vi, vb, oi, ob, cap, c);
+    }
+#endif
+    for (; j < n; j++)
+        if ((bits[j] & mask) >= t) tk_put(oi, ob, cap, c++, idx[j], bits[j]);
     return c;
 }
 

@@ -89,6 +89,32 @@ def test_codec_many_rows_threads():
             ops.golomb_decode(data, bad, 300, 20_000, b, n_threads=t)
 
 
+@pytest.mark.parametrize("dim,k,b", [(2_000_000, 100_000, 3), (1_000_000, 32_768, 0),
+                                     (600_000, 40_001, 31)])
+def test_codec_one_long_row_in_chunks(dim, k, b):
+    """One row of >= 2 chunks (16,384 positions) is coded on several threads in fixed chunks at
+    prefix bit offsets, the bytes shared by two chunks merged afterwards: the reference's bytes
+    for every thread count (b = 0: chunk offsets land on every bit phase), and a bad position in
+    a later chunk is still refused."""
+    rng = np.random.default_rng(dim + k)
+    pos = np.sort(rng.choice(dim, k, replace=False)).astype(np.int32)[None]
+    neg = (rng.random((1, k)) < 0.5).astype(np.uint8)
+    rdata, rnbits = ref.golomb_encode(pos, neg, dim, b)
+    for t in (1, 2, 3):
+        data, nbits = ops.golomb_encode(pos, neg, dim, b, n_threads=t)
+        np.testing.assert_array_equal(data, rdata)
+        np.testing.assert_array_equal(nbits, rnbits)
+    bad = pos.copy()
+    bad[0, 20_000] = bad[0, 19_999]  # second chunk
+    for t in (1, 2):
+        with pytest.raises(ValueError, match="positions"):
+            ops.golomb_encode(bad, neg, dim, b, n_threads=t)
+    late = pos.copy()
+    late[0, -1] = dim  # last chunk, out of range
+    with pytest.raises(ValueError, match="positions"):
+        ops.golomb_encode(late, neg, dim, b, n_threads=2)
+
+
 def test_codec_one_row_and_hand_example():
     # b = 2: pos 0 (gap 0) "0 00 1", pos 3 (gap 2) "0 01 0", pos 4 (gap 0) "0 00 0",
     # pos 100 (gap 95 = 23 * 4 + 3) 23 ones "0 11 1": 39 bits, LSB first.
