@@ -16,6 +16,16 @@ from typing import Any
 from decentlearn.results import atomic_writer
 
 
+def accuracy_limits(values) -> tuple[float, float]:
+    """y limits of an accuracy axis: (0, 1), or a zoom on the top when every value is 0.5 or more
+    (to the tenth below the smallest value less 0.02), so curves that end within a few points of
+    each other stay apart."""
+    vals = [float(v) for v in values if v is not None and v == v]
+    if not vals or min(vals) < 0.5:
+        return 0.0, 1.0
+    return max(0.0, int(10 * (min(vals) - 0.02)) / 10), 1.0
+
+
 def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -> bool:
     """Saves test accuracy and consensus distance against round to ``path`` (PNG).
 
@@ -34,7 +44,8 @@ def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -
                      [r["test_accuracy_max"] for r in history], alpha=0.25, label="peers min-max")
     ax1.plot(rounds, [r["test_accuracy_mean"] for r in history], label="peers mean")
     ax1.plot(rounds, [r["test_accuracy_avg_model"] for r in history], "--", label="average model")
-    ax1.set(xlabel="round", ylabel="test accuracy", ylim=(0, 1))
+    ax1.set(xlabel="round", ylabel="test accuracy", ylim=accuracy_limits(
+        [r[k] for r in history for k in ("test_accuracy_min", "test_accuracy_avg_model")]))
     ax1.grid(alpha=0.3)
     ax1.legend(loc="lower right")
     cd = [max(r["consensus_distance"], 1e-12) for r in history]
@@ -258,8 +269,11 @@ def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None
                                              else ""))
     for ax in axes.flat:
         ax.grid(alpha=0.3, which="major")
+    limits = accuracy_limits([v for r in runs for name in ("test_accuracy_mean",
+                                                           "test_accuracy_avg_model")
+                              for v in (r.column(name) or [])])
     for ax in (a_round, a_bytes) + ((a_time,) if timed else ()):
-        ax.set_ylim(0, 1)
+        ax.set_ylim(*limits)
     style_legend = [Line2D([], [], color="0.3", lw=1.8, label="peers' mean"),
                     Line2D([], [], color="0.3", lw=1.0, ls="--", label="average model")]
     a_round.legend(handles=style_legend, loc="lower right", fontsize=8)

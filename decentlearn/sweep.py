@@ -389,7 +389,7 @@ def plot_grid(grid: Grid, out: str | os.PathLike, path: str | os.PathLike) -> bo
         return False
     import numpy as np
 
-    from decentlearn.plot import RunDirError, load_run
+    from decentlearn.plot import RunDirError, accuracy_limits, load_run
     from decentlearn.results import atomic_writer
     out = Path(out)
     groups: dict[tuple, list[Point]] = {}
@@ -425,7 +425,8 @@ def plot_grid(grid: Grid, out: str | os.PathLike, path: str | os.PathLike) -> bo
     if not drawn:
         plt.close(fig)
         return False
-    ax1.set(xlabel="round", ylabel="test accuracy (peers' mean)", ylim=(0, 1),
+    ax1.set(xlabel="round", ylabel="test accuracy (peers' mean)",
+            ylim=accuracy_limits(v for line in ax1.get_lines() for v in line.get_ydata()),
             title="accuracy, mean ± std over seeds")
     ax2.set(xlabel="round", ylabel="(1/n) Σ‖xᵢ − x̄‖²", yscale="symlog",
             title="consensus distance, mean ± std over seeds")

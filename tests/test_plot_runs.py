@@ -139,3 +139,11 @@ def test_draw_topology_edges_match_the_graph():
             draw_topology("ring", ax=axes[0])
     finally:
         plt.close(fig)
+
+
+def test_accuracy_axis_zooms_on_the_top_only_when_every_value_is_high():
+    from decentlearn.plot import accuracy_limits
+    assert accuracy_limits([0.94, 0.98, None, float("nan")]) == (0.9, 1.0)
+    assert accuracy_limits([0.51, 0.97]) == (0.4, 1.0)
+    assert accuracy_limits([0.12, 0.97]) == (0.0, 1.0)  # a run that starts low keeps the full axis
+    assert accuracy_limits([]) == (0.0, 1.0)
