@@ -156,6 +156,22 @@ def classify(stack: list[str]) -> str:
     return "other"
 
 
+def split_profile(raw: str, keep) -> tuple[collections.Counter, collections.Counter]:
+    """Samples per class and per (class, innermost frame) of a py-spy ``--format raw`` profile,
+    over the samples whose frames (outermost first) ``keep`` accepts."""
+    counts: collections.Counter = collections.Counter()
+    leaves: collections.Counter = collections.Counter()
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        if not keep(frames):
+            continue
+        cls = classify(frames)
+        counts[cls] += int(n)
+        leaves[(cls, re.sub(r"0x[0-9a-f]+ ", "", frames[-1]))] += int(n)
+    return counts, leaves
+
+
 def profile(rounds: int = 6) -> dict:
     """py-spy --native over the 1000-peer ring case (see the module docstring)."""
     if shutil.which("py-spy") is None:
@@ -169,18 +185,9 @@ def profile(rounds: int = 6) -> dict:
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         if out.returncode != 0 or not raw.exists():
             return {"error": (out.stderr.strip().splitlines() or ["py-spy failed"])[-1]}
-        counts: collections.Counter = collections.Counter()
-        leaves: collections.Counter = collections.Counter()
-        for line in raw.read_text().splitlines():
-            stack, _, n = line.rpartition(" ")
-            frames = stack.split(";")
-            if not any("Simulator.run" in f for f in frames):
-                continue
-            if any("evaluate" in f for f in frames):
-                continue
-            cls = classify(frames)
-            counts[cls] += int(n)
-            leaves[(cls, re.sub(r"0x[0-9a-f]+ ", "", frames[-1]))] += int(n)
+        counts, leaves = split_profile(
+            raw.read_text(), lambda frames: any("Simulator.run" in f for f in frames)
+            and not any("evaluate" in f for f in frames))
     total = sum(counts.values()) or 1
     return {"samples": total, "rate_hz": 100, "rounds": rounds, "load_before": load0,
             "load_after": _load(),

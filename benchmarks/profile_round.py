@@ -18,10 +18,8 @@ share is mostly waiting for the other thread, which a loaded machine inflates. N
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench_scale import classify  # noqa: E402
+from bench_scale import split_profile  # noqa: E402
 
 CASES = {
     "mlp": dict(peers=256, model="mlp", precision="fp32"),
@@ -72,16 +70,8 @@ def profile(name: str, threads: int, rounds: int, rate: int) -> dict:
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         if out.returncode != 0 or not raw.exists():
             return {"error": (out.stderr.strip().splitlines() or ["py-spy failed"])[-1]}
-        counts: collections.Counter = collections.Counter()
-        leaves: collections.Counter = collections.Counter()
-        for line in raw.read_text().splitlines():
-            stack, _, n = line.rpartition(" ")
-            frames = stack.split(";")
-            if not any("_profiled_rounds" in f for f in frames):
-                continue
-            cls = classify(frames)
-            counts[cls] += int(n)
-            leaves[(cls, re.sub(r"0x[0-9a-f]+ ", "", frames[-1]))] += int(n)
+        counts, leaves = split_profile(
+            raw.read_text(), lambda frames: any("_profiled_rounds" in f for f in frames))
     total = sum(counts.values()) or 1
     return {"samples": total, "rate_hz": rate, "rounds": rounds, "threads": threads,
             "load_before": os.getloadavg()[0],
