@@ -1437,8 +1437,8 @@ static int nn_disjoint(const char *fn, PyObject *out, const char *oname, PyObjec
 static int nn_peers(const char *fn, const char *name, PyObject *o, npy_intp P) {
     const npy_intp n = PyArray_DIM((PyArrayObject *)o, 0);
     if (n != 1 && n != P) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 or %zd peers on axis 0, got %zd", fn,
-                     name, (Py_ssize_t)P, (Py_ssize_t)n);
+        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 (shared) or P=%zd peers on axis 0, "
+                     "got %zd", fn, name, (Py_ssize_t)P, (Py_ssize_t)n);
         return -1;
     }
     return 0;
@@ -1725,11 +1725,7 @@ static PyObject *py_gemm_s8_dense_backward(PyObject *self, PyObject *args) {
     }
     const npy_intp NI = PyArray_DIM((PyArrayObject *)wq, 1),
                    PX = PyArray_DIM((PyArrayObject *)xq, 0);
-    if (PX != 1 && PX != P) {
-        PyErr_Format(PyExc_ValueError, "%s: xq must have 1 or %zd peers on axis 0, got %zd", fn,
-                     (Py_ssize_t)P, (Py_ssize_t)PX);
-        return NULL;
-    }
+    if (nn_peers(fn, "xq", xq, P)) return NULL;
     const npy_intp shape_xq[3] = {PX, NB, NI}, shape_wq[3] = {P, NI, NO}, shape_sx[1] = {PX},
                    shape_sw[1] = {P}, shape_dx[3] = {P, NB, NI}, shape_gw[3] = {P, NI, NO},
                    shape_gb[2] = {P, NO};

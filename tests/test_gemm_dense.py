@@ -154,7 +154,7 @@ def test_dense_errors():
         ops.gemm_s8_dense_forward(x.astype(np.float64), w)
     with pytest.raises(ValueError, match="x has 4 entries on axis 2, expected 3"):
         ops.gemm_s8_dense_forward(np.zeros((2, 4, 4), np.float32), w)
-    with pytest.raises(ValueError, match="x must have 1 or 2 peers"):
+    with pytest.raises(ValueError, match=r"x must have 1 \(shared\) or P=2 peers"):
         ops.gemm_s8_dense_forward(np.zeros((3, 4, 3), np.float32), w)
     with pytest.raises(ValueError, match="bias has 4 entries on axis 1, expected 5"):
         ops.gemm_s8_dense_forward(x, w, bias[:, :4])
@@ -175,7 +175,7 @@ def test_dense_errors():
         ops.gemm_s8_dense_backward(dy, (1, 2, 3, 4), gw, gb)
     with pytest.raises(ValueError, match="gw has 4 entries on axis 2, expected 5"):
         ops.gemm_s8_dense_backward(dy, codes, gw[:, :, :4], gb)
-    with pytest.raises(ValueError, match="xq must have 1 or 1 peers on axis 0, got 2"):
+    with pytest.raises(ValueError, match=r"xq must have 1 \(shared\) or P=1 peers on axis 0, got 2"):
         ops.gemm_s8_dense_backward(dy[:1], codes, gw[:1], gb[:1])
     with pytest.raises(ValueError, match="dx has 2 entries on axis 2, expected 3"):
         ops.gemm_s8_dense_backward(dy, codes, gw, gb, dx[:, :, :2])

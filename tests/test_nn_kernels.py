@@ -107,7 +107,7 @@ def test_gemm_bad_input():
         ops.nn_gemm(a.astype(np.float64), b)
     with pytest.raises(ValueError, match="axis 1"):
         ops.nn_gemm(a, np.zeros((2, 3, 5), np.float32))
-    with pytest.raises(ValueError, match="1 or 2 peers"):
+    with pytest.raises(ValueError, match=r"1 \(shared\) or P=2 peers"):
         ops.nn_gemm(a, np.zeros((3, 4, 5), np.float32), out=np.zeros((2, 3, 5), np.float32))
     c = np.zeros((2, 3, 4), np.float32)
     with pytest.raises(ValueError, match="must not overlap"):
