@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from decentlearn import ops
+from decentlearn.nn.checks import check_array
 
 __all__ = ["SGD", "SGDConfig", "Adam", "LARS", "LAMB", "OptimizerConfig", "LRSchedule", "make",
            "OPTIMIZERS"]
@@ -135,13 +136,7 @@ class SGD:
         return f"SGD({self.config!r}, shape={self.shape}, dtype={self.dtype})"
 
     def _check(self, a: object, name: str) -> np.ndarray:
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
-        if a.dtype != self.dtype:
-            raise TypeError(f"{name} must have dtype {self.dtype}, got {a.dtype}")
-        if a.shape != self.shape:
-            raise ValueError(f"{name} must have shape {self.shape}, got {a.shape}")
-        return a
+        return check_array(a, name, self.dtype, self.shape)
 
     def step(self, params: np.ndarray, grad: np.ndarray, lr: float | None = None,
              frozen: np.ndarray | None = None) -> None:

@@ -38,17 +38,24 @@ def check_labels(y: object, shape: tuple[int, ...], n_classes: int) -> np.ndarra
     return y
 
 
+def check_array(a: object, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` itself, once it is a numpy array of ``dtype`` (TypeError) and ``shape``
+    (ValueError)."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
+    if a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {a.dtype}")
+    if a.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+    return a
+
+
 def check_grad(grad: object, params: np.ndarray) -> np.ndarray:
     """The gradient buffer: a new array like ``params`` when ``grad`` is None, else ``grad``
     checked (same dtype and shape, writable, C-contiguous, not overlapping ``params``)."""
     if grad is None:
         return np.empty(params.shape, dtype=params.dtype)
-    if not isinstance(grad, np.ndarray):
-        raise TypeError(f"grad must be a numpy array, got {type(grad).__name__}")
-    if grad.dtype != params.dtype:
-        raise TypeError(f"grad must have dtype {params.dtype}, got {grad.dtype}")
-    if grad.shape != params.shape:
-        raise ValueError(f"grad must have shape {params.shape}, got {grad.shape}")
+    check_array(grad, "grad", params.dtype, params.shape)
     if not grad.flags.c_contiguous or not grad.flags.writeable:
         raise ValueError("grad must be a writable C-contiguous array")
     if np.may_share_memory(grad, params):
