@@ -91,6 +91,23 @@ def minimal_polynomial_schedule(topology: Topology) -> np.ndarray:
     return _leja(others) if others.size else others
 
 
+def apply_schedule(comm, X: np.ndarray, gossip) -> np.ndarray:
+    """y_K from y_0 = X by y_{k+1} = (W y_k - lam_k y_k) / (1 - lam_k) over ``comm.schedule``, in
+    float32, where ``gossip(k, y, out)`` writes W y into out (and counts its bytes); two work
+    arrays are kept on ``comm._work`` between calls. Returns a new array."""
+    work = comm._work
+    if not work or work[0].shape != X.shape:
+        work = comm._work = [np.empty_like(X), np.empty_like(X)]
+    y = X
+    for k, lam in enumerate(comm.schedule):
+        out = work[k % 2]
+        gossip(k, y, out)
+        out -= np.float32(lam) * y
+        out *= np.float32(1.0 / (1.0 - lam))
+        y = out
+    return y.copy()
+
+
 class FiniteTimeComm(SimComm):
     """A communicator whose ``mix`` returns the exact average of the rows (to rounding) through the
     minimal-polynomial schedule of the topology's W: K gossip exchanges per call, each counted.
@@ -108,17 +125,11 @@ class FiniteTimeComm(SimComm):
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """The K-step schedule applied to X (not modified); returns a new array."""
-        if not self._work or self._work[0].shape != X.shape:
-            self._work = [np.empty_like(X), np.empty_like(X)]
-        y = X
-        for k, lam in enumerate(self.schedule):
-            out = self._work[k % 2]
+        def gossip(k: int, y: np.ndarray, out: np.ndarray) -> None:
             ops.gossip(self.topology, y, out=out, n_threads=self.n_threads, t=0)
             self.count(0, X.shape[1] * FLOAT32_BYTES)
-            out -= np.float32(lam) * y  # (W y - lam y) / (1 - lam)
-            out *= np.float32(1.0 / (1.0 - lam))
-            y = out
-        return y.copy()
+
+        return apply_schedule(self, X, gossip)
 
     def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         raise ValueError("mixing='finite-time' supports uncompressed D-PSGD only (it needs "

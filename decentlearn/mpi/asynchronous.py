@@ -23,9 +23,8 @@ import numpy as np
 
 from decentlearn.comm import FLOAT32_BYTES
 from decentlearn.mpi.comm import MPIComm
-from decentlearn.network.asynchronous import ADPSGD, EventComm
+from decentlearn.network.asynchronous import ADPSGD, EventComm, adpsgd_args
 from decentlearn.optim import OptimizerConfig, SGDConfig
-from decentlearn.optim import make as make_optimizer
 
 __all__ = ["MPIADPSGD", "MPIEventComm", "build"]
 
@@ -157,14 +156,5 @@ def build(sim, params: np.ndarray, config: OptimizerConfig | SGDConfig, seed: in
           segments=None, frozen=None, world=None, n_threads: int | None = None,
           **comm_kwargs) -> tuple[MPIEventComm, MPIADPSGD]:
     """``asynchronous.build`` for an MPISimulator: ``params`` are this rank's rows."""
-    c = sim.config
     comm = MPIEventComm(sim.topology, world, n_threads, network=sim.network, **comm_kwargs)
-    if isinstance(config, SGDConfig):
-        config = OptimizerConfig(name="sgd", lr=config.lr, momentum=config.momentum,
-                                 nesterov=config.nesterov, weight_decay=config.weight_decay)
-    alg = MPIADPSGD(network=sim.network, partition=sim.partition, x_train=sim.dataset.x_train,
-                    y_train=sim.dataset.y_train, batch_size=c.batch_size, sgd=config,
-                    segments=segments, model=sim.model, comm=comm,
-                    optimizer=make_optimizer(config, (1, 1)), params=params,
-                    local_steps=c.local_steps, seed=seed, frozen=frozen)
-    return comm, alg
+    return comm, MPIADPSGD(**adpsgd_args(sim, comm, params, config, seed, segments, frozen))

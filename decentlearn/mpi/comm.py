@@ -712,6 +712,7 @@ class MPIFiniteTimeComm(MPIComm):
         from decentlearn.finite_gossip import minimal_polynomial_schedule
         super().__init__(topology, world, n_threads, **kwargs)
         self.schedule = minimal_polynomial_schedule(topology)
+        self._work: list[np.ndarray] = []  # finite_gossip.apply_schedule's buffers
 
     @property
     def steps(self) -> int:
@@ -720,18 +721,15 @@ class MPIFiniteTimeComm(MPIComm):
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """The K-step schedule applied to X (not modified); returns a new array."""
+        from decentlearn.finite_gossip import apply_schedule
         plan = self._plan(0)
-        work = [np.empty_like(X), np.empty_like(X)]
-        y = X
-        for k, lam in enumerate(self.schedule):
-            out = work[k % 2]
+
+        def gossip(k: int, y: np.ndarray, out: np.ndarray) -> None:
             halo = self._halo_rows(y, plan, f"finite-time step {k} of round {t}")
             self._local_gossip(plan, halo, out)
             self.count(0, X.shape[1] * FLOAT32_BYTES)
-            out -= np.float32(lam) * y  # (W y - lam y) / (1 - lam)
-            out *= np.float32(1.0 / (1.0 - lam))
-            y = out
-        return y.copy()
+
+        return apply_schedule(self, X, gossip)
 
     def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         from decentlearn.finite_gossip import FiniteTimeComm

@@ -259,14 +259,20 @@ def build(sim, params: np.ndarray, config: OptimizerConfig | SGDConfig, seed: in
     """The asynchronous communicator and algorithm of a Simulator (``sim``'s config, model,
     topology, network, dataset and partition); ``config`` is the peers' optimizer (any of
     decentlearn.optim's, its state kept per peer between updates)."""
+    comm = EventComm(sim.topology, sim.config.threads, sim.network)
+    return comm, ADPSGD(**adpsgd_args(sim, comm, params, config, seed, segments, sim.frozen))
+
+
+def adpsgd_args(sim, comm, params: np.ndarray, config: OptimizerConfig | SGDConfig, seed: int,
+                segments, frozen) -> dict:
+    """The keyword arguments of ADPSGD (and of the MPI backend's MPIADPSGD) for a simulator
+    ``sim``, its event communicator ``comm`` and the peers' optimizer ``config``."""
     c = sim.config
-    comm = EventComm(sim.topology, c.threads, sim.network)
     if isinstance(config, SGDConfig):
         config = OptimizerConfig(name="sgd", lr=config.lr, momentum=config.momentum,
                                  nesterov=config.nesterov, weight_decay=config.weight_decay)
-    alg = ADPSGD(network=sim.network, partition=sim.partition, x_train=sim.dataset.x_train,
-                 y_train=sim.dataset.y_train, batch_size=c.batch_size, sgd=config,
-                 segments=segments, model=sim.model, comm=comm,
-                 optimizer=make_optimizer(config, (1, 1)),  # holds the round's lr only
-                 params=params, local_steps=c.local_steps, seed=seed, frozen=sim.frozen)
-    return comm, alg
+    return dict(network=sim.network, partition=sim.partition, x_train=sim.dataset.x_train,
+                y_train=sim.dataset.y_train, batch_size=c.batch_size, sgd=config,
+                segments=segments, model=sim.model, comm=comm,
+                optimizer=make_optimizer(config, (1, 1)),  # holds the round's lr only
+                params=params, local_steps=c.local_steps, seed=seed, frozen=frozen)
