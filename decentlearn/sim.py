@@ -680,7 +680,7 @@ class Simulator:
             x0 = self._init_row.astype(np.float64)
             self._scale0 = max(1.0, float(x0 @ x0))
         result.history = self.history
-        root = [cb for cb in callbacks] if self.is_root else []
+        root = list(callbacks) if self.is_root else []
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
             losses = self._step(t)
