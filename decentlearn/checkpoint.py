@@ -35,6 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from decentlearn.errors import CheckpointError
+from decentlearn.state import (NOT_PER_PEER, check_json, is_array, join_rows, load_attrs, nest, per_peer_names,
+                               state_of, subtree, take_rows)
+
 __all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION", "NOT_PER_PEER",
            "CheckpointCallback", "fingerprint", "stop_at_round_end", "join_rows", "load_attrs", "nest",
            "per_peer_names", "read", "state_of", "subtree", "take_rows", "write"]
@@ -51,141 +55,6 @@ FINGERPRINT_EXCLUDE = ("rounds", "threads", "data_dir")
 
 _META = "__meta__"
 _STATE = "__state__"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be written or used: missing, truncated, corrupted, of another format
-    version or of another run (config fingerprint, n_peers, dim). ``str()`` is one line."""
-
-
-# ---- state of objects ------------------------------------------------------------------------
-
-def _is_array(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, np.generic))
-
-
-def _check_json(value: Any, name: str) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_check_json(v, name) for v in value]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: _check_json(v, name) for k, v in value.items()}
-    raise TypeError(f"state {name!r}: cannot checkpoint a {type(value).__name__} (expected an "
-                    "array, a numpy scalar or a JSON value)")
-
-
-def _capture(value: Any, name: str) -> Any:
-    if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            raise TypeError(f"state {name!r}: object arrays cannot be checkpointed")
-        return np.array(value, copy=True, order="C")
-    if isinstance(value, np.generic):
-        return value
-    if isinstance(value, np.random.Generator):
-        return {"__generator__": value.bit_generator.state}
-    return _check_json(value, name)
-
-
-def state_of(obj: Any, names: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """The values of ``obj``'s attributes ``names`` (arrays copied), for ``state_dict()``."""
-    return {name: _capture(getattr(obj, name), name) for name in names}
-
-
-def load_attrs(obj: Any, names: tuple[str, ...] | list[str], state: dict[str, Any],
-               where: str = "") -> None:
-    """Sets ``obj``'s attributes ``names`` from ``state`` (the inverse of :func:`state_of`).
-
-    An attribute that currently holds an array only takes an array of the same shape and dtype
-    (CheckpointError otherwise, naming it); a Generator gets its bit generator's state back."""
-    for name in names:
-        label = f"{where}{name}"
-        if name not in state:
-            raise CheckpointError(f"checkpoint has no state {label!r}: it was written by another "
-                                  "configuration or version")
-        new, cur = state[name], getattr(obj, name)
-        if isinstance(cur, np.random.Generator):
-            if not (isinstance(new, dict) and "__generator__" in new):
-                raise CheckpointError(f"checkpoint state {label!r} is not a generator state")
-            try:
-                cur.bit_generator.state = new["__generator__"]
-            except (TypeError, ValueError, KeyError) as e:
-                raise CheckpointError(f"checkpoint state {label!r}: {e}") from None
-            continue
-        if isinstance(cur, np.ndarray):
-            if not isinstance(new, np.ndarray) and new is not None:
-                raise CheckpointError(f"checkpoint state {label!r} must be an array, got "
-                                      f"{type(new).__name__}")
-            if isinstance(new, np.ndarray) and (new.shape != cur.shape or new.dtype != cur.dtype):
-                raise CheckpointError(f"checkpoint state {label!r} has {new.dtype} {new.shape}, "
-                                      f"this run expects {cur.dtype} {cur.shape}: the checkpoint "
-                                      "belongs to another run")
-        elif not _same_kind(cur, new):
-            raise CheckpointError(f"checkpoint state {label!r} is a {type(new).__name__}, this "
-                                  f"run holds a {type(cur).__name__} there")
-        if isinstance(new, np.ndarray):
-            new = np.array(new, copy=True, order="C")
-        setattr(obj, name, new)
-
-
-def _same_kind(cur: Any, new: Any) -> bool:
-    """A JSON or scalar value fits the attribute's current one (None fits anything: state that
-    is set lazily, such as gradient tracking's first tracker)."""
-    if cur is None or new is None:
-        return True
-    if isinstance(cur, (bool, np.bool_)):
-        return isinstance(new, (bool, np.bool_))
-    if isinstance(cur, (int, float, np.number)):
-        return isinstance(new, (int, float, np.number)) and not isinstance(new, (bool, np.bool_))
-    if isinstance(cur, (list, tuple)):
-        return isinstance(new, list)
-    if isinstance(cur, (str, dict)):
-        return isinstance(new, type(cur))
-    return True
-
-
-def nest(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with every name prefixed by ``prefix.``."""
-    return {f"{prefix}.{k}": v for k, v in state.items()}
-
-
-def subtree(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``state`` under ``prefix.``, without the prefix (the inverse of nest)."""
-    p = prefix + "."
-    return {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
-
-
-# ---- per-peer rows (multi-process backends) ----------------------------------------------------
-
-#: State arrays whose first axis may have n_peers entries without being one row per peer: the
-#: sampler's concatenated shuffled orders and AD-PSGD's event heap (in heap order).
-NOT_PER_PEER = ("sampler._perm", "algorithm.heap_times", "algorithm.heap_peers")
-
-
-def per_peer_names(state: dict[str, Any], n_peers: int) -> list[str]:
-    """The names of ``state``'s per-peer arrays: first axis of length ``n_peers`` (one row per
-    peer, in peer order), NOT_PER_PEER excepted. A backend holding a block of peers per process
-    gathers these (:func:`join_rows`) before :func:`write` and scatters them (:func:`take_rows`)
-    after :func:`read`; every other entry is the same on all processes."""
-    return sorted(k for k, v in state.items()
-                  if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_peers
-                  and k not in NOT_PER_PEER)
-
-
-def take_rows(state: dict[str, Any], names: list[str], lo: int, hi: int) -> dict[str, Any]:
-    """``state`` with the per-peer arrays ``names`` cut to rows ``lo:hi`` (a process's block)."""
-    return {k: (np.ascontiguousarray(v[lo:hi]) if k in names else v) for k, v in state.items()}
-
-
-def join_rows(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """The inverse of :func:`take_rows`: the blocks' per-peer arrays ``names`` concatenated in
-    the order of ``parts`` (peer order), every other entry from the first part."""
-    out = dict(parts[0])
-    for k in names:
-        out[k] = np.concatenate([p[k] for p in parts], axis=0)
-    return out
 
 
 # ---- fingerprint ------------------------------------------------------------------------------
@@ -206,13 +75,13 @@ def _split(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]
         if not isinstance(name, str) or not name or name.startswith("__") or "/" in name:
             raise ValueError(f"state name must be a non-empty str without '/' not starting with "
                              f"'__', got {name!r}")
-        if _is_array(value):
+        if is_array(value):
             a = np.asarray(value)
             if a.dtype.hasobject:
                 raise TypeError(f"state {name!r}: object arrays cannot be checkpointed")
             arrays[name] = a
         else:
-            values[name] = _check_json(value, name)
+            values[name] = check_json(value, name)
     return arrays, values
 
 
@@ -244,7 +113,7 @@ def write(path: str | os.PathLike, state: dict[str, Any], *, fingerprint: str, n
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
             "decentlearn_version": __version__, "fingerprint": str(fingerprint),
             "n_peers": int(n_peers), "dim": int(dim), "round": int(round),
-            "arrays": sorted(arrays), "extra": _check_json(extra or {}, "extra")}
+            "arrays": sorted(arrays), "extra": check_json(extra or {}, "extra")}
     meta["checksum"] = _digest(arrays, state_bytes + _json_bytes(meta))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:

@@ -99,7 +99,7 @@ class SimComm:
 
     def state_dict(self) -> dict:
         """Byte counters, and with a network model the clock and the fault counters."""
-        from decentlearn.checkpoint import nest, state_of
+        from decentlearn.state import nest, state_of
         out = state_of(self, self.state_attrs)
         for name in ("clock", "mixing"):
             obj = getattr(self, name)
@@ -108,7 +108,7 @@ class SimComm:
         return out
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import load_attrs, subtree
+        from decentlearn.state import load_attrs, subtree
         load_attrs(self, self.state_attrs, state, "comm.")
         for name in ("clock", "mixing"):
             obj = getattr(self, name)

@@ -321,14 +321,14 @@ class CompNGC(NGC):
         return int(e0), int(e1)
 
     def state_dict(self) -> dict:
-        from decentlearn.checkpoint import nest
+        from decentlearn.state import nest
         out = super().state_dict()
         for k, ef in enumerate(self._memories):  # the per-edge residuals of every tensor
             out.update(nest(f"memories.{k}", ef.state_dict()))
         return out
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import subtree
+        from decentlearn.state import subtree
         super().load_state_dict(state)
         for k, ef in enumerate(self._memories):
             ef.load_state_dict(subtree(f"memories.{k}", state))

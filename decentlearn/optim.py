@@ -124,7 +124,7 @@ class SGD:
         return {"momentum": self._buf.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import CheckpointError
+        from decentlearn.errors import CheckpointError
         buf = state.get("momentum")
         if not isinstance(buf, np.ndarray) or buf.shape != self.shape or buf.dtype != self.dtype:
             raise CheckpointError(f"checkpoint's optimizer momentum must be {self.dtype} "
@@ -348,7 +348,7 @@ class _Adaptive:
         return {name: a.copy() for name, a in self.state_arrays().items()}
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import CheckpointError
+        from decentlearn.errors import CheckpointError
         for name, a in self.state_arrays().items():
             v = state.get(name)
             if not isinstance(v, np.ndarray) or v.shape != a.shape or v.dtype != a.dtype:

@@ -125,11 +125,11 @@ class PeerSampler:
 
     def state_dict(self) -> dict:
         """Every peer's shuffled order, cursor and the shuffling generator (checkpoints)."""
-        from decentlearn.checkpoint import state_of
+        from decentlearn.state import state_of
         return state_of(self, ("_perm", "_cursor", "_rng"))
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import CheckpointError, load_attrs
+        from decentlearn.state import CheckpointError, load_attrs
         load_attrs(self, ("_perm", "_cursor", "_rng"), state, "sampler.")
         p = self.partition
         if (np.any(self._cursor < 0) or np.any(self._cursor >= self._sizes)

@@ -355,7 +355,7 @@ class ErrorFeedback:
         return {"error": None if self.error is None else self.error.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import load_attrs
+        from decentlearn.state import load_attrs
         load_attrs(self, ("error",), state, "error_feedback.")
 
     def __repr__(self) -> str:

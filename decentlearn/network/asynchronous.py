@@ -84,7 +84,7 @@ class ADPSGD(Algorithm):
         return out
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import CheckpointError
+        from decentlearn.errors import CheckpointError
         super().load_state_dict(state)
         times, peers = state.get("heap_times"), state.get("heap_peers")
         if not (isinstance(times, np.ndarray) and isinstance(peers, np.ndarray)

@@ -98,11 +98,11 @@ class SyncClock:
     _state = ("clock", "sim_seconds", "round_seconds", "_ready", "_round")
 
     def state_dict(self) -> dict:
-        from decentlearn.checkpoint import state_of
+        from decentlearn.state import state_of
         return state_of(self, self._state)
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import load_attrs
+        from decentlearn.state import load_attrs
         load_attrs(self, self._state, state, "comm.clock.")
 
     def begin(self, t: int) -> np.ndarray:

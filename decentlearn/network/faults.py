@@ -75,11 +75,11 @@ class FaultyTopology(RoundTopology):
     _state = ("scheduled", "dropped", "peer_rounds", "offline", "straggling", "_counted")
 
     def state_dict(self) -> dict:
-        from decentlearn.checkpoint import state_of
+        from decentlearn.state import state_of
         return state_of(self, self._state)
 
     def load_state_dict(self, state: dict) -> None:
-        from decentlearn.checkpoint import load_attrs
+        from decentlearn.state import load_attrs
         load_attrs(self, self._state, state, "comm.mixing.")
 
     def stats(self) -> dict:
