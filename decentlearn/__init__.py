@@ -20,9 +20,10 @@ __version__ = "0.1.0"
 
 #: Submodules reachable as attributes, imported on first access.
 _SUBMODULES = (
-    "algorithms", "baselines", "batchnorm", "bench", "checkpoint", "cli", "clumping", "cocofl",
-    "comm", "compress", "data", "dcliques", "finite_gossip", "heterogeneity", "lowp", "memory",
-    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "sim",
+    "algorithms", "batchnorm", "bench", "cli", "clumping", "cocofl",
+    "comm", "compress", "data", "dcliques", "errors", "lowp",
+    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "runner",
+    "sim", "state",
     "sweep", "topology",
 )
 #: Names re-exported from submodules, imported on first access.

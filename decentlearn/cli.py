@@ -68,8 +68,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run_fields() -> dict[str, dataclasses.Field]:
-    from decentlearn.sim import RunConfig
-    return {f.name: f for f in dataclasses.fields(RunConfig)}
+    """RunConfig's fields and every algorithm's options (flags and config-file keys)."""
+    from decentlearn.runner.config import config_keys
+    return config_keys()
 
 
 def _optional_int(text: str) -> int | None:
@@ -206,6 +207,9 @@ def _resolve_run_config(args) -> tuple:
             raise UsageError(f"--config {args.config}: not valid TOML ({e})") from None
         for key, value in _config_options(loaded, args.config).items():
             name = key.replace("-", "_")
+            if name == "options" and isinstance(value, dict):
+                values.update(value)
+                continue
             if name not in fields:
                 from decentlearn.registry import closest
                 guess = closest(name, fields)
@@ -224,7 +228,7 @@ def _resolve_run_config(args) -> tuple:
         if not str(spec).startswith("ef:"):
             values["compress"] = f"ef:{spec}"
     try:
-        return RunConfig(**values)
+        return RunConfig.from_dict(values)
     except (TypeError, ValueError) as e:
         raise UsageError(f"run: {e}") from None
 
@@ -308,7 +312,7 @@ def _check_model(config) -> None:
 def _check_memory(config, dry_run: bool) -> bool:
     """--dry-run: prints the memory estimate and returns True. Otherwise refuses (UsageError
     with the figure) a run that would not fit in the available memory; returns False."""
-    from decentlearn import memory
+    from decentlearn.runner import memory
     from decentlearn.plot import human_bytes
     try:
         if dry_run:
@@ -370,7 +374,7 @@ def _read_resume(args, extra_flags: tuple[str, ...] = ()) -> tuple:
     flags of ``_RESUME_FLAGS`` (and ``extra_flags``) may be given; the run directory's
     config.toml and checkpoint are read and checked (UsageError, one line). Shared by the
     in-process and the MPI backends."""
-    from decentlearn import checkpoint as ck
+    from decentlearn.runner import checkpoint as ck
     run_dir = Path(args.resume)
     allowed = (*_RESUME_FLAGS, *extra_flags, "command")
     given = [k for k, v in vars(args).items() if k not in allowed and v not in (None, False)]
@@ -400,7 +404,7 @@ def _read_resume(args, extra_flags: tuple[str, ...] = ()) -> tuple:
 
 def _resume(args) -> tuple:
     """(config, run directory, restored simulator, checkpoint_every) of ``--resume RUN_DIR``."""
-    from decentlearn import checkpoint as ck
+    from decentlearn.runner import checkpoint as ck
     run_dir, config, state, meta = _read_resume(args)
     _check_model(config)
     _check_memory(config, dry_run=False)  # refuses a run that no longer fits
@@ -424,7 +428,7 @@ def cmd_run(args) -> int:
         return cmd_run_mpi(args)
     if args.mpi_timeout is not None:
         raise UsageError("run: --mpi-timeout needs --backend mpi")
-    from decentlearn.checkpoint import FILENAME, CheckpointCallback, CheckpointError
+    from decentlearn.runner.checkpoint import FILENAME, CheckpointCallback, CheckpointError
     from decentlearn.results import (OutputError, RunWriter, new_run_dir, prepare_run_dir,
                                      signals_as_interrupts)
     from decentlearn.sim import Callback
@@ -480,7 +484,7 @@ def cmd_run(args) -> int:
         writer.resume(sim.history, sim.next_round)
     # SIGTERM: with checkpoints, the round in progress ends and is saved before the run stops
     # (a second SIGTERM stops at once); without, it stops at once.
-    from decentlearn.checkpoint import stop_at_round_end
+    from decentlearn.runner.checkpoint import stop_at_round_end
     stopping = (stop_at_round_end(saver) if saver is not None
                 else signals_as_interrupts((signal.SIGTERM,)))
     try:
@@ -732,7 +736,7 @@ def cmd_sweep(args) -> int:
         grid = sweep.Grid.from_options(options)
     except (TypeError, ValueError) as e:
         raise UsageError(f"sweep: {args.config}: {e}") from None
-    from decentlearn import memory
+    from decentlearn.runner import memory
     checked: set = set()
     for point in grid.points():  # the seed does not change the memory a run needs
         key = repr(sorted((k, v) for k, v in point.options.items() if k != "seed"))

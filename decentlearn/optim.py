@@ -120,7 +120,7 @@ class SGD:
         self._buf.fill(0)
 
     def state_dict(self) -> dict:
-        """The momentum buffer, for checkpoints (decentlearn.checkpoint)."""
+        """The momentum buffer, for checkpoints (decentlearn.runner.checkpoint)."""
         return {"momentum": self._buf.copy()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -344,7 +344,7 @@ class _Adaptive:
             a.fill(0)
 
     def state_dict(self) -> dict:
-        """Moments and step counts, for checkpoints (decentlearn.checkpoint)."""
+        """Moments and step counts, for checkpoints (decentlearn.runner.checkpoint)."""
         return {name: a.copy() for name, a in self.state_arrays().items()}
 
     def load_state_dict(self, state: dict) -> None:

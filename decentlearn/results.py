@@ -190,7 +190,9 @@ def config_toml(config: Any) -> str:
     """The text of config.toml for a RunConfig (unset options as comments), replayable with
     ``decentlearn run --config``."""
     lines = ["# decentlearn run configuration (replay with: decentlearn run --config THIS_FILE)"]
-    for key, value in config.to_dict().items():
+    values = config.to_dict()
+    values.update(values.pop("options", {}))  # the algorithm's options, as keys of their own
+    for key, value in values.items():
         lines.append(f"# {key} = (default: unset)" if value is None
                      else f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
@@ -337,7 +339,7 @@ class RunWriter:
         self.append(row)
 
     def resume(self, rows: list[dict], last_round: int) -> None:
-        """Continues the run directory from a checkpoint (decentlearn.checkpoint): metrics.csv is
+        """Continues the run directory from a checkpoint (decentlearn.runner.checkpoint): metrics.csv is
         rewritten atomically with ``rows`` (the checkpoint's; rows written after it are dropped)
         and later rows are appended. ``last_round`` is the checkpoint's finished rounds."""
         self.close()

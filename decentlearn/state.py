@@ -23,7 +23,8 @@ import numpy as np
 
 from decentlearn.errors import CheckpointError
 
-__all__ = ["CheckpointError", "NOT_PER_PEER", "StateSpec", "check_json", "edge", "is_array", "join_rows", "load_attrs",
+__all__ = ["CheckpointError", "NOT_PER_PEER", "StateSpec", "check_json", "edge",
+           "is_array", "join_rows", "load_attrs",
            "nest", "per_peer_names", "replicated", "row", "state_of", "subtree", "take_rows"]
 
 #: How a state entry is split between processes (see the module docstring).

@@ -39,8 +39,8 @@ SUMMARY_FILES = ("summary.csv", "summary.json", "summary.png")
 
 
 def _run_fields() -> dict[str, dataclasses.Field]:
-    from decentlearn.sim import RunConfig
-    return {f.name: f for f in dataclasses.fields(RunConfig)}
+    from decentlearn.runner.config import config_keys
+    return config_keys()
 
 
 def _slug(value: Any) -> str:
@@ -65,7 +65,7 @@ class Point:
 
     def config(self):
         from decentlearn.sim import RunConfig
-        return RunConfig(**self.options)
+        return RunConfig.from_dict(self.options)
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def run_point(options: dict, directory: str) -> dict:
     from decentlearn.results import RunWriter, prepare_run_dir
     from decentlearn.sim import RunConfig, Simulator
 
-    config = RunConfig(**options)
+    config = RunConfig.from_dict(options)
     out = prepare_run_dir(directory, overwrite=True)
     writer = RunWriter(out, config)
     caught: list = []

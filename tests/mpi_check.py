@@ -114,15 +114,16 @@ def primitives(out: Path) -> None:
 
 
 def algorithms(out: Path) -> None:
-    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.mpi.backend import MPIBackend
+    from decentlearn.runner import Runner
     from decentlearn.sim import RunConfig
 
     for name, extra in RUNS.items():
         extra = dict(extra)
         transport = extra.pop("transport", "p2p")
-        sim = MPISimulator(RunConfig(**{**BASE, **extra}), timeout=30, transport=transport)
+        sim = Runner(RunConfig.from_dict({**BASE, **extra}), backend=MPIBackend(timeout=30, transport=transport))
         result = sim.run()
-        stats = sim.algorithm.stats() if hasattr(sim.algorithm, "stats") else {}
+        stats = sim.algorithm.report()
         extra = {"stats": stats, "server_bytes_sent": int(sim.comm.server_bytes_sent)}
         if sim.comm.rank == 0:
             np.save(out / f"{name}.npy", result.params)
@@ -160,30 +161,31 @@ class SaveAndStop:
 
 def _sim_config(name: str):
     from decentlearn.sim import RunConfig
-    return RunConfig(**{**BASE, **{k: v for k, v in RUNS[name].items() if k != "transport"}})
+    return RunConfig.from_dict({**BASE, **{k: v for k, v in RUNS[name].items() if k != "transport"}})
 
 
 def checkpoints(out: Path) -> None:
-    """MPI runs interrupted by a checkpoint and resumed by a fresh MPISimulator; an in-process
+    """MPI runs interrupted by a checkpoint and resumed by a fresh MPI runner; an in-process
     checkpoint (written by tests/test_mpi.py before the launch) resumed on MPI."""
-    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.mpi.backend import MPIBackend
+    from decentlearn.runner import Runner
 
     for name in RESUMED:
         config = _sim_config(name)
         path = out / f"ckpt_{name}.npz"
         try:
-            MPISimulator(config, timeout=30).run([SaveAndStop(path, STOP_AT)])
+            Runner(config, backend=MPIBackend(timeout=30)).run([SaveAndStop(path, STOP_AT)])
             raise AssertionError("the run was not interrupted")
         except Interrupted:
             pass
-        sim = MPISimulator(config, timeout=30)
+        sim = Runner(config, backend=MPIBackend(timeout=30))
         sim.load_checkpoint(path)
         assert sim.next_round == STOP_AT
         result = sim.run()
         if sim.comm.rank == 0:
             np.save(out / f"resumed_{name}.npy", result.params)
             (out / f"resumed_{name}.json").write_text(json.dumps(result.history))
-    sim = MPISimulator(_sim_config("choco_topk"), timeout=30)
+    sim = Runner(_sim_config("choco_topk"), backend=MPIBackend(timeout=30))
     sim.load_checkpoint(out / "inprocess_ckpt.npz")
     result = sim.run()
     if sim.comm.rank == 0:
@@ -236,11 +238,12 @@ BIG_RUNS = {
 
 
 def big(out: Path) -> None:
-    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.mpi.backend import MPIBackend
+    from decentlearn.runner import Runner
     from decentlearn.sim import RunConfig
 
     for name, extra in BIG_RUNS.items():
-        sim = MPISimulator(RunConfig(**{**BIG, **extra}), timeout=60)
+        sim = Runner(RunConfig.from_dict({**BIG, **extra}), backend=MPIBackend(timeout=60))
         result = sim.run()
         if sim.comm.rank == 0:
             np.save(out / f"{name}.npy", result.params)
@@ -260,13 +263,13 @@ def stop_rank_2(where: Path) -> None:
 
     from mpi4py import MPI
 
-    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.runner import Runner
 
     rank = MPI.COMM_WORLD.Get_rank()
     (where / f"rank{rank}.pid").write_text(str(os.getpid()))
     if rank != 2:
         return
-    draw, calls = MPISimulator.sample, [0]
+    draw, calls = Runner.sample, [0]
 
     def sample(self):
         calls[0] += 1
@@ -274,7 +277,7 @@ def stop_rank_2(where: Path) -> None:
             (where / "stopped_at").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGSTOP)
         return draw(self)
-    MPISimulator.sample = sample
+    Runner.sample = sample
 
 
 def main() -> int:

@@ -124,7 +124,7 @@ def test_clique_averaging_matches_dense_reference() -> None:
     grad = rng.standard_normal((30, 17)).astype(np.float32)
     a = (groups[:, None] == groups[None, :]) / 5.0
     expected = a @ grad.astype(np.float64)
-    algorithms.CliqueAveraging(groups)(grad)
+    comm.CliqueAveraging(groups)(grad)
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
 
 

@@ -121,7 +121,7 @@ def test_algorithm_bit_identical(launched, name):
     algorithm's own counters (cross-gradient bytes, SkewScout's probes, clients per round)."""
     out, _, _ = launched
     extra = {k: v for k, v in mpi_check.RUNS[name].items() if k != "transport"}
-    sim = _sim_obj(RunConfig(**{**mpi_check.BASE, **extra}))
+    sim = _sim_obj(RunConfig.from_dict({**mpi_check.BASE, **extra}))
     ref = sim.run()
     got = json.loads((out / f"{name}.json").read_text())
     params = np.load(out / f"{name}.npy")
@@ -129,7 +129,7 @@ def test_algorithm_bit_identical(launched, name):
     for key in COMPARED:
         assert got["summary"][key] == ref.summary[key], key
     assert got["server_bytes_sent"] == sim.comm.server_bytes_sent
-    stats = sim.algorithm.stats() if hasattr(sim.algorithm, "stats") else {}
+    stats = sim.algorithm.report()
     assert got["stats"] == json.loads(json.dumps(stats))
     if name in mpi_check.STATS:  # the counter the run is meant to exercise is not trivial
         assert stats[mpi_check.STATS[name]], (name, stats)
@@ -158,7 +158,7 @@ def test_larger_runs_bit_identical(tmp_path):
     _, stderr = proc.communicate(timeout=1200)
     assert proc.returncode == 0, stderr[-3000:]
     for name, extra in mpi_check.BIG_RUNS.items():
-        ref = _sim(RunConfig(**{**mpi_check.BIG, **extra}))
+        ref = _sim(RunConfig.from_dict({**mpi_check.BIG, **extra}))
         assert np.array_equal(np.load(tmp_path / f"{name}.npy"), ref.params), name
         got = json.loads((tmp_path / f"{name}.json").read_text())
         for key in COMPARED:
@@ -427,12 +427,12 @@ def test_cli_errors_without_mpiexec(capsys, tmp_path, monkeypatch):
 
 def test_refused_configurations_name_the_option():
     from decentlearn import algorithms
-    from decentlearn.mpi.runner import REFUSED, SUPPORTED, check_supported
-    # Every registered algorithm is either run bit-identically above or refused with a reason.
-    assert sorted(algorithms.available()) == sorted([*SUPPORTED, *REFUSED])
-    assert {RunConfig(**{**mpi_check.BASE, **{k: v for k, v in e.items() if k != "transport"}})
-            .algorithm for e in mpi_check.RUNS.values()} == set(SUPPORTED)
-    assert not REFUSED
+    from decentlearn.mpi.backend import check_supported
+    # Every registered algorithm declares the MPI backend and is run bit-identically above.
+    assert all("mpi" in algorithms.get(n).backends for n in algorithms.available())
+    assert {RunConfig.from_dict({**mpi_check.BASE,
+                                 **{k: v for k, v in e.items() if k != "transport"}})
+            .algorithm for e in mpi_check.RUNS.values()} == set(algorithms.available())
     # Formerly refused, now run bit-identically (mpi_check.RUNS: dpsgd_nonlinear,
     # dpsgd_finite_time,
     # dcliques_averaging, *_int8, adpsgd_edge).
@@ -486,6 +486,6 @@ def test_torch_model_runs_on_mpi_like_in_process(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["auto", "grouped:2"])
 def test_torch_modes_that_mpi_cannot_reproduce_are_refused(mode):
-    from decentlearn.mpi.runner import check_supported
+    from decentlearn.mpi.backend import check_supported
     with pytest.raises(ValueError, match=f"torch_mode='{mode}' is not available on the MPI"):
         check_supported(RunConfig(model="torch:mlp", torch_mode=mode))

@@ -1,4 +1,4 @@
-"""Event-driven AD-PSGD (``--async``, :mod:`decentlearn.network.asynchronous`) on MPI ranks.
+"""Event-driven AD-PSGD (``--async``, :mod:`decentlearn.algorithms.adpsgd`) on MPI ranks.
 
 The event schedule does not depend on the models: an update's duration comes from the peer's
 speed and the straggler hash, the partner from a hash of (seed, peer, update count), a dropped
@@ -23,10 +23,10 @@ import numpy as np
 
 from decentlearn.comm import FLOAT32_BYTES
 from decentlearn.mpi.comm import MPIComm
-from decentlearn.network.asynchronous import ADPSGD, EventComm, adpsgd_args
-from decentlearn.optim import OptimizerConfig, SGDConfig
+from decentlearn.algorithms.adpsgd import ADPSGD
+from decentlearn.comm import EventComm
 
-__all__ = ["MPIADPSGD", "MPIEventComm", "build"]
+__all__ = ["MPIADPSGD", "MPIEventComm"]
 
 
 class MPIEventComm(MPIComm):
@@ -55,10 +55,6 @@ class MPIADPSGD(ADPSGD):
     """``ADPSGD`` with the peers split over ranks (module docstring): ``params``, ``snapshot``
     and the per-peer optimizer state hold this rank's rows; ``updates`` and the event heap are
     global and the same on every rank."""
-
-    #: The global schedule's state, the same on every rank (saved once in checkpoints), and
-    #: the (1, 1) optimizer that only carries the round's learning rate.
-    replicated_attrs = ("updates", "heap_times", "heap_peers", "optimizer")
 
     def _train_rows(self, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``ADPSGD._train`` for this rank's ``peers`` (global ids) of a wave."""
@@ -150,11 +146,3 @@ class MPIADPSGD(ADPSGD):
         out = np.full(N, loss_sum[seen].sum() / loss_count[seen].sum())
         out[seen] = loss_sum[seen] / loss_count[seen]
         return out[lo:lo + n]
-
-
-def build(sim, params: np.ndarray, config: OptimizerConfig | SGDConfig, seed: int, *,
-          segments=None, frozen=None, world=None, n_threads: int | None = None,
-          **comm_kwargs) -> tuple[MPIEventComm, MPIADPSGD]:
-    """``asynchronous.build`` for an MPISimulator: ``params`` are this rank's rows."""
-    comm = MPIEventComm(sim.topology, world, n_threads, network=sim.network, **comm_kwargs)
-    return comm, MPIADPSGD(**adpsgd_args(sim, comm, params, config, seed, segments, frozen))

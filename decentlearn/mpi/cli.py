@@ -1,6 +1,6 @@
 """``decentlearn run --backend mpi``: the run command on MPI ranks (started by mpiexec).
 
-Every rank builds its share (``MPISimulator``); rank 0 checks and prepares ``--out``, writes the
+Every rank builds its share (``Runner`` with an ``MPIBackend``); rank 0 checks and prepares ``--out``, writes the
 same files as the in-process run (config.toml, metrics.csv, summary.json with an ``mpi`` section
 holding every rank's timings, curves.png) and prints the table. Setup mistakes are found alike on
 every rank: rank 0 prints the one-line error and every rank exits with status 2. A failure during
@@ -84,8 +84,9 @@ def cmd_run_mpi(args) -> int:
 
     # Setup: every rank builds its share; rank 0 alone checks --out (it alone writes there).
     # The verdicts are gathered so that a mistake seen by any rank stops every rank at once.
-    from decentlearn import checkpoint as ck
-    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.mpi.backend import MPIBackend
+    from decentlearn.runner import Runner
+    from decentlearn.runner import checkpoint as ck
     error, sim, meta, out = None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -96,7 +97,7 @@ def cmd_run_mpi(args) -> int:
             else:
                 out = _check_out(args) if rank == 0 else None
             _check_model(config)
-            sim = MPISimulator(config, timeout=timeout)
+            sim = Runner(config, backend=MPIBackend(timeout=timeout))
             if args.resume:
                 try:
                     if meta["dim"] != sim.model.dim:

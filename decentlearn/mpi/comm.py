@@ -457,6 +457,7 @@ class MPIComm:
     replicated_prefixes = ("clock.", "mixing.")
 
     state_dict = SimComm.state_dict
+    state_kinds = SimComm.state_kinds
     load_state_dict = SimComm.load_state_dict
 
     # The simulated clock of a network model (decentlearn.network): every rank keeps the whole
@@ -703,16 +704,16 @@ class MPIComm:
 # ---- the other mixing rules (``--mixing``) and Clique Averaging --------------------------------
 
 class MPIFiniteTimeComm(MPIComm):
-    """``finite_gossip.FiniteTimeComm`` on ranks: the K steps of the minimal-polynomial schedule
+    """``decentlearn.comm.FiniteTimeComm`` on ranks: the K steps of the minimal-polynomial schedule
     of a static symmetric W, each one halo exchange and the same C gossip kernel on the rank's
     rows, then the same float32 arithmetic; bit-identical to one process. Bytes: K gossip steps."""
 
     def __init__(self, topology: Topology, world=None, n_threads: int | None = None,
                  **kwargs) -> None:
-        from decentlearn.finite_gossip import minimal_polynomial_schedule
+        from decentlearn.comm.mixing import minimal_polynomial_schedule
         super().__init__(topology, world, n_threads, **kwargs)
         self.schedule = minimal_polynomial_schedule(topology)
-        self._work: list[np.ndarray] = []  # finite_gossip.apply_schedule's buffers
+        self._work: list[np.ndarray] = []  # comm.apply_schedule's buffers
 
     @property
     def steps(self) -> int:
@@ -721,7 +722,7 @@ class MPIFiniteTimeComm(MPIComm):
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """The K-step schedule applied to X (not modified); returns a new array."""
-        from decentlearn.finite_gossip import apply_schedule
+        from decentlearn.comm.mixing import apply_schedule
         plan = self._plan(0)
 
         def gossip(k: int, y: np.ndarray, out: np.ndarray) -> None:
@@ -732,28 +733,28 @@ class MPIFiniteTimeComm(MPIComm):
         return apply_schedule(self, X, gossip)
 
     def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
-        from decentlearn.finite_gossip import FiniteTimeComm
+        from decentlearn.comm.mixing import FiniteTimeComm
         return FiniteTimeComm.combine(self, X, t, out)
 
     def exchange(self, compressor, payload, t: int) -> np.ndarray:
-        from decentlearn.finite_gossip import FiniteTimeComm
+        from decentlearn.comm.mixing import FiniteTimeComm
         return FiniteTimeComm.exchange(self, compressor, payload, t)
 
 
 class MPINonlinearGossipComm(MPIComm):
-    """``finite_gossip.NonlinearGossipComm`` on ranks: the halo exchange of ``mix`` brings the
+    """``decentlearn.comm.NonlinearGossipComm`` on ranks: the halo exchange of ``mix`` brings the
     in-neighbours' rows; the rank applies ``nonlinear_step`` to its rows with the edges of W_t
     (the faulty W_t with a network model) renumbered into the halo, in the same (receiver,
     sender) order: bit-identical to one process. Bytes as a gossip step."""
 
     def __init__(self, topology, world=None, n_threads: int | None = None, *,
                  alpha: float = 0.5, eta: float = 0.5, **kwargs) -> None:
-        from decentlearn.finite_gossip import check_nonlinear
+        from decentlearn.comm.mixing import check_nonlinear
         super().__init__(topology, world, n_threads, **kwargs)
         self.alpha, self.eta = check_nonlinear(topology, alpha, eta)
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
-        from decentlearn.finite_gossip import nonlinear_step
+        from decentlearn.comm.mixing import nonlinear_step
         from decentlearn.topology import round_matrix
         plan = self._plan(t)
         halo = self._halo_rows(X, plan, f"nonlinear mix of round {t}")
@@ -775,16 +776,16 @@ class MPINonlinearGossipComm(MPIComm):
         return out
 
     def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
-        from decentlearn.finite_gossip import NonlinearGossipComm
+        from decentlearn.comm.mixing import NonlinearGossipComm
         return NonlinearGossipComm.combine(self, X, t, out)
 
     def exchange(self, compressor, payload, t: int) -> np.ndarray:
-        from decentlearn.finite_gossip import NonlinearGossipComm
+        from decentlearn.comm.mixing import NonlinearGossipComm
         return NonlinearGossipComm.exchange(self, compressor, payload, t)
 
 
 class MPICliqueAveraging:
-    """``algorithms.CliqueAveraging`` on ranks (a ``gradient_transform``): each rank receives
+    """``comm.CliqueAveraging`` on ranks (a ``gradient_transform``): each rank receives
     the gradient rows of the other members of its peers' cliques (one message per pair of ranks
     that share a clique, sizes known in advance), then averages each clique exactly as one
     process does (the members' rows in increasing peer order, one ``add.reduceat``, times
@@ -792,7 +793,7 @@ class MPICliqueAveraging:
     process, not counted in the byte counts."""
 
     def __init__(self, groups: np.ndarray, comm: MPIComm) -> None:
-        from decentlearn.algorithms import CliqueAveraging
+        from decentlearn.comm import CliqueAveraging
         whole = CliqueAveraging(groups)  # checks groups
         if whole.groups.size != comm.n_global:
             raise ValueError(f"groups must have one clique id per peer ({comm.n_global}), got "

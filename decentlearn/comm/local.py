@@ -84,6 +84,30 @@ class SimComm:
         """Peers of the whole run (``n_peers`` here)."""
         return self.topology.n
 
+    #: This process's rank and the number of processes (one process here).
+    rank = 0
+    n_ranks = 1
+
+    @property
+    def peers(self) -> slice:
+        """The global ids of the hosted peers."""
+        return slice(self.peer0, self.peer0 + self.n_peers)
+
+    def gather_rows(self, X: np.ndarray, root: int = 0) -> np.ndarray:
+        """Every process's rows joined in peer order (here ``X`` itself)."""
+        return X
+
+    def gather_blocks(self, X: np.ndarray, root: int = 0) -> np.ndarray:
+        """Every process's block of rows of any length joined in process order (here ``X``)."""
+        return X
+
+    def bcast_json(self, obj=None, root: int = 0):
+        """The root's JSON value on every process (here ``obj``)."""
+        return obj
+
+    def close(self) -> None:
+        """Releases what the communicator holds (nothing here)."""
+
     def allgather_peers(self, v: np.ndarray) -> np.ndarray:
         """A per-peer array (first axis: the block's peers) of every process, joined in peer
         order (here a copy of ``v``)."""
@@ -94,8 +118,13 @@ class SimComm:
         and tallies of replicated state."""
         return value
 
-    #: State kept between rounds (checkpoints, decentlearn.checkpoint).
+    #: State kept between rounds (checkpoints, decentlearn.runner.checkpoint).
     state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+
+    def state_kinds(self) -> dict[str, str]:
+        """``state_dict()``'s entries by kind: the bytes each hosted peer sent are per-peer rows;
+        the server's bytes, the clock and the fault counters are the same on every process."""
+        return {k: ("row" if k == "bytes_sent" else "replicated") for k in self.state_dict()}
 
     def state_dict(self) -> dict:
         """Byte counters, and with a network model the clock and the fault counters."""
@@ -178,8 +207,8 @@ class SimComm:
         return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}
 
 
-    # ---- operations of the non-IID algorithms and server baselines (decentlearn.baselines,
-    # decentlearn.heterogeneity). Each counts its bytes exactly; an MPI backend implements the same
+    # ---- operations of the non-IID algorithms and server baselines (decentlearn.algorithms,
+    # decentlearn.algorithms.server). Each counts its bytes exactly; an MPI backend implements the same
     # signatures with collectives or point-to-point messages.
 
     #: Bytes sent by the parameter server (FedAvg-like baselines), summed over all its messages.

@@ -1,4 +1,4 @@
-"""Finite-time consensus: averaging rules that reach the exact average in a finite number of steps.
+"""The mixing rules other than one linear gossip step: finite-time consensus and nonlinear gossip.
 
 The NGO seed (nonlinear gossiping, "finite-time consensus learning") argues for averaging rules
 that reach consensus in finitely many steps instead of only asymptotically. Its abstract does not
@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn import ops
-from decentlearn.comm import FLOAT32_BYTES, SimComm
+from decentlearn.comm.local import FLOAT32_BYTES, SimComm
 from decentlearn.topology import Topology, edges_of, round_matrix
 
 __all__ = ["FiniteTimeComm", "MAX_PEERS", "NonlinearGossipComm", "check_nonlinear",

@@ -204,7 +204,7 @@ def probe_state(config) -> tuple[dict[str, float], str]:
 
     import numpy as np
 
-    from decentlearn.sim import Simulator
+    from decentlearn.runner.loop import Runner as Simulator
 
     base = dict(dataset="digits", data_dir=None, peers=PROBE_PEERS, rounds=2, eval_every=2,
                 partition="iid", eval_peer_samples=20, eval_samples=None, threads=1)
@@ -277,7 +277,7 @@ def estimate(config, probe: bool = True) -> MemoryEstimate:
         if native else 0
     per_peer["minibatch + activations"] = (batch * (4 * n_input + 8) + 2 * 4 * batch * widths
                                            + 5 * 4 * batch * unfold)
-    from decentlearn.sim import eval_sizes
+    from decentlearn.runner.sampler import eval_sizes
     n_eval = min(n_test, config.eval_samples or n_test)
     samples = max(eval_sizes(config, n_eval, n_classes)[0], 1)
     widest = getattr(model, "_widest_eval", n_input)

@@ -1,29 +1,15 @@
-"""Algorithms for directed and non-doubly-stochastic mixing.
-
-* ``pushsum``: Stochastic Gradient Push (Assran et al., ICML 2019), built on push-sum (Kempe,
-  Dobra and Gehrke, FOCS 2003). Every peer keeps a numerator x_i (a row) and a weight w_i (a
-  scalar, 1 at the start); its model is z_i = x_i / w_i. A round: H local steps x_i <- x_i -
-  lr * update(grad f_i(z_i)) (z_i recomputed after each), then x <- P_t x and w <- P_t w with a
-  column-stochastic P_t (each sender splits its mass among itself and its out-neighbours), so
-  sum_i x_i and sum_i w_i are conserved and z_i converges to the average on any strongly connected
-  sequence of directed graphs. w is mixed in float64 with the very float32 weights the C kernel
-  applies to x, so the two stay consistent.
-* ``epidemic``: Epidemic Learning (de Vos et al., NeurIPS 2023): D-PSGD whose mixing is
-  row-stochastic, every peer averaging its own model with the models that reached it (on an
-  ``epidemic:S`` graph, from S random senders each round).
-
-Each algorithm declares the mixing matrices it handles in its ``mixing`` attribute; the simulator
-rejects other topologies with a clear error (:func:`decentlearn.network.check_mixing`).
-"""
+"""Stochastic Gradient Push (Assran et al., ICML 2019), built on push-sum (Kempe, Dobra and Gehrke,
+FOCS 2003), for directed, column-stochastic mixing."""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-from decentlearn.algorithms import DPSGD, Algorithm, Sampler, register
+from decentlearn.algorithms.base import Algorithm, Sampler, register
+from decentlearn.state import row
 
-__all__ = ["EpidemicLearning", "PushSum"]
+__all__ = ["PushSum"]
 
 
 @register("pushsum")
@@ -32,7 +18,7 @@ class PushSum(Algorithm):
     models z = x / w; ``numerators`` and ``weights`` the push-sum state."""
 
     mixing = ("column", "doubly")
-    state_attrs = ("numerators", "weights")
+    state = row("numerators", "weights")
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -71,10 +57,3 @@ class PushSum(Algorithm):
         self.weights = self.mix_weights(self.weights, t)
         self._debias()
         return losses / self.local_steps
-
-
-@register("epidemic")
-class EpidemicLearning(DPSGD):
-    """Epidemic Learning: D-PSGD with row-stochastic mixing (see the module docstring)."""
-
-    mixing = ("row", "doubly")

@@ -1,0 +1,42 @@
+"""FedAvg (McMahan et al. 2017) with partial participation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decentlearn.algorithms.base import Sampler, none_if_identity, register
+from decentlearn.algorithms.server.base import ServerAlgorithm, fill_inactive
+
+__all__ = ["FedAvg"]
+
+
+@register("fedavg")
+class FedAvg(ServerAlgorithm):
+    """FedAvg with partial participation.
+
+    Round t: the server samples ``round(participation·n)`` clients (seeded by (seed, t)); each
+    downloads the server model x (4·dim bytes), runs ``local_steps`` SGD steps on its own data, and
+    uploads Δ_i = x_i - x, compressed when a compressor is given (no error feedback: ``stc-fl`` is
+    the error-feedback variant); the server sets x <- x + mean_i decompress(C(Δ_i)).
+    Non-sampled clients neither compute nor communicate.
+    """
+
+    #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
+    simulated_time = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.compressor = none_if_identity(self.compressor)
+        self._up = self.compressor or self._identity
+
+    def round(self, sample: Sampler, t: int) -> np.ndarray:
+        clients = self.clients(t)
+        active, rows, first = self.mine(clients)
+        self.comm.broadcast(self._identity, self._identity.compress(self.server), t, clients)
+        losses = self.train(sample, active, self.local_steps, first)
+        delta = self.params[rows] - self.server
+        payload = self._up.compress(delta, seed=self.seed, step=t, peer0=first,
+                                    n_threads=self.comm.n_threads)
+        decoded = self.comm.upload(self._up, payload, t, clients)
+        self.set_server(self.server + decoded.mean(axis=0, dtype=np.float64).astype(np.float32))
+        return fill_inactive(self.comm, losses / self.local_steps, active, clients)
