@@ -1,8 +1,8 @@
 """Consensus error per gossip exchange: linear gossip x <- W x against the finite-time
-minimal-polynomial rule (decentlearn.finite_gossip) on a ring, a torus and an exponential graph,
+minimal-polynomial rule (decentlearn.comm.mixing) on a ring, a torus and an exponential graph,
 against one-peer exponential gossip (exact after log2 n rounds on 2^k peers), and against the NGO
 seed's nonlinear gossip x_i += eta sum_j w_ij sign(x_j - x_i) |x_j - x_i|^alpha
-(decentlearn.finite_gossip.nonlinear_gossip, float32) for alpha 0.5 and 0.8.
+(decentlearn.comm.mixing.nonlinear_gossip, float32) for alpha 0.5 and 0.8.
 
     python benchmarks/bench_finite_gossip.py [--peers 64] [--out FILE.png]
 
@@ -20,7 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's decentlearn
 
-from decentlearn import finite_gossip, topology  # noqa: E402
+from decentlearn import topology  # noqa: E402
+from decentlearn.comm import mixing as finite_gossip  # noqa: E402
 
 
 def error(x: np.ndarray, x0: np.ndarray) -> float:

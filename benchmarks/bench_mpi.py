@@ -40,14 +40,15 @@ def _worker(args) -> None:
 
     from decentlearn import topology as topo
     from decentlearn.mpi.comm import MPIComm
-    from decentlearn.mpi.runner import MPISimulator
+    from decentlearn.mpi.backend import MPIBackend
+    from decentlearn.runner import Runner
     from decentlearn.sim import RunConfig
 
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     out: dict = {"ranks": size}
     warnings.simplefilter("ignore")
-    dim = MPISimulator(RunConfig(**BASE, peers=size, rounds=1)).model.dim
+    dim = Runner(RunConfig(**BASE, peers=size, rounds=1), backend=MPIBackend()).model.dim
 
     # Loopback ping-pong between ranks 0 and 1: one-way latency (8 B) and bandwidth (4·dim B).
     def pingpong(nbytes: int, reps: int) -> float:
@@ -95,8 +96,8 @@ def _worker(args) -> None:
 
     runs = []
     for algorithm, spec in CONFIGS:
-        sim = MPISimulator(RunConfig(**BASE, peers=size, rounds=args.rounds,
-                                     algorithm=algorithm, compress=spec), timeout=120)
+        sim = Runner(RunConfig(**BASE, peers=size, rounds=args.rounds, algorithm=algorithm,
+                               compress=spec), backend=MPIBackend(timeout=120))
         result = sim.run()
         if rank == 0:
             timings = result.summary["mpi"]["timings_seconds"]

@@ -84,7 +84,7 @@ def config_of(case: dict, rounds: int | None = None):
 
 def child(name: str, rounds: int | None) -> None:
     """Runs one case in this process and prints its figures as one JSON line."""
-    from decentlearn import memory
+    from decentlearn.runner import memory
     from decentlearn.sim import Simulator
     config = config_of(CASES[name], rounds)
     est = memory.estimate(config)

@@ -23,9 +23,9 @@ import numpy as np
 
 from decentlearn.errors import CheckpointError
 
-__all__ = ["CheckpointError", "NOT_PER_PEER", "StateSpec", "check_json", "edge",
+__all__ = ["CheckpointError", "StateSpec", "check_json", "edge",
            "is_array", "join_rows", "load_attrs",
-           "nest", "per_peer_names", "replicated", "row", "state_of", "subtree", "take_rows"]
+           "nest", "replicated", "row", "state_of", "subtree", "take_rows"]
 
 #: How a state entry is split between processes (see the module docstring).
 Kind = Literal["row", "edge", "replicated"]
@@ -160,21 +160,6 @@ def subtree(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- per-peer rows (multi-process backends) ----------------------------------------------------
-
-#: State arrays whose first axis may have n_peers entries without being one row per peer: the
-#: sampler's concatenated shuffled orders and AD-PSGD's event heap (in heap order).
-NOT_PER_PEER = ("sampler._perm", "algorithm.heap_times", "algorithm.heap_peers")
-
-
-def per_peer_names(state: dict[str, Any], n_peers: int) -> list[str]:
-    """The names of ``state``'s per-peer arrays: first axis of length ``n_peers`` (one row per
-    peer, in peer order), NOT_PER_PEER excepted. A backend holding a block of peers per process
-    gathers these (:func:`join_rows`) before :func:`write` and scatters them (:func:`take_rows`)
-    after :func:`read`; every other entry is the same on all processes."""
-    return sorted(k for k, v in state.items()
-                  if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n_peers
-                  and k not in NOT_PER_PEER)
-
 
 def take_rows(state: dict[str, Any], names: list[str], lo: int, hi: int) -> dict[str, Any]:
     """``state`` with the per-peer arrays ``names`` cut to rows ``lo:hi`` (a process's block)."""

@@ -1,4 +1,4 @@
-"""Every algorithm of decentlearn.baselines / decentlearn.heterogeneity: selectable from the CLI,
+"""Every algorithm of decentlearn.algorithms: selectable from the CLI,
 its options validated in one line (exit code 2), and either running on a time-varying graph or
 saying that it needs a static / undirected one."""
 

@@ -1,4 +1,4 @@
-"""Checkpoints (decentlearn.checkpoint): a run stopped at a round boundary, saved, restored into a
+"""Checkpoints (decentlearn.runner.checkpoint): a run stopped at a round boundary, saved, restored into a
 new Simulator and run to the end equals the uninterrupted run bit for bit (final parameters,
 metrics rows except wall-clock, summary); damaged or foreign checkpoints are refused in one line."""
 
@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 import decentlearn
-from decentlearn import algorithms, checkpoint
-from decentlearn.checkpoint import CheckpointError
+from decentlearn import algorithms
+from decentlearn.runner import checkpoint
+from decentlearn.errors import CheckpointError
+from decentlearn.state import join_rows, take_rows
 from decentlearn.cli import main
 from decentlearn.sim import RunConfig, Simulator
 
@@ -201,13 +203,14 @@ def test_rows_split_and_join_for_process_blocks(tmp_path):
     with pytest.raises(Stop):
         sim.run([SaveAndStop(tmp_path / "c.npz", 2)])
     state = sim.state_dict()
-    names = checkpoint.per_peer_names(state, 5)
+    kinds = sim.state_kinds()  # declared by the algorithm and the communicator
+    names = sorted(k for k, v in kinds.items() if v == "row" and isinstance(state[k], np.ndarray))
     assert {"algorithm.params", "algorithm.optimizer.momentum", "algorithm.client_error",
-            "algorithm.synced_round", "comm.bytes_sent", "sampler._cursor"} <= set(names)
-    assert "sampler._perm" not in names and "algorithm.server" not in names
-    blocks = [checkpoint.take_rows(state, names, lo, hi) for lo, hi in ((0, 2), (2, 5))]
+            "algorithm.synced_round", "comm.bytes_sent"} <= set(names)
+    assert kinds["algorithm.server"] == "replicated" and "sampler._perm" not in names
+    blocks = [take_rows(state, names, lo, hi) for lo, hi in ((0, 2), (2, 5))]
     assert blocks[1]["algorithm.params"].shape == (3, sim.model.dim)
-    joined = checkpoint.join_rows(blocks, names)
+    joined = join_rows(blocks, names)
     dim = sim.model.dim
     checkpoint.write(tmp_path / "joined.npz", joined, fingerprint=checkpoint.fingerprint(config),
                      n_peers=5, dim=dim, round=2)

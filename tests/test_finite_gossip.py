@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from decentlearn import finite_gossip, ops, topology
-from decentlearn import finite_gossip as F, topology as T
+from decentlearn import ops, topology
+from decentlearn.comm import mixing as finite_gossip
+from decentlearn import topology as T
+from decentlearn.comm import mixing as F
 from decentlearn.topology import round_matrix
 from decentlearn.sim import RunConfig, Simulator, simulate
 

@@ -1,4 +1,4 @@
-"""Memory estimate (decentlearn.memory, `run --dry-run`): the probe counts the state arrays the
+"""Memory estimate (decentlearn.runner.memory, `run --dry-run`): the probe counts the state arrays the
 run really holds, the estimate bounds what a run allocates, and a run that does not fit is refused
 with the figure before anything is allocated."""
 
@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from decentlearn import memory
+from decentlearn.runner import memory
 from decentlearn.cli import main
 from decentlearn.data import load_dataset
 from decentlearn.sim import RunConfig, Simulator

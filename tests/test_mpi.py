@@ -210,7 +210,7 @@ def test_inprocess_checkpoint_resumes_on_mpi(launched):
 def test_cli_checkpoint_every_and_resume(launched, tmp_path):
     """--checkpoint-every on MPI, then --resume --rounds 4: the last checkpoint holds the
     state the in-process CLI saves after its uninterrupted 4 rounds, and the summary agrees."""
-    from decentlearn import checkpoint as ck
+    from decentlearn.runner import checkpoint as ck
     from decentlearn.cli import main
     out, cli_args, _ = launched
     ref = tmp_path / "ref"
@@ -352,7 +352,7 @@ def test_sigterm_to_one_rank_saves_the_round_and_stops_every_rank(tmp_path, caps
     the ranks agree at the round's end, finish it, rank 0 writes the checkpoint of that round
     (no periodic one is due: --checkpoint-every 100000) and every rank exits with status 143.
     The checkpoint holds the in-process run's state after the same number of rounds."""
-    from decentlearn import checkpoint as ck
+    from decentlearn.runner import checkpoint as ck
     from decentlearn.cli import main
     args = ["--peers", "6", "--eval-every", "5", "--model", "linear", "--algorithm", "stc-fl",
             "--participation", "0.5", "--checkpoint-every", "100000"]

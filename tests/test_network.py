@@ -16,7 +16,7 @@ from decentlearn.network import (NetworkConfig, NetworkModel, allreduce_time, ch
 from decentlearn.network.dynamic import epidemic, random_matching
 from decentlearn.network.faults import FaultyTopology
 from decentlearn.network.model import Dist, hash_uniform
-from decentlearn.network.pushsum import PushSum
+from decentlearn.algorithms.pushsum import PushSum
 from decentlearn.optim import SGD, SGDConfig
 from decentlearn.sim import RunConfig, Simulator, simulate
 

@@ -186,7 +186,7 @@ def test_invalid_grid_one_line_exit_2(tmp_path, capsys, line, message):
 
 
 def test_sweep_refuses_a_point_that_does_not_fit(tmp_path, capsys, monkeypatch):
-    from decentlearn import memory
+    from decentlearn.runner import memory
     from decentlearn.sim import RunConfig
     small = memory.estimate(RunConfig(peers=4, rounds=1), probe=False).total
     monkeypatch.setenv(memory.LIMIT_ENV, str(int(1.5 * small)))  # room for 4 peers, not 2000

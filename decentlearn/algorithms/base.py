@@ -105,6 +105,9 @@ class Algorithm(ABC):
     simulated_time: ClassVar[bool] = True
     #: Its event-driven asynchronous form (``--async``), if it has one.
     async_form: ClassVar[type[Algorithm] | None] = None
+    #: RunConfig fields of the smallest run that suits it (the common tests and examples start
+    #: from it): e.g. ``{"momentum": 0.0}`` for an algorithm that takes plain gradient steps.
+    example: ClassVar[dict[str, Any]] = {}
     #: The backends that run it ("inprocess", "mpi"); others refuse it in one line.
     backends: ClassVar[tuple[str, ...]] = ("inprocess", "mpi")
     #: True when its messages go through a server, whose bytes (``comm.server_bytes_sent``) are

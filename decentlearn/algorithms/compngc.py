@@ -40,10 +40,15 @@ class CompNGC(NGC):
         self._memories = [compress.ErrorFeedback(codec) for _ in self.tensor_slices]
         self._decoder = self.compressor
 
-    #: State entries with one row per edge of the static graph (CSR order), not per peer: a
-    #: process hosting a block of peers holds the rows of its peers' in-edges, ``edge_range()``
-    #: (the MPI backend gathers them in edge order into a checkpoint and cuts them on resume).
-    edge_state = ("memories.",)
+    def state_kinds(self) -> dict[str, str]:
+        """The error memories hold one row per edge of the static graph (CSR order), not per
+        peer: a process hosting a block of peers holds the rows of its peers' in-edges,
+        ``edge_range()`` (the MPI backend gathers them in edge order into a checkpoint and cuts
+        them on resume)."""
+        kinds = super().state_kinds()
+        for k, ef in enumerate(self._memories):
+            kinds.update({f"memories.{k}.{key}": "edge" for key in ef.state_dict()})
+        return kinds
 
     def edge_range(self) -> tuple[int, int]:
         """[e0, e1): the global indices of the edges whose rows this process holds."""

@@ -29,6 +29,7 @@ class D2(Algorithm):
     """
 
     state = row("_x_prev", "_step_prev")
+    example = {"momentum": 0.0}
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)

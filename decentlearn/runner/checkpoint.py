@@ -36,12 +36,10 @@ from typing import Any
 import numpy as np
 
 from decentlearn.errors import CheckpointError
-from decentlearn.state import (NOT_PER_PEER, check_json, is_array, join_rows, load_attrs, nest, per_peer_names,
-                               state_of, subtree, take_rows)
+from decentlearn.state import check_json, is_array
 
-__all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION", "NOT_PER_PEER",
-           "CheckpointCallback", "fingerprint", "stop_at_round_end", "join_rows", "load_attrs", "nest",
-           "per_peer_names", "read", "state_of", "subtree", "take_rows", "write"]
+__all__ = ["CheckpointError", "FILENAME", "FINGERPRINT_EXCLUDE", "FORMAT_VERSION",
+           "CheckpointCallback", "fingerprint", "read", "stop_at_round_end", "write"]
 
 #: Bumped whenever the layout or the meaning of saved names changes; other versions are refused.
 FORMAT_VERSION = 1

@@ -75,9 +75,15 @@ def stream_seed(seed: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunConfig:
-    """Everything that defines a simulated run. Field names match the CLI flags."""
+    """Everything that defines a simulated run. Field names match the CLI flags.
+
+    The algorithm's own hyperparameters (its ``Options``, e.g. choco's ``gamma``, fedavg's
+    ``participation``) are given either in ``options`` or as keyword arguments of their own:
+    ``RunConfig(algorithm="choco", compress="topk:0.01", gamma=0.1)``. A keyword that is neither
+    a field nor an option of the algorithm is a ValueError naming it.
+    """
 
     dataset: str = "digits"
     data_dir: str | None = None
@@ -120,9 +126,25 @@ class RunConfig:
     #: Event-driven asynchronous gossip (decentlearn.algorithms.adpsgd); needs ``network``.
     asynchronous: bool = False
     #: The algorithm's own hyperparameters: fields of its ``Options`` dataclass (e.g.
-    #: ``{"gamma": 0.1}`` for choco, ``{"participation": 0.5}`` for fedavg); the ones left out
-    #: take their defaults. After validation it holds every field, defaults included.
+    #: ``{"gamma": 0.1}`` for choco, ``{"participation": 0.5}`` for fedavg) as given; the ones
+    #: left out take their defaults (``algorithm_options()`` has them all).
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(self, **kwargs: Any) -> None:
+        for f in dataclasses.fields(self):
+            if f.name in kwargs:
+                value = kwargs.pop(f.name)
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()
+            object.__setattr__(self, f.name, value)
+        if kwargs:  # the algorithm's options, as keyword arguments of their own
+            if not isinstance(self.options, Mapping):
+                raise ValueError(f"options must be a mapping of option names to values, got "
+                                 f"{type(self.options).__name__}")
+            object.__setattr__(self, "options", {**self.options, **kwargs})
+        self.__post_init__()
 
     def __post_init__(self):
         def positive_int(name, allow_none=False):
@@ -167,10 +189,11 @@ class RunConfig:
                              f"{self.clique_averaging!r}")
         parse_mixing(self.mixing)
         cls = algorithms.get(self.algorithm)  # unknown name: ValueError with a suggestion
-        object.__setattr__(self, "options", options_of(cls, self.options))
+        resolved = cls.Options(**options_of(cls, self.options))
+        object.__setattr__(self, "options", dict(self.options))
         check = getattr(cls, "check_run", None)
         if check is not None:
-            check(cls.Options(**self.options), self.compress)
+            check(resolved, self.compress)
         validate_network(self, cls)
 
     def optimizer_config(self) -> OptimizerConfig:
@@ -217,7 +240,7 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["options"] = dict(self.options)
+        d["options"] = dataclasses.asdict(self.algorithm_options())
         return d
 
     def algorithm_options(self):
