@@ -200,10 +200,10 @@ class Compressor(ABC):
         """Compresses each row of x (float32, (dim,) or (n_rows, dim), C-contiguous)."""
         from decentlearn import ops
 
-        rows = ops._as_rows("x", x, np.float32)
+        rows = ops.as_rows("x", x, np.float32)
         if not rows.flags.c_contiguous:
             raise ValueError("x must be C-contiguous (use np.ascontiguousarray)")
-        seed, step, peer0 = ops._check_seed(seed, step, peer0)
+        seed, step, peer0 = ops.check_seed(seed, step, peer0)
         arrays, row_nbytes = self._compress(rows, seed, step, peer0, n_threads)
         return Payload(self, x.shape, arrays, np.asarray(row_nbytes, dtype=np.int64))
 

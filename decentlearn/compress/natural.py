@@ -79,8 +79,8 @@ class NaturalDithering(Compressor):
     unbiased = True
 
     def __post_init__(self) -> None:
-        ops._dither_s(self.s)
-        ops._dither_p(self.p)
+        ops.check_dither_s(self.s)
+        ops.check_dither_p(self.p)
 
     def variance_factor(self, dim: int) -> float:
         r = min(self.p, 2.0)
