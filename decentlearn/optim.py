@@ -2,8 +2,8 @@
 one ``(P, dim)`` array (the momentum buffer), so it can be averaged or reset by the simulator like
 the parameters themselves. For float32 one ``step`` is one pass of a C kernel over the whole matrix
 (``ops.sgd_step``, rows split over threads, frozen prefixes honoured, bit-identical to its NumPy
-reference in decentlearn/_reference/nn.py for any thread count); float64 runs a handful of in-place
-whole-matrix NumPy operations with a single reusable scratch array.
+reference in decentlearn/_reference/optim.py for any thread count); float64 runs a handful of
+in-place whole-matrix NumPy operations with a single reusable scratch array.
 ``SGD`` follows PyTorch's ``torch.optim.SGD`` (dampening 0): ``g = grad + wd * params``;
 ``buf = momentum * buf + g``; ``g = g + momentum * buf`` with Nesterov, else ``g = buf``;
 ``params -= lr * g``.

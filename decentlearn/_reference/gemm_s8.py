@@ -1,4 +1,5 @@
-"""NumPy reference (the spec) of the int8 GEMM and quantization kernels in csrc/gemm_s8.c.
+"""NumPy reference (the spec) of the int8 GEMM and quantization kernels in csrc/gemm_s8.c
+(and the fused int8 dense layer of gemm_s8_impl.h), with the signatures of decentlearn.ops.gemm_s8.
 
 ``gemm_s8`` is the exact integer product; ``gemm_s8_f32`` is its dequantization computed in
 float64 (the C kernel rounds a few times in float32, so tests compare with a relative tolerance);
@@ -10,6 +11,8 @@ is ``x.shape[axis]``; 0 = one scale per row, 1 = one per column of a 2-D x).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,9 +29,10 @@ def gemm_s8(a: np.ndarray, b: np.ndarray, out=None, n_threads=None) -> np.ndarra
     return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
 
 
-def gemm_s8_f32(a, b, a_scale, b_scale, bias=None, out=None, n_threads=None) -> np.ndarray:
-    """float32 (m, n) = (a @ b) * a_scale * b_scale[col] + bias[col], computed in float64."""
-    c = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float64)
+def gemm_s8_f32(a, packed_b, a_scale, b_scale, bias=None, out=None, n_threads=None) -> np.ndarray:
+    """float32 (m, n) = (a @ b) * a_scale * b_scale[col] + bias[col], computed in float64;
+    ``packed_b`` is B itself, an int8 (k, n) array (packing is the C microkernel's layout)."""
+    c = (a.astype(np.int64) @ packed_b.astype(np.int64)).astype(np.float64)
     s = np.float64(a_scale) * np.asarray(b_scale, dtype=np.float64).reshape(-1)
     y = c * s
     if bias is not None:
@@ -123,9 +127,15 @@ def gemm_s8_batched_f32(a, b, a_scale, b_scale, out=None, n_threads=None, *, bia
     return y.astype(np.float32)
 
 
-def _dense_codes():
-    from decentlearn.ops import DenseCodes  # the container type only; no kernel is called
-    return DenseCodes
+@dataclass(frozen=True)
+class DenseCodes:
+    """The codes of :func:`gemm_s8_dense_forward`, fields as ``decentlearn.ops.DenseCodes`` (the
+    functions here read any object with these fields)."""
+
+    xq: np.ndarray
+    sx: np.ndarray
+    wq: np.ndarray
+    sw: np.ndarray
 
 
 def gemm_s8_dense_forward(x, w, bias=None, relu=False, out=None, n_threads=None, codes=None):
@@ -155,7 +165,7 @@ def gemm_s8_dense_forward(x, w, bias=None, relu=False, out=None, n_threads=None,
         for dst, src in ((codes.xq, xq), (codes.sx, sx), (codes.wq, wq), (codes.sw, sw)):
             dst[...] = src
         return y, codes
-    return y, _dense_codes()(xq, sx, wq, sw)
+    return y, DenseCodes(xq, sx, wq, sw)
 
 
 def gemm_s8_dense_backward(dy, codes, gw, gb, dx=None, mask=None, seed=0, step=0, peer0=0,
