@@ -487,3 +487,34 @@ def test_make_builds_the_per_round_graphs(spec: str) -> None:
         np.testing.assert_allclose(w.sum(axis=1 if top.stochastic == "row" else 0), 1.0,
                                    rtol=0, atol=1e-12)
     assert T.make(spec, 8, seed=3).mixing_matrix(1).tobytes() == top.mixing_matrix(1).tobytes()
+
+
+#: A spec on 16 peers for the registered names that need parameters.
+EXAMPLES = {"edges": "edges:{path}", "moshpit": "moshpit:4x4", "d-cliques": "d-cliques:4",
+            "clumped": "clumped:4", "epidemic": "epidemic:3", "random-regular": "random-regular:3"}
+
+
+@pytest.mark.parametrize("name", T.available())
+def test_every_registered_topology_builds_a_valid_mixing_matrix(name: str, tmp_path: Path) -> None:
+    """The common check over everything the registry lists: a name added without an example here
+    is still built (with no parameters) and checked."""
+    n = 16
+    path = tmp_path / "ring.txt"
+    path.write_text("".join(f"{i} {(i + 1) % n}\n" for i in range(n)))
+    labels = np.zeros((n, 4), dtype=np.int64)
+    labels[np.arange(n), np.arange(n) % 4] = 10
+    spec = EXAMPLES.get(name, name).format(path=path)
+    top = T.make(spec, n, seed=1, labels=labels, mixing=("column", "doubly"))
+    assert top.n == n
+    kind = T.stochastic_kind(top)
+    for t in range(3):
+        w = top.mixing_matrix(t)
+        assert w.shape == (n, n) and np.all(w >= 0) and np.all(np.diag(w) > 0)
+        if kind in ("doubly", "row"):
+            np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        if kind in ("doubly", "column"):
+            np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=0, atol=1e-12)
+        indptr, indices, data = top.csr(t)
+        dense = np.zeros((n, n), dtype=np.float32)
+        dense[np.repeat(np.arange(n), np.diff(indptr)), indices] = data
+        np.testing.assert_array_equal(dense, w.astype(np.float32))
