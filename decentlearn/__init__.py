@@ -20,10 +20,9 @@ __version__ = "0.1.0"
 
 #: Submodules reachable as attributes, imported on first access.
 _SUBMODULES = (
-    "algorithms", "baselines", "batchnorm", "bench", "checkpoint", "cli", "clumping", "cocofl",
-    "comm", "compress", "data", "dcliques", "finite_gossip", "heterogeneity", "lowp", "memory",
-    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "sim",
-    "sweep", "topology",
+    "algorithms", "baselines", "batchnorm", "bench", "checkpoint", "cli", "cocofl", "comm",
+    "compress", "data", "finite_gossip", "heterogeneity", "lowp", "memory", "metrics", "network",
+    "nn", "ops", "optim", "plot", "registry", "results", "seeds", "sim", "sweep", "topology",
 )
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",

@@ -24,7 +24,7 @@ from decentlearn.data import Dataset, Partition, load_dataset, make_partition
 from decentlearn.lowp import PRECISIONS
 from decentlearn.nn import make_model
 from decentlearn.optim import LRSchedule, OptimizerConfig, make as make_optimizer
-from decentlearn.topology import Topology
+from decentlearn.topology import Topology, check_mixing, make as make_topology
 
 # Independent random streams derived from the run's seed.
 (_STREAM_INIT, _STREAM_PARTITION, _STREAM_SAMPLER, _STREAM_TOPOLOGY, _STREAM_DATA,
@@ -415,12 +415,12 @@ class Simulator:
         # Network hook (decentlearn.network): time-varying/directed graphs, the network model.
         # Data-aware builders (d-cliques) get the per-peer label histograms, and only those.
         accepted = network.accepted_mixing(c.algorithm)
-        self.topology = network.make_topology(c.topology, c.peers,
-                                              seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
-                                              weights=c.weights, mixing=accepted,
-                                              labels=self.partition.histogram(d.y_train,
-                                                                              d.n_classes))
-        network.check_mixing(self.topology, c.algorithm, accepted)
+        self.topology = make_topology(c.topology, c.peers,
+                                      seed=_stream_seed(c.seed, _STREAM_TOPOLOGY),
+                                      weights=c.weights, mixing=accepted,
+                                      labels=self.partition.histogram(d.y_train, d.n_classes))
+        check_mixing(self.topology, accepted, f"algorithm {c.algorithm!r}",
+                     hints=network.MIXING_HINTS)
         if c.clique_averaging and self.topology.groups is None:
             raise ValueError(f"clique_averaging needs a topology made of cliques "
                              f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")

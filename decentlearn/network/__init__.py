@@ -1,29 +1,33 @@
 """Real networks in the simulator: a seeded network and device model, simulated wall-clock at the
-communicator seam, faults and churn, time-varying and directed graphs, push-sum and Epidemic
-Learning, and asynchronous gossip (AD-PSGD). See docs/network.md.
+communicator seam, faults and churn, push-sum and Epidemic Learning, and asynchronous gossip
+(AD-PSGD). The time-varying and directed graphs they run on are in :mod:`decentlearn.topology`
+(``random-matching``, ``epidemic:S``, ``directed-ring``). See docs/network.md.
 
 * :mod:`~decentlearn.network.model`: :class:`NetworkConfig` (presets, TOML), :class:`NetworkModel`;
 * :mod:`~decentlearn.network.clock`: per-peer synchronous clocks and the all-reduce and
   parameter-server cost models;
 * :mod:`~decentlearn.network.faults`: the per-round faulty view of W_t and the offline hook;
-* :mod:`~decentlearn.network.dynamic`: random matchings, Epidemic Learning graphs, directed ring;
 * :mod:`~decentlearn.network.pushsum`: push-sum (SGP) and Epidemic Learning algorithms;
 * :mod:`~decentlearn.network.asynchronous`: event-driven AD-PSGD.
 """
 
 from decentlearn.network.clock import (SyncClock, allreduce_time, ring_allreduce_closed_form,
                                        server_round_time)
-from decentlearn.network.dynamic import check_mixing, make_topology
 from decentlearn.network.faults import FaultyTopology, OfflineHook
 from decentlearn.network import pushsum  # noqa: F401 - registers pushsum, epidemic
 from decentlearn.network.model import (PRESETS, Dist, NetworkConfig, NetworkModel, load_network,
                                        preset)
 
 __all__ = [
-    "PRESETS", "Dist", "FaultyTopology", "NetworkConfig", "NetworkModel", "OfflineHook",
-    "SyncClock", "allreduce_time", "check_mixing", "load_network", "make_topology", "preset",
+    "MIXING_HINTS", "PRESETS", "Dist", "FaultyTopology", "NetworkConfig", "NetworkModel",
+    "OfflineHook", "SyncClock", "allreduce_time", "load_network", "preset",
     "ring_allreduce_closed_form", "server_round_time",
 ]
+
+#: What to use instead when a topology's matrices are of a kind the algorithm does not handle
+#: (the ``hints`` of :func:`decentlearn.topology.check_mixing`).
+MIXING_HINTS = {"column": "push-sum (--algorithm pushsum)",
+                "row": "Epidemic Learning (--algorithm epidemic) or pushsum"}
 
 
 def accepted_mixing(algorithm: str) -> tuple[str, ...]:

@@ -13,7 +13,7 @@
   ``epidemic:S`` graph, from S random senders each round).
 
 Each algorithm declares the mixing matrices it handles in its ``mixing`` attribute; the simulator
-rejects other topologies with a clear error (:func:`decentlearn.network.check_mixing`).
+rejects other topologies with a clear error (:func:`decentlearn.topology.check_mixing`).
 """
 
 from __future__ import annotations

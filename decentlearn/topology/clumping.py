@@ -19,13 +19,20 @@ p_N(i) the mean proxy over peer i and its neighbours. Network partitions: if lin
 the graph splits, :class:`decentlearn.topology.Topology` refuses it (consensus is impossible
 across components); :func:`component_skews` gives the label skew each component would train on,
 which stays small for the clumped order because every arc of the sequence is heterogeneous.
+
+The topology is ``clumped[:K[:ORDER]]`` (K = 4, ORDER = heterogeneous by default).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
+
+from decentlearn.topology.base import Graph, parse_int, register
+from decentlearn.topology.dcliques import label_distributions
 
 __all__ = ["ORDERS", "circulant_edges", "clump_order", "component_skews", "local_skew"]
 
@@ -85,3 +92,20 @@ def component_skews(edges: np.ndarray, n: int, dist: np.ndarray) -> np.ndarray:
     np.add.at(sums, comp, dist)
     mix = sums / np.bincount(comp, minlength=count)[:, None]
     return np.abs(mix - glob).sum(axis=1)
+
+
+@register("clumped")
+def _clumped(n: int, k: str = "4", order: str = "heterogeneous", *, seed: int,
+             labels: Any) -> Graph:
+    """Peer clumping (proxy-based locally heterogeneous topology): peers clustered by label proxy,
+    dealt round-robin from the clumps, laid on a circulant graph of even degree K. ORDER:
+    heterogeneous (the method) or homogeneous (same graph on clumps in sequence, baseline)."""
+    degree = parse_int(k, "K", minimum=2)
+    if degree % 2 or degree >= n:
+        raise ValueError(f"K must be even and < n={n}, got K={degree}")
+    dist = label_distributions(labels, n)
+    seq = clump_order(dist, seed=seed, order=order)
+    edges = circulant_edges(seq, degree)
+    graph = Graph(n, (edges,))
+    skew = local_skew(graph.adjacency(), dist)
+    return Graph(n, (edges,), info={"order": order, "degree": degree, "local_skew": skew})

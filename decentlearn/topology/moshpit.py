@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from decentlearn.topology.base import Graph, register
+
 __all__ = ["grid_rounds", "parse_grid"]
 
 
@@ -92,3 +94,14 @@ def grid_rounds(
         rounds.append(np.concatenate(pairs).astype(np.int64) if pairs
                       else np.zeros((0, 2), dtype=np.int64))
     return tuple(rounds)
+
+
+@register("moshpit")
+def _moshpit(n: int, grid: str, placement: str = "full", *, seed: int) -> Graph:
+    """Moshpit averaging (Ryabinin et al. 2021): peers on a virtual GRID (4x4x4, or a number of
+    axes D of equal side); round t averages within the groups along axis t mod d. PLACEMENT: full
+    (n equals the cells) or sparse (n <= cells, peers on a seeded random subset of cells)."""
+    if placement not in ("full", "sparse"):
+        raise ValueError(f"PLACEMENT must be 'full' or 'sparse', got {placement!r}")
+    shape = parse_grid(grid, n)
+    return Graph(n, grid_rounds(shape, n, sparse=placement == "sparse", seed=seed))

@@ -17,11 +17,9 @@ distance ``skew(C) = sum_l |p_C(l) - p(l)|``.
   cliques fully linked, then groups of groups, recursively), ``small-world`` (c -- c+1, c+2 and
   c + 2^k on the ring of cliques: the paper's small-world variant with a deterministic choice of the
   long links) and ``fully-connected`` (every pair of cliques).
-* :func:`clique_weights`: the equal-clique weighting: every member gives 1/SIZE to each member of
-  its clique (itself included), and an inter-clique edge (i, j) gets 1/(SIZE (1 + max(e_i, e_j)))
-  taken out of both self weights (e_i: inter-clique edges of peer i). Symmetric, doubly stochastic
-  and nonnegative (the self weight stays >= 1/(SIZE (1 + e_i))); without inter-clique edges one
-  gossip step is exactly the clique average.
+* the ``d-cliques[:SIZE[:INTER]]`` topology: both edge sets together, the cliques kept as the
+  graph's groups for ``weights="clique"`` (:func:`decentlearn.topology.weights.clique_weights`:
+  every member gives 1/SIZE to each member of its clique) and for Clique Averaging.
 """
 
 from __future__ import annotations
@@ -29,10 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-__all__ = ["INTER", "check_size", "clique_skews", "clique_weights", "greedy_swap",
-           "inter_clique_edges", "intra_clique_edges", "label_distributions", "summary"]
+from decentlearn.topology.base import Graph, parse_int, register
+
+__all__ = ["INTER", "check_size", "clique_skews", "greedy_swap", "inter_clique_edges",
+           "intra_clique_edges", "label_distributions", "summary"]
 
 #: The inter-clique layouts.
 INTER = ("ring", "fractal", "small-world", "fully-connected")
@@ -169,27 +168,6 @@ def intra_clique_edges(cliques: np.ndarray) -> np.ndarray:
     return np.column_stack((cliques[:, i].ravel(), cliques[:, j].ravel())).astype(np.int64)
 
 
-def clique_weights(adj: sp.csr_array, groups: np.ndarray) -> sp.csr_array:
-    """The equal-clique weighting of the module docstring, as a canonical CSR matrix (diagonal
-    included). ``adj``: symmetric 0/1 adjacency; ``groups``: clique id of every peer (equal
-    clique sizes)."""
-    n = adj.shape[0]
-    size = int(np.bincount(groups).max())
-    coo = adj.tocoo()
-    r, c = coo.row, coo.col
-    intra = groups[r] == groups[c]
-    inter_deg = np.bincount(r[~intra], minlength=n)
-    vals = np.where(intra, 1.0 / size,
-                    1.0 / (size * (1.0 + np.maximum(inter_deg[r], inter_deg[c]))))
-    diag = 1.0 - np.bincount(r, weights=vals, minlength=n)
-    w = sp.csr_array((np.concatenate((vals, diag)),
-                      (np.concatenate((r, np.arange(n))), np.concatenate((c, np.arange(n))))),
-                     shape=(n, n))
-    w.sum_duplicates()
-    w.sort_indices()
-    return w
-
-
 def summary(dist: np.ndarray, cliques: np.ndarray, n_edges: int, inter: str) -> dict:
     """What the run summary reports: each clique's skew, the edge count against the complete
     graph's n (n - 1) / 2."""
@@ -209,6 +187,7 @@ def summary(dist: np.ndarray, cliques: np.ndarray, n_edges: int, inter: str) -> 
 
 
 def check_size(size: int, n: int) -> None:
+    """Raises ValueError unless cliques of ``size`` peers split ``n`` peers evenly."""
     if size < 1:
         raise ValueError(f"SIZE must be >= 1, got {size}")
     if n % size:
@@ -217,3 +196,19 @@ def check_size(size: int, n: int) -> None:
             f"divisors near it: {[d for d in range(max(1, size - 5), size + 6) if n % d == 0]}"
         )
 
+
+@register("d-cliques")
+def _d_cliques(n: int, size: str = "10", inter: str = "ring", *, seed: int, labels: Any) -> Graph:
+    """D-Cliques (Bellet et al. 2022): Greedy Swap cliques of SIZE peers whose label mix
+    approaches the global one, linked by INTER (ring, fractal, small-world, fully-connected)."""
+    clique_size = parse_int(size, "SIZE", minimum=1)
+    check_size(clique_size, n)
+    if inter not in INTER:
+        raise ValueError(f"INTER must be one of {', '.join(INTER)}, got {inter!r}")
+    dist = label_distributions(labels, n)
+    cliques = greedy_swap(dist, clique_size, seed=seed)
+    edges = np.concatenate((intra_clique_edges(cliques), inter_clique_edges(cliques, inter)))
+    groups = np.empty(n, dtype=np.int64)
+    groups[cliques] = np.arange(cliques.shape[0])[:, None]
+    info = summary(dist, cliques, len(edges), inter)
+    return Graph(n, (edges,), groups=groups, info=info)

@@ -1,68 +1,86 @@
-"""Communication graphs and the mixing matrices that drive gossip, X_{t+1} = W_t X_t.
+"""The core of :mod:`decentlearn.topology`: the one registry of topology builders, the
+:class:`Graph` a builder returns, the two kinds of topology and the checks they share.
 
-A :class:`Topology` holds the mixing matrix W_t of every round of a (possibly time-varying) graph,
-where W_t[i, j] is the weight peer i gives to the vector it receives from peer j. Graphs come from a
-registry of builders by spec string (``make("small-world:4:0.1", 64)``, see :func:`available`), from
-an undirected edge list (:func:`from_edges`) or as a given matrix (:func:`from_matrix`); builders
-return a :class:`Graph` (who talks to whom in each round) and a weight rule (``metropolis``,
-``max-degree`` or ``uniform``) turns it into W_t. Every W_t is checked once at construction
-(nonnegative, rows and columns summing to 1 within 1e-12, symmetric for undirected graphs, and the
-union over one period connected) and stored as a float64 sparse matrix; the dense matrix, the CSR
-triple the C gossip kernel consumes, neighbour lists, degrees and the spectral gap are computed
-lazily, cached per round ``t % period`` and returned read-only.
+* :class:`Topology`: the mixing matrices W_t of every round of a graph's period, built by
+  :func:`make` from a registered builder's :class:`Graph` and a weight rule, by
+  :func:`from_edges` or :func:`from_matrix`; checked once (nonnegative, doubly stochastic within
+  :data:`TOLERANCE`, the union over one period connected) and stored as float64 sparse matrices;
+  the dense matrix, the CSR triple the C gossip kernel consumes, neighbour lists, degrees and the
+  spectral gap are computed lazily, cached per round ``t % period`` and returned read-only.
+* :class:`RoundTopology`: W_t computed on demand (random graphs drawn per round, fault-masked
+  views), with the same read API; each W_t is checked to be ``doubly``, ``column`` or ``row``
+  stochastic (:data:`STOCHASTIC_KINDS`). A registered builder may return one directly.
+
+Builders register with :func:`register` (the leaves :mod:`~decentlearn.topology.static`,
+:mod:`~decentlearn.topology.dynamic`, :mod:`~decentlearn.topology.dcliques`,
+:mod:`~decentlearn.topology.clumping`, :mod:`~decentlearn.topology.moshpit`) and weight rules with
+:func:`register_weights` (:mod:`~decentlearn.topology.weights`); the package imports every leaf,
+so :func:`available` lists every name whatever was imported before.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 from scipy.sparse.csgraph import connected_components
 
-from decentlearn import clumping, dcliques, moshpit
-from decentlearn.dcliques import clique_weights
 from decentlearn.registry import Registry
+from decentlearn.topology.spectral import second_singular_value
 
 __all__ = [
+    "STOCHASTIC_KINDS",
     "Graph",
+    "RoundTopology",
     "Topology",
     "available",
+    "check_mixing",
+    "check_stochastic",
+    "edges_of",
     "from_edges",
     "from_matrix",
     "make",
     "register",
+    "register_weights",
+    "round_matrix",
+    "stochastic_kind",
 ]
 
 #: Tolerance on row and column sums of every W_t (float64).
 TOLERANCE = 1e-12
 
-#: How many seeds random builders try, in a fixed order, before giving up on a connected graph.
-MAX_TRIES = 100
-
 #: Largest n for which repr() computes the spectral gap (beyond it, only a cached gap is shown).
 REPR_GAP_MAX_N = 1024
 
-GraphBuilder = Callable[..., "Graph"]
-WeightRule = Callable[[sp.csr_array, str], sp.csr_array]
+#: What a mixing matrix preserves: "doubly" (rows and columns sum to 1: the mean), "column"
+#: (columns sum to 1: the sum, as push-sum needs), "row" (rows sum to 1: a weighted average).
+STOCHASTIC_KINDS = ("doubly", "column", "row")
 
+#: How many rounds a RoundTopology keeps cached (an algorithm reads W_t a few times per round).
+ROUND_CACHE = 4
+
+#: A builder: ``(n, *spec_params, [seed=], [labels=], [mixing=]) -> Graph | RoundTopology``.
+GraphBuilder = Callable[..., "Graph | RoundTopology"]
+#: A weight rule: ``(adjacency, label for errors, groups or None) -> W`` (canonical CSR).
+WeightRule = Callable[[sp.csr_array, str, "np.ndarray | None"], sp.csr_array]
+
+#: The one registry of topologies: static graphs, data-aware ones and per-round graphs.
 _BUILDERS: Registry[GraphBuilder] = Registry("topology")
-_WEIGHT_RULES: dict[str, WeightRule] = {}
+_WEIGHT_RULES: Registry[WeightRule] = Registry("weight rule")
 
 
 # --------------------------------------------------------------------------------------------------
 # Argument checking
 
 
-def _check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as an int (TypeError for a non-int, ValueError below ``minimum``)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
@@ -71,7 +89,8 @@ def _check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     return value
 
 
-def _parse_int(text: str, name: str, *, minimum: int | None = None) -> int:
+def parse_int(text: str, name: str, *, minimum: int | None = None) -> int:
+    """A spec parameter ``text`` as an int (ValueError naming ``name`` otherwise)."""
     try:
         value = int(text)
     except ValueError:
@@ -81,7 +100,8 @@ def _parse_int(text: str, name: str, *, minimum: int | None = None) -> int:
     return value
 
 
-def _parse_probability(text: str, name: str) -> float:
+def parse_probability(text: str, name: str) -> float:
+    """A spec parameter ``text`` as a number in [0, 1] (ValueError naming ``name`` otherwise)."""
     try:
         value = float(text)
     except ValueError:
@@ -95,11 +115,23 @@ def _check_weights(weights: Any) -> str:
     if not isinstance(weights, str):
         raise TypeError(f"weights must be a str, got {type(weights).__name__} {weights!r}")
     if weights not in _WEIGHT_RULES:
-        raise ValueError(f"weights must be one of {sorted(_WEIGHT_RULES)}, got {weights!r}")
+        raise ValueError(f"weights must be one of {_WEIGHT_RULES.available()}, got {weights!r}")
     return weights
 
 
-def _edge_array(edges: Any, n: int, name: str) -> np.ndarray:
+def _check_mixing_kinds(mixing: Any) -> tuple[str, ...]:
+    if isinstance(mixing, str) or not isinstance(mixing, Iterable):
+        raise TypeError(f"mixing must be a tuple of kinds from {STOCHASTIC_KINDS}, "
+                        f"got {type(mixing).__name__} {mixing!r}")
+    mixing = tuple(mixing)
+    bad = [k for k in mixing if k not in STOCHASTIC_KINDS]
+    if bad or not mixing:
+        raise ValueError(f"mixing must be a non-empty tuple of kinds from {STOCHASTIC_KINDS}, "
+                         f"got {mixing!r}")
+    return mixing
+
+
+def edge_array(edges: Any, n: int, name: str) -> np.ndarray:
     """Returns ``edges`` as a C-contiguous (m, 2) int64 array of peer indices in [0, n)."""
     if isinstance(edges, np.ndarray):
         arr = edges
@@ -149,7 +181,7 @@ class Graph:
     info: dict | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        n = _check_int(self.n, "n", minimum=1)
+        n = check_int(self.n, "n", minimum=1)
         if self.groups is not None:
             groups = np.asarray(self.groups)
             if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
@@ -167,14 +199,14 @@ class Graph:
             )
         if len(self.rounds) == 0:
             raise ValueError("rounds must hold at least one round, got an empty tuple")
-        rounds = tuple(_edge_array(e, n, f"rounds[{k}]") for k, e in enumerate(self.rounds))
+        rounds = tuple(edge_array(e, n, f"rounds[{k}]") for k, e in enumerate(self.rounds))
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "rounds", rounds)
 
     def adjacency(self, k: int = 0) -> sp.csr_array:
         """The 0/1 float64 adjacency of round ``k``, self loops dropped: A[i, j] = 1 if i receives
         from j."""
-        edges = self.rounds[_check_int(k, "k", minimum=0) % len(self.rounds)]
+        edges = self.rounds[check_int(k, "k", minimum=0) % len(self.rounds)]
         i, j = edges[:, 0], edges[:, 1]
         keep = i != j
         i, j = i[keep], j[keep]
@@ -188,12 +220,15 @@ class Graph:
 
 
 def register(name: str) -> Callable[[GraphBuilder], GraphBuilder]:
-    """Registers a graph builder under ``name`` for :func:`make`.
+    """Registers a topology builder under ``name`` for :func:`make`.
 
     The builder is called as ``builder(n, *params, seed=seed)`` with the spec's colon-separated
-    parameters as strings (``make("small-world:4:0.1", n)`` passes ``"4", "0.1"``); ``seed`` is
-    passed only when the builder has such a parameter. It returns a :class:`Graph` with ``n`` peers
-    and raises ValueError, naming the parameter, for values it cannot use.
+    parameters as strings (``make("small-world:4:0.1", n)`` passes ``"4", "0.1"``); ``seed``,
+    ``labels`` (per-peer label histograms) and ``mixing`` (the matrix kinds the algorithm accepts)
+    are passed only when the builder has such a keyword parameter. It returns a :class:`Graph`
+    with ``n`` peers, which :func:`make` weighs with the chosen rule, or a :class:`RoundTopology`
+    (per-round graphs that choose their own weights), and raises ValueError, naming the
+    parameter, for values it cannot use.
     """
     add = _BUILDERS.register(name)
 
@@ -206,8 +241,16 @@ def register(name: str) -> Callable[[GraphBuilder], GraphBuilder]:
 
 
 def available() -> list[str]:
-    """Names of the registered graph builders, sorted."""
+    """Names of every registered topology (static, data-aware and per-round), sorted."""
     return _BUILDERS.available()
+
+
+def register_weights(name: str) -> Callable[[WeightRule], WeightRule]:
+    """Registers a weight rule under ``name`` (``make(spec, n, weights=name)``): called as
+    ``rule(adj, label, groups)`` on each round's symmetric 0/1 adjacency, with ``label`` naming
+    the topology for errors and ``groups`` the graph's clique ids (or None); returns W in
+    canonical CSR form with the diagonal stored."""
+    return _WEIGHT_RULES.register(name)
 
 
 def _usage(name: str, builder: GraphBuilder) -> str:
@@ -219,268 +262,6 @@ def _usage(name: str, builder: GraphBuilder) -> str:
         elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             parts.append(f":{p.name.upper()}" if p.default is p.empty else f"[:{p.name.upper()}]")
     return "".join(parts)
-
-
-@register("ring")
-def _ring(n: int) -> Graph:
-    """Cycle 0-1-...-(n-1)-0; a single edge for n = 2, no edge for n = 1. Degree 2."""
-    i = np.arange(n)
-    return Graph(n, (np.column_stack((i, (i + 1) % n)),))
-
-
-@register("torus")
-def _torus(n: int, r: str | None = None, c: str | None = None) -> Graph:
-    """2-D torus, R x C = n; R is the largest divisor of n not above sqrt(n) unless given."""
-    if r is None:
-        rows = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
-        cols = n // rows
-    else:
-        rows = _parse_int(r, "R", minimum=1)
-        if c is None:
-            if n % rows:
-                raise ValueError(f"R={rows} must divide n={n}")
-            cols = n // rows
-        else:
-            cols = _parse_int(c, "C", minimum=1)
-            if rows * cols != n:
-                raise ValueError(
-                    f"R*C must equal n={n}, got R={rows}, C={cols} ({rows * cols} peers)"
-                )
-    grid = np.arange(n).reshape(rows, cols)
-    right = np.roll(grid, -1, axis=1)
-    down = np.roll(grid, -1, axis=0)
-    edges = np.concatenate(
-        (
-            np.column_stack((grid.ravel(), right.ravel())),
-            np.column_stack((grid.ravel(), down.ravel())),
-        )
-    )
-    return Graph(n, (edges,))
-
-
-@register("exponential")
-def _exponential(n: int) -> Graph:
-    """Static exponential graph: i -- i + 2^k mod n for k = 0..floor(log2(n - 1)), undirected."""
-    if n == 1:
-        return Graph(n, (np.zeros((0, 2), dtype=np.int64),))
-    offsets = 1 << np.arange((n - 1).bit_length())  # 2^0 .. 2^floor(log2(n - 1))
-    i = np.arange(n)
-    edges = np.column_stack((np.repeat(i, offsets.size), ((i[:, None] + offsets) % n).ravel()))
-    return Graph(n, (edges,))
-
-
-@register("one-peer-exponential")
-def _one_peer_exponential(n: int) -> Graph:
-    """Ying et al. (2021): in round k = t mod ceil(log2 n), peer i receives from i - 2^k mod n."""
-    period = max(1, (n - 1).bit_length())  # ceil(log2 n), at least one round
-    i = np.arange(n)
-    rounds = tuple(np.column_stack((i, (i - (1 << k)) % n)) for k in range(period))
-    return Graph(n, rounds, directed=True)
-
-
-@register("complete")
-def _complete(n: int) -> Graph:
-    """Every pair of peers is connected. Degree n - 1."""
-    i, j = np.triu_indices(n, k=1)
-    return Graph(n, (np.column_stack((i, j)),))
-
-
-@register("star")
-def _star(n: int) -> Graph:
-    """Peer 0 is connected to every other peer, and they only to it."""
-    leaves = np.arange(1, n)
-    return Graph(n, (np.column_stack((np.zeros_like(leaves), leaves)),))
-
-
-@register("hypercube")
-def _hypercube(n: int) -> Graph:
-    """Peers are the bit strings of length log2 n, connected when they differ in one bit."""
-    if n & (n - 1):
-        raise ValueError(f"n must be a power of two for a hypercube, got n={n}")
-    bits = 1 << np.arange(n.bit_length() - 1)
-    i = np.arange(n)
-    edges = np.column_stack((np.repeat(i, bits.size), (i[:, None] ^ bits).ravel()))
-    return Graph(n, (edges,))
-
-
-@register("random-regular")
-def _random_regular(n: int, d: str = "4", *, seed: int) -> Graph:
-    """Uniform random D-regular graph (networkx), redrawn in a fixed seed order until connected."""
-    degree = _parse_int(d, "D", minimum=0)
-    if degree >= n:
-        raise ValueError(f"D must be < n={n}, got D={degree}")
-    if (n * degree) % 2:
-        raise ValueError(f"n*D must be even, got n={n}, D={degree}")
-    if n > 1 and degree == 0:
-        raise ValueError(f"D=0 leaves the {n} peers isolated; use D >= 2")
-    if n > 2 and degree == 1:
-        raise ValueError(
-            f"a 1-regular graph on n={n} peers is a matching, never connected; use D >= 2"
-        )
-    import networkx as nx  # only these two builders need it; keeps `import decentlearn` light
-
-    rng = random.Random(seed)  # one stream: every retry draws a new, reproducible graph
-    for _ in range(MAX_TRIES):
-        g = nx.random_regular_graph(degree, n, seed=rng)
-        if nx.is_connected(g):
-            return Graph(n, (np.array(g.edges(), dtype=np.int64).reshape(-1, 2),))
-    raise ValueError(
-        f"no connected {degree}-regular graph on n={n} peers in {MAX_TRIES} tries; use a larger D"
-    )
-
-
-@register("small-world")
-def _small_world(n: int, k: str = "4", p: str = "0.1", *, seed: int) -> Graph:
-    """Connected Watts-Strogatz graph (networkx): K-neighbour ring lattice, rewired with prob. P."""
-    neighbours = _parse_int(k, "K", minimum=2)
-    if neighbours % 2 or neighbours >= n:
-        raise ValueError(f"K must be even and < n={n}, got K={neighbours}")
-    rewire = _parse_probability(p, "P")
-    import networkx as nx
-
-    try:
-        g = nx.connected_watts_strogatz_graph(n, neighbours, rewire, tries=MAX_TRIES, seed=seed)
-    except nx.NetworkXException as exc:
-        raise ValueError(f"no connected small-world graph in {MAX_TRIES} tries: {exc}") from exc
-    return Graph(n, (np.array(g.edges(), dtype=np.int64).reshape(-1, 2),))
-
-
-@register("edges")
-def _edges_file(n: int, *path: str) -> Graph:
-    """Undirected edges read from a text file: one "i j" pair per line, '#' starts a comment."""
-    if not path or not ":".join(path):
-        raise ValueError("PATH is missing: write the spec as 'edges:PATH'")
-    filename = Path(":".join(path))
-    try:
-        text = filename.read_text()
-    except OSError as exc:
-        raise ValueError(f"cannot read edge file {str(filename)!r}: {exc.strerror}") from exc
-    pairs: list[tuple[int, int]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        fields = line.split("#", 1)[0].split()
-        if not fields:
-            continue
-        try:
-            i, j = (int(f) for f in fields)
-        except ValueError:
-            got = line.strip()
-            raise ValueError(
-                f"{str(filename)!r} line {lineno}: expected two integers 'i j', got {got!r}"
-            ) from None
-        pairs.append((i, j))
-    return Graph(n, (_edge_array(pairs, n, f"edges in {str(filename)!r}"),))
-
-
-@register("d-cliques")
-def _d_cliques(n: int, size: str = "10", inter: str = "ring", *, seed: int, labels: Any) -> Graph:
-    """D-Cliques (Bellet et al. 2022): Greedy Swap cliques of SIZE peers whose label mix
-    approaches the global one, linked by INTER (ring, fractal, small-world, fully-connected)."""
-    clique_size = _parse_int(size, "SIZE", minimum=1)
-    dcliques.check_size(clique_size, n)
-    if inter not in dcliques.INTER:
-        raise ValueError(f"INTER must be one of {', '.join(dcliques.INTER)}, got {inter!r}")
-    dist = dcliques.label_distributions(labels, n)
-    cliques = dcliques.greedy_swap(dist, clique_size, seed=seed)
-    edges = np.concatenate(
-        (dcliques.intra_clique_edges(cliques), dcliques.inter_clique_edges(cliques, inter))
-    )
-    groups = np.empty(n, dtype=np.int64)
-    groups[cliques] = np.arange(cliques.shape[0])[:, None]
-    info = dcliques.summary(dist, cliques, len(edges), inter)
-    return Graph(n, (edges,), groups=groups, info=info)
-
-
-@register("clumped")
-def _clumped(n: int, k: str = "4", order: str = "heterogeneous", *, seed: int,
-             labels: Any) -> Graph:
-    """Peer clumping (proxy-based locally heterogeneous topology): peers clustered by label proxy,
-    dealt round-robin from the clumps, laid on a circulant graph of even degree K. ORDER:
-    heterogeneous (the method) or homogeneous (same graph on clumps in sequence, baseline)."""
-    degree = _parse_int(k, "K", minimum=2)
-    if degree % 2 or degree >= n:
-        raise ValueError(f"K must be even and < n={n}, got K={degree}")
-    dist = dcliques.label_distributions(labels, n)
-    seq = clumping.clump_order(dist, seed=seed, order=order)
-    edges = clumping.circulant_edges(seq, degree)
-    graph = Graph(n, (edges,))
-    skew = clumping.local_skew(graph.adjacency(), dist)
-    return Graph(n, (edges,), info={"order": order, "degree": degree, "local_skew": skew})
-
-
-@register("moshpit")
-def _moshpit(n: int, grid: str, placement: str = "full", *, seed: int) -> Graph:
-    """Moshpit averaging (Ryabinin et al. 2021): peers on a virtual GRID (4x4x4, or a number of
-    axes D of equal side); round t averages within the groups along axis t mod d. PLACEMENT: full
-    (n equals the cells) or sparse (n <= cells, peers on a seeded random subset of cells)."""
-    if placement not in ("full", "sparse"):
-        raise ValueError(f"PLACEMENT must be 'full' or 'sparse', got {placement!r}")
-    shape = moshpit.parse_grid(grid, n)
-    return Graph(n, moshpit.grid_rounds(shape, n, sparse=placement == "sparse", seed=seed))
-
-
-# --------------------------------------------------------------------------------------------------
-# Weight rules
-
-
-def _weight_rule(name: str) -> Callable[[WeightRule], WeightRule]:
-    def decorator(rule: WeightRule) -> WeightRule:
-        _WEIGHT_RULES[name] = rule
-        return rule
-
-    return decorator
-
-
-def _assemble(adj: sp.csr_array, off: np.ndarray, diag: np.ndarray | None = None) -> sp.csr_array:
-    """W with off-diagonal values ``off`` on the (canonical) pattern of ``adj`` and diagonal
-    ``diag`` (1 - row sum of ``off`` when not given), in canonical CSR form."""
-    n = adj.shape[0]
-    rows = np.repeat(np.arange(n), np.diff(adj.indptr))
-    if diag is None:
-        diag = 1.0 - np.bincount(rows, weights=off, minlength=n)
-    # Insert each row's diagonal entry in place, keeping columns sorted, without a COO round trip.
-    after = adj.indices > rows
-    indptr = adj.indptr.astype(np.int64) + np.arange(n + 1)
-    slot = indptr[:-1] + np.bincount(rows[~after], minlength=n)
-    data = np.empty(adj.nnz + n)
-    indices = np.empty(adj.nnz + n, dtype=np.int64)
-    moved = np.arange(adj.nnz) + rows + after
-    data[moved], indices[moved] = off, adj.indices
-    data[slot], indices[slot] = diag, np.arange(n)
-    w = sp.csr_array((data, indices, indptr), shape=(n, n))
-    w.has_canonical_format = True
-    return w
-
-
-@_weight_rule("metropolis")
-def _metropolis(adj: sp.csr_array, label: str) -> sp.csr_array:
-    degree = np.diff(adj.indptr)
-    rows = np.repeat(np.arange(adj.shape[0]), degree)
-    return _assemble(adj, 1.0 / (1.0 + np.maximum(degree[rows], degree[adj.indices])))
-
-
-@_weight_rule("max-degree")
-def _max_degree(adj: sp.csr_array, label: str) -> sp.csr_array:
-    degree = np.diff(adj.indptr)
-    return _assemble(adj, np.full(adj.nnz, 1.0 / (1.0 + degree.max())))
-
-
-@_weight_rule("uniform")
-def _uniform(adj: sp.csr_array, label: str) -> sp.csr_array:
-    degree = np.diff(adj.indptr)
-    if degree.min() != degree.max():
-        raise ValueError(
-            f"weights='uniform' on {label} gives a mixing matrix that is not doubly stochastic: "
-            f"peer degrees differ (from {degree.min()} to {degree.max()}) and w_ij = 1/(d_i + 1) "
-            "is doubly stochastic only on regular graphs; use weights='metropolis' or 'max-degree'"
-        )
-    rows = np.repeat(np.arange(adj.shape[0]), degree)
-    return _assemble(adj, 1.0 / (1.0 + degree[rows]), 1.0 / (1.0 + degree))
-
-
-@_weight_rule("clique")
-def _clique(adj: sp.csr_array, label: str) -> sp.csr_array:
-    # Reached only for graphs without groups: _from_graph handles graphs made of cliques.
-    raise ValueError(f"weights='clique' needs a topology made of cliques (d-cliques), got {label}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -608,7 +389,7 @@ class Topology:
         return f"Topology({self.name!r}, n={self.n}, weights={self.weights!r}{period}{gap})"
 
     def _round(self, t: int) -> int:
-        return _check_int(t, "t", minimum=0) % self.period
+        return check_int(t, "t", minimum=0) % self.period
 
     def _cached(self, what: str, r: int, compute: Callable[[], Any]) -> Any:
         key = (what, r)
@@ -653,7 +434,7 @@ class Topology:
     def neighbors(self, i: int, t: int = 0) -> np.ndarray:
         """The peers whose vectors peer ``i`` receives in round t (W_t[i, j] != 0, j != i),
         ascending, int64, read-only."""
-        i = _check_int(i, "i", minimum=0)
+        i = check_int(i, "i", minimum=0)
         if i >= self.n:
             raise ValueError(f"i must be < n={self.n}, got {i}")
         indptr, indices = self._off_diagonal(self._round(t))
@@ -703,7 +484,7 @@ class Topology:
         r = self._round(t)
         w = self.rounds[r]
         return self._cached(
-            "gap", r, lambda: 1.0 - _second_singular_value((w,), self.n, _is_symmetric(w))
+            "gap", r, lambda: 1.0 - second_singular_value((w,), self.n, _is_symmetric(w))
         )
 
     def period_spectral_gap(self) -> float:
@@ -718,124 +499,8 @@ class Topology:
         if self.period == 1:
             return self.spectral_gap()
         return self._cached(
-            "period-gap", 0, lambda: 1.0 - _second_singular_value(self.rounds, self.n, False)
+            "period-gap", 0, lambda: 1.0 - second_singular_value(self.rounds, self.n, False)
         )
-
-
-#: Up to this many peers the spectral gap comes from a dense eigendecomposition (exact, fast);
-#: above it from ARPACK on a sparse operator.
-DENSE_GAP_MAX_N = 64
-
-
-def _second_singular_value(mats: Sequence[sp.csr_array], n: int, symmetric: bool) -> float:
-    """sigma_2 of M = mats[-1] @ ... @ mats[0], all doubly stochastic: ||M - J/n||_2 in [0, 1]."""
-    if n == 1:
-        return 0.0
-    if n <= DENSE_GAP_MAX_N:
-        m = np.eye(n)
-        for w in mats:
-            m = w @ m
-        if symmetric:
-            eig = np.linalg.eigvalsh(m)  # ascending; eig[-1] == 1
-            second = max(abs(eig[-2]), abs(eig[0]))
-        else:
-            second = np.linalg.svd(m, compute_uv=False)[1]
-        return float(min(1.0, max(0.0, second)))
-    transposed = [w.T.tocsr() for w in reversed(mats)]
-
-    def forward(x: np.ndarray) -> np.ndarray:  # (M - J/n) x = M (x - mean(x))
-        y = x.reshape(n) - x.mean()
-        for w in mats:
-            y = w @ y
-        return y
-
-    def backward(x: np.ndarray) -> np.ndarray:  # (M - J/n)^T x = M^T x - mean(M^T x)
-        y = x.reshape(n)
-        for w in transposed:
-            y = w @ y
-        return y - y.mean()
-
-    # A fixed start vector makes the result independent of global random state.
-    v0 = np.random.default_rng(0).standard_normal(n)
-    ncv = min(n, 40)
-    if symmetric and len(mats) == 1:
-        second = _second_symmetric(mats[0], n, forward, v0, ncv)
-    elif symmetric:
-        op = spla.LinearOperator((n, n), matvec=forward, dtype=np.float64)
-        second = abs(_largest(op, v0, ncv))
-    else:
-        gram = spla.LinearOperator((n, n), matvec=lambda x: backward(forward(x)),
-                                   dtype=np.float64)
-        second = math.sqrt(max(_largest(gram, v0, ncv), 0.0))
-    return float(min(1.0, max(0.0, second)))
-
-
-def _largest(op: spla.LinearOperator, v0: np.ndarray, ncv: int,
-             maxiter: int | None = None) -> float:
-    """The eigenvalue of largest magnitude of a symmetric operator (ARPACK, machine tolerance).
-    With ``maxiter``, ARPACK's ArpackNoConvergence propagates (the caller has a fallback)."""
-    # An operator that maps a random vector to (numerically) zero is zero: ARPACK would stop on a
-    # zero Krylov vector (a period that averages exactly, such as Moshpit on a full grid).
-    if np.linalg.norm(op.matvec(v0)) <= 1e-13 * np.linalg.norm(v0):
-        return 0.0
-    try:
-        return float(spla.eigsh(op, k=1, which="LM", v0=v0, ncv=ncv,
-                                maxiter=maxiter or 100 * op.shape[0],
-                                return_eigenvectors=False)[0])
-    except spla.ArpackNoConvergence as exc:
-        if maxiter is not None:
-            raise
-        raise ValueError(  # pragma: no cover - ARPACK rarely gives up
-            f"the spectral gap did not converge in ARPACK: {exc}") from exc
-
-
-#: Restarts of plain ARPACK on a static symmetric W before the shift-invert solver takes over.
-_PLAIN_ARPACK_RESTARTS = 40
-
-
-def _second_symmetric(w: sp.csr_array, n: int, forward, v0: np.ndarray, ncv: int) -> float:
-    """max(|lambda_2|, |lambda_n|) of a symmetric doubly stochastic W.
-
-    Plain ARPACK on the deflated operator converges in a few hundred products when the
-    eigenvalues are spread (expanders, exponential graphs). On rings and tori of 10^4 peers they
-    cluster within ~1e-7 of 1 and ARPACK would need a minute, so after a few restarts:
-
-    * lambda_2 = 1 - mu_2, mu_2 the smallest nonzero eigenvalue of A = I - W, from shift-invert
-      (a sparse LU of A + delta I, the constant null vector projected out of every solve): exact;
-    * lambda_n from a loose Lanczos estimate theta >= lambda_n (relative tolerance 1e-4). When
-      |theta| is clearly below lambda_2 (a ring: -1/3 against 1 - 1e-7) lambda_2 is the answer;
-      otherwise lambda_n comes from shift-invert at -1 (it is then close to -1).
-    """
-    op = spla.LinearOperator((n, n), matvec=forward, dtype=np.float64)
-    try:
-        return abs(_largest(op, v0, ncv, maxiter=_PLAIN_ARPACK_RESTARTS))
-    except spla.ArpackNoConvergence:
-        pass
-    eye = sp.identity(n, format="csc")
-    a = (eye - w.tocsc()).tocsc()
-    delta = 1e-10
-    lu = spla.splu((a + delta * eye).tocsc())
-
-    def solve_deflated(b: np.ndarray) -> np.ndarray:
-        b = b.reshape(n) - b.mean()
-        x = lu.solve(b)
-        return x - x.mean()
-
-    inv = spla.LinearOperator((n, n), matvec=solve_deflated, dtype=np.float64)
-    nu = spla.eigsh(inv, k=1, which="LA", v0=v0 - v0.mean(), ncv=ncv,
-                    return_eigenvectors=False)[0]
-    lam2 = 1.0 - (1.0 / nu - delta)
-    tol = 1e-4
-    try:
-        theta = float(spla.eigsh(w, k=1, which="SA", v0=v0, ncv=ncv, tol=tol, maxiter=300,
-                                 return_eigenvectors=False)[0])
-        if abs(theta) * (1 + 10 * tol) + 10 * tol < abs(lam2):
-            return abs(lam2)
-    except spla.ArpackNoConvergence:
-        pass
-    lam_n = spla.eigsh(w.tocsc(), k=1, sigma=-1.0 - 1e-9, which="LM", v0=v0, ncv=ncv,
-                       return_eigenvectors=False)[0]
-    return max(abs(lam2), abs(float(lam_n)))
 
 
 def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
@@ -843,16 +508,8 @@ def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
     period = len(graph.rounds)
     patterns = [graph.adjacency(k) for k in range(period)]
     _check_connected(patterns, graph.n, label, period)
-    if weights == "clique":
-        if graph.groups is None:
-            raise ValueError(
-                f"weights='clique' (equal-clique weighting) needs a topology made of cliques "
-                f"(d-cliques), got {label}; use weights='metropolis'"
-            )
-        mats = tuple(clique_weights(adj, graph.groups) for adj in patterns)
-    else:
-        rule = _WEIGHT_RULES[weights]
-        mats = tuple(rule(adj, label) for adj in patterns)
+    rule = _WEIGHT_RULES.get(weights)
+    mats = tuple(rule(adj, label, graph.groups) for adj in patterns)
     topology = Topology(name, weights, mats, groups=graph.groups, info=graph.info)
     if topology.directed and not graph.directed:
         raise ValueError(f"weights={weights!r} on undirected {label} gives a non-symmetric matrix")
@@ -860,26 +517,39 @@ def _from_graph(name: str, graph: Graph, weights: str) -> Topology:
 
 
 def make(
-    spec: str, n: int, *, seed: int = 0, weights: str = "metropolis", labels: Any = None
-) -> Topology:
-    """Builds the topology named by ``spec`` ("ring", "torus:4:8", "small-world:4:0.1", ...; see
-    :func:`available`) on ``n`` peers, with mixing weights from the rule ``weights``
-    ("metropolis", "max-degree", "uniform", or "clique" for d-cliques). ``seed`` fixes random
-    graphs. ``labels``, per-peer label histograms (n, n_classes), reaches only the builders that
-    declare a keyword-only ``labels`` parameter (data-aware ones such as d-cliques), which raise
-    ValueError when it is None; the others ignore it."""
+    spec: str,
+    n: int,
+    *,
+    seed: int = 0,
+    weights: str = "metropolis",
+    mixing: tuple[str, ...] = ("doubly",),
+    labels: Any = None,
+) -> Topology | RoundTopology:
+    """Builds the topology named by ``spec`` ("ring", "torus:4:8", "small-world:4:0.1",
+    "random-matching", "epidemic:2", ...; see :func:`available`) on ``n`` peers.
+
+    A graph builder's graph gets its mixing weights from the rule ``weights`` ("metropolis",
+    "max-degree", "uniform", or "clique" for d-cliques) and becomes a :class:`Topology`; a
+    per-round graph is a :class:`RoundTopology` that chooses its own weights. ``seed`` fixes
+    random graphs. ``mixing``, the kinds of matrix the algorithm accepts (its ``mixing``
+    attribute, e.g. ``("column", "doubly")`` for push-sum), reaches only the builders that
+    declare a keyword-only ``mixing`` parameter (the directed per-round graphs, which take the
+    first of "column" / "row" in it). ``labels``, per-peer label histograms (n, n_classes),
+    reaches only the builders that declare a keyword-only ``labels`` parameter (data-aware ones
+    such as d-cliques), which raise ValueError when it is None; the others ignore it. Whether the
+    result suits an algorithm is :func:`check_mixing`'s question."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
-    n = _check_int(n, "n", minimum=1)
-    seed = _check_int(seed, "seed", minimum=0)
+    n = check_int(n, "n", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
     weights = _check_weights(weights)
+    mixing = _check_mixing_kinds(mixing)
     spec = spec.strip()
     key, *params = spec.split(":")
     builder = _BUILDERS.get(key, spec)
     signature = inspect.signature(builder)
-    kwargs: dict[str, Any] = {"seed": seed} if "seed" in signature.parameters else {}
-    if "labels" in signature.parameters:
-        kwargs["labels"] = labels
+    offered = {"seed": seed, "labels": labels, "mixing": mixing}
+    kwargs = {k: v for k, v in offered.items() if k in signature.parameters}
     try:
         signature.bind(n, *params, **kwargs)
     except TypeError:
@@ -890,10 +560,13 @@ def make(
         graph = builder(n, *params, **kwargs)
     except ValueError as exc:
         raise ValueError(f"spec {spec!r} with n={n}: {exc}") from exc
-    if not isinstance(graph, Graph):
-        raise TypeError(f"builder for {key!r} must return a Graph, got {type(graph).__name__}")
+    if not isinstance(graph, (Graph, RoundTopology)):
+        raise TypeError(f"builder for {key!r} must return a Graph or a RoundTopology, "
+                        f"got {type(graph).__name__}")
     if graph.n != n:
         raise ValueError(f"builder for {key!r} returned a graph on {graph.n} peers, expected n={n}")
+    if isinstance(graph, RoundTopology):
+        return graph
     return _from_graph(spec, graph, weights)
 
 
@@ -906,11 +579,11 @@ def from_edges(
 ) -> Topology:
     """Builds a static topology from undirected edges, (i, j) pairs or an (m, 2) int array of peer
     indices in [0, n). Self loops are ignored and duplicate edges (either orientation) merged."""
-    n = _check_int(n, "n", minimum=1)
+    n = check_int(n, "n", minimum=1)
     weights = _check_weights(weights)
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, got {name!r}")
-    return _from_graph(name, Graph(n, (_edge_array(edges, n, "edges"),)), weights)
+    return _from_graph(name, Graph(n, (edge_array(edges, n, "edges"),)), weights)
 
 
 def from_matrix(W: npt.ArrayLike | sp.sparray | sp.spmatrix, *, name: str = "matrix") -> Topology:
@@ -923,16 +596,8 @@ def from_matrix(W: npt.ArrayLike | sp.sparray | sp.spmatrix, *, name: str = "mat
 
 
 # --------------------------------------------------------------------------------------------------
-# Per-round topologies (decentlearn.network): W_t produced on demand, possibly only column- or
-# row-stochastic. Additive to the Topology class above; the C gossip kernel reads either through
-# ``csr(t)``.
-
-#: What a mixing matrix preserves: "doubly" (rows and columns sum to 1: the mean), "column"
-#: (columns sum to 1: the sum, as push-sum needs), "row" (rows sum to 1: a weighted average).
-STOCHASTIC_KINDS = ("doubly", "column", "row")
-
-#: How many rounds a RoundTopology keeps cached (an algorithm reads W_t a few times per round).
-ROUND_CACHE = 4
+# Per-round topologies: W_t produced on demand, possibly only column- or row-stochastic. The C
+# gossip kernel reads either kind through ``csr(t)``.
 
 
 def check_stochastic(w: sp.csr_array, kind: str, name: str) -> None:
@@ -968,25 +633,6 @@ def round_matrix(topology: Any, t: int) -> sp.csr_array:
     return topology.matrix(t)
 
 
-def column_weights(adj: sp.csr_array) -> sp.csr_array:
-    """Push-sum weights on a directed pattern (A[i, j] = 1: i receives from j): every sender j
-    splits its value equally among itself and its out-neighbours, W[i, j] = 1 / (1 + outdeg j).
-    Column-stochastic."""
-    n = adj.shape[0]
-    out_degree = np.bincount(adj.indices, minlength=n)
-    share = 1.0 / (1.0 + out_degree)
-    return _assemble(adj, share[adj.indices], share)
-
-
-def row_weights(adj: sp.csr_array) -> sp.csr_array:
-    """Averaging of what arrives (Epidemic Learning): W[i, j] = 1 / (1 + indeg i) for every
-    in-neighbour j and for i itself. Row-stochastic."""
-    degree = np.diff(adj.indptr)
-    rows = np.repeat(np.arange(adj.shape[0]), degree)
-    share = 1.0 / (1.0 + degree)
-    return _assemble(adj, share[rows], share)
-
-
 class RoundTopology:
     """A topology whose W_t is computed on demand by ``matrix_of(t)`` (time-varying random graphs,
     fault-masked views): the read API of :class:`Topology` (``n``, ``csr(t)``, ``send_counts(t)``,
@@ -1009,8 +655,8 @@ class RoundTopology:
         if stochastic not in STOCHASTIC_KINDS:
             raise ValueError(f"stochastic must be one of {STOCHASTIC_KINDS}, got {stochastic!r}")
         if period is not None:
-            period = _check_int(period, "period", minimum=1)
-        self.name, self.n, self.weights = name, _check_int(n, "n", minimum=1), weights
+            period = check_int(period, "period", minimum=1)
+        self.name, self.n, self.weights = name, check_int(n, "n", minimum=1), weights
         self.stochastic, self.period, self.directed = stochastic, period, bool(directed)
         self._matrix_of = matrix_of
         self._cache: dict[int, dict[str, Any]] = {}
@@ -1021,7 +667,7 @@ class RoundTopology:
                 f"stochastic={self.stochastic!r}, {period})")
 
     def _entry(self, t: int) -> dict[str, Any]:
-        t = _check_int(t, "t", minimum=0)
+        t = check_int(t, "t", minimum=0)
         key = t if self.period is None else t % self.period
         entry = self._cache.get(key)
         if entry is None:
@@ -1070,7 +716,7 @@ class RoundTopology:
 
     def neighbors(self, i: int, t: int = 0) -> np.ndarray:
         dst, src = self.edges(t)
-        return _read_only(np.sort(src[dst == _check_int(i, "i", minimum=0)]))
+        return _read_only(np.sort(src[dst == check_int(i, "i", minimum=0)]))
 
     def spectral_gap(self, t: int = 0) -> float:
         """1 - sigma_2(W_t) (as :meth:`Topology.spectral_gap`); dense, O(n^3)."""
@@ -1095,3 +741,17 @@ def edges_of(topology: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
     rows = np.repeat(np.arange(topology.n), np.diff(w.indptr))
     off = w.indices != rows
     return rows[off].astype(np.int64), w.indices[off].astype(np.int64)
+
+
+def check_mixing(topology: Any, accepted: tuple[str, ...], name: str, *,
+                 hints: Mapping[str, str] | None = None) -> None:
+    """Raises ValueError when ``topology``'s matrices are not of a kind in ``accepted`` (e.g. an
+    algorithm's ``mixing`` attribute). ``name`` says who needs them in the message ("algorithm
+    'choco'"); ``hints`` maps a kind to what to use instead, appended as "; use ..."."""
+    kind = stochastic_kind(topology)
+    if kind in accepted:
+        return
+    hint = (hints or {}).get(kind, "")
+    raise ValueError(f"topology {topology.name!r} mixes with {kind}-stochastic weights, which "
+                     f"{name} does not handle (it needs {' or '.join(accepted)}-stochastic W)"
+                     + (f"; use {hint}" if hint else ""))
