@@ -20,10 +20,10 @@ __version__ = "0.1.0"
 
 #: Submodules reachable as attributes, imported on first access.
 _SUBMODULES = (
-    "algorithms", "baselines", "batchnorm", "bench", "checkpoint", "cli", "clumping", "cocofl",
-    "comm", "compress", "data", "dcliques", "finite_gossip", "heterogeneity", "lowp", "memory",
-    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "sim",
-    "sweep", "topology",
+    "algorithms", "baselines", "bench", "checkpoint", "checks", "cli", "clumping", "comm",
+    "compress", "data", "dcliques", "finite_gossip", "heterogeneity", "memory", "metrics",
+    "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "sim", "sweep",
+    "topology",
 )
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",

@@ -143,7 +143,7 @@ class SGD:
         """One SGD step in place on ``params``; ``grad`` is read only. ``lr`` overrides the
         configured learning rate for this step (schedules). ``frozen`` (P,) ints: the leading
         ``frozen[p]`` entries of row p do not move and keep a zero momentum buffer (frozen
-        layers, decentlearn.cocofl); masked per distinct value, not per peer."""
+        layers, decentlearn.nn.cocofl); masked per distinct value, not per peer."""
         self._check(params, "params")
         self._check(grad, "grad")
         if not params.flags.writeable:
