@@ -359,8 +359,8 @@ class Model:
         logits, ctxs = self._forward(params, xb, train=True, first_trained=first)
         loss, dlogits = _cross_entropy(logits, y, want_grad=True)
         w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
-        for sc, layer_seed in zip(scratch, self._layer_seeds):
-            sc.rng = (layer_seed, step)
+        for sc, seed_of_layer in zip(scratch, self._layer_seeds):
+            sc.rng = (seed_of_layer, step)
             sc.peer0 = self.peer0
         h: np.ndarray | None = dlogits
         layers, fused = self._layers, self._fused
