@@ -30,7 +30,7 @@ import scipy.sparse
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import decentlearn
-from decentlearn import cocofl
+from decentlearn.nn import cocofl
 from decentlearn.bench import cpu_info
 from decentlearn.sim import RunConfig, Simulator
 

@@ -70,7 +70,7 @@ class Algorithm(ABC):
         self.compressor = compressor
         self.seed = seed
         self._grad = np.empty_like(params)
-        #: Layers with parameters that each peer freezes (CoCoFL, decentlearn.cocofl), and the
+        #: Layers with parameters that each peer freezes (CoCoFL, decentlearn.nn.cocofl), and the
         #: matching prefix of its parameter row that the optimizer must not move.
         self.frozen: np.ndarray | None = None
         self._frozen_cut: np.ndarray | None = None

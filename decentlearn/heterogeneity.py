@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from decentlearn import batchnorm, compress  # noqa: F401 (batchnorm registers cnn-bn)
+from decentlearn import compress
 from decentlearn.algorithms import Algorithm, Sampler, register
 from decentlearn.baselines import options
 from decentlearn.optim import SGD

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decentlearn import algorithms, baselines, cocofl, compress, finite_gossip, metrics, network
+from decentlearn import algorithms, baselines, compress, finite_gossip, metrics, network
 from decentlearn._core import NonFiniteError
 from decentlearn.comm import SimComm
 from decentlearn.data import Dataset, Partition, load_dataset, make_partition
-from decentlearn.lowp import PRECISIONS
-from decentlearn.nn import make_model
+from decentlearn.nn import cocofl, make_model
+from decentlearn.nn.lowp import PRECISIONS
 from decentlearn.optim import LRSchedule, OptimizerConfig, make as make_optimizer
 from decentlearn.topology import Topology, check_mixing, make as make_topology
 

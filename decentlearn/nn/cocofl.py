@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decentlearn.nn import Conv2d, Dense, Model
+from decentlearn.nn.layers import Conv2d, Dense
+from decentlearn.nn.model import Model
 
 __all__ = ["DROP", "CocoflSpec", "assign", "parse", "peer_costs", "cost_summary"]
 
@@ -98,7 +99,7 @@ def peer_costs(model: Model, n_frozen: int, batch: int, momentum: bool = True) -
     for dX; a Conv2d layer B·Ho·Wo·Cout·Cin·k² each. Frozen layers cost their forward pass only
     (in int8); trained ones forward, dW and dX, except the lowest trained layer, whose dX
     is never needed, counted as int8 for a layer of ``precision="int8"`` (all three products
-    run in int8, see decentlearn.lowp) and as float32 otherwise. Activation bytes: the float32
+    run in int8, see decentlearn.nn.lowp) and as float32 otherwise. Activation bytes: the float32
     inputs of the trained layers with parameters (B·prod(input shape)·4; an in-place ReLU's
     output is the next layer's input). Optimizer bytes: a float32 momentum per trained
     parameter (0 without momentum).

@@ -3,7 +3,7 @@
 Hsieh et al. ("The Non-IID Data Quagmire of Decentralized Machine Learning", ICML 2020) show that
 BatchNorm suffers most under label skew: each peer normalises with the statistics of minibatches
 drawn from its own few classes, while the model is evaluated on all classes. GroupNorm
-(``nn.GroupNorm``, ``cnn:gn``) normalises each sample on its own and recovers most of the loss.
+(``GroupNorm``, ``cnn:gn``) normalises each sample on its own and recovers most of the loss.
 
 Running statistics are per-peer state kept IN the peer's parameter row (entries ``running_mean`` and
 ``running_var`` of the layer, after its ``weight`` and ``bias``): training forward passes update
@@ -21,11 +21,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from decentlearn import nn
+from decentlearn.nn.layers import Conv2d, Layer
+from decentlearn.nn.zoo import make_model, register_model
 
 
 @dataclass(frozen=True)
-class BatchNorm2d(nn.Layer):
+class BatchNorm2d(Layer):
     """BatchNorm over (batch, H, W) per channel and peer, with per-channel affine and running
     statistics in the parameter row (see the module docstring)."""
 
@@ -110,15 +111,15 @@ class BatchNorm2d(nn.Layer):
         return np.reshape(dx, shape)
 
 
-@nn.register_model("cnn-bn")
+@register_model("cnn-bn")
 def _build_cnn_bn(arg: str | None, input_shape: tuple[int, ...], n_classes: int) -> list:
     """The ``cnn`` model (LeNet-5 style) with a BatchNorm2d after each convolution."""
     if arg is not None:
         raise ValueError(f"spec 'cnn-bn' takes no argument, got 'cnn-bn:{arg}'")
-    layers = nn.make_model("cnn", input_shape, n_classes).layers
+    layers = make_model("cnn", input_shape, n_classes).layers
     out: list = []
     for _, layer in layers:
         out.append(layer)
-        if isinstance(layer, nn.Conv2d):
+        if isinstance(layer, Conv2d):
             out.append(BatchNorm2d(layer.out_channels))
     return out
