@@ -20,15 +20,15 @@ __version__ = "0.1.0"
 
 #: Submodules reachable as attributes, imported on first access.
 _SUBMODULES = (
-    "algorithms", "baselines", "batchnorm", "bench", "checkpoint", "cli", "clumping", "cocofl",
-    "comm", "compress", "data", "dcliques", "finite_gossip", "heterogeneity", "lowp", "memory",
-    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "sim",
-    "sweep", "topology",
+    "algorithms", "atomic", "baselines", "batchnorm", "checkpoint", "cli", "clumping", "cocofl",
+    "comm", "compress", "data", "dcliques", "experiments", "finite_gossip", "heterogeneity",
+    "interrupts", "lowp", "memory", "metrics", "moshpit", "network", "nn", "ops", "optim",
+    "outputs", "registry", "sim", "topology", "units",
 )
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
             "Callback": "sim", "DivergenceError": "sim", "SetupWarning": "sim",
-            "RunWriter": "results"}
+            "RunWriter": "outputs.rundir"}
 
 
 def __getattr__(name: str):
