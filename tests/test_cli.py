@@ -535,3 +535,20 @@ def test_summary_table_spectral_gap_keeps_small_values():
     table = format_summary(summary)
     assert "2.6e-05" in table and "0.0000" not in table
     assert "0.1953" in format_summary(dict(summary, spectral_gap=0.19526214587563473))
+
+
+def test_one_bytes_format_in_every_table():
+    """The run's table and `compare` write byte counts alike (units.format_bytes)."""
+    from decentlearn.outputs.format import compare_rows, format_summary
+    from decentlearn.outputs.rundir import Run
+    from decentlearn.units import format_bytes
+    assert [format_bytes(n) for n in (0, 512, 1536, 10_240_000, 3 << 30)] == [
+        "0 B", "512 B", "1.5 KiB", "9.77 MiB", "3 GiB"]
+    summary = {"test_accuracy_mean": 0.5, "test_accuracy_min": 0.4, "test_accuracy_max": 0.6,
+               "test_accuracy_avg_model": 0.55, "consensus_distance": 1e-3,
+               "bytes_sent_total": 10_240_000, "bytes_sent_max_peer": 1536, "spectral_gap": 0.5,
+               "rounds": 1, "wall_seconds": 1.0}
+    table = format_summary(summary)
+    assert "bytes sent, total               9.77 MiB\n" in table and "1.5 KiB" in table
+    header, rows = compare_rows([Run(Path("r"), {}, summary, [])])
+    assert rows[0][header.index("bytes sent")] == "9.77 MiB"
