@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import decentlearn
 from decentlearn.nn import cocofl
-from decentlearn.bench import cpu_info
+from decentlearn.experiments.bench import cpu_info
 from decentlearn.sim import RunConfig, Simulator
 
 

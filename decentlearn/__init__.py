@@ -27,7 +27,7 @@ def _submodules() -> list[str]:
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
             "Callback": "sim", "DivergenceError": "sim", "SetupWarning": "sim",
-            "RunWriter": "results"}
+            "RunWriter": "outputs.rundir"}
 
 
 def __getattr__(name: str):

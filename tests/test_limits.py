@@ -1,4 +1,4 @@
-"""The limit kernels of decentlearn.bench: the streaming copy against np.copyto, the int8 peak
+"""The limit kernels of decentlearn.experiments.bench: the streaming copy against np.copyto, the int8 peak
 loop's operation count against its closed form; bench's timing and table helpers."""
 
 import platform
@@ -6,9 +6,11 @@ import platform
 import numpy as np
 import pytest
 
-from decentlearn import bench, ops
+from decentlearn import ops
 from decentlearn._reference import copy as ref_copy
 from decentlearn._reference import peak as ref_peak
+from decentlearn.experiments import bench
+from decentlearn.outputs.format import format_table
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 33, 1000, 100_000, (1 << 16) * 3 + 5])
@@ -81,7 +83,7 @@ def test_best_of_round_robin():
 
 
 def test_table_and_json(tmp_path):
-    text = bench.format_table(["name", "value"], [["a", "1.0"], ["longer", "22"]])
+    text = format_table(["name", "value"], [["a", "1.0"], ["longer", "22"]], indent="  ", rule=False)
     assert text.splitlines() == ["  name    value", "  a         1.0", "  longer     22"]
     path = bench.save_json({"x": np.float64(1.5)}, "t", tmp_path / "r" / "t.json")
     assert path.read_text() == '{\n  "x": 1.5\n}\n'

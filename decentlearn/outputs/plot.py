@@ -1,19 +1,19 @@
-"""Plots and reports of runs (matplotlib, Agg backend: files, never windows).
+"""Plots of runs (matplotlib, Agg backend: files, never windows).
 
-``plot_curves`` draws one run's curves (the run directory's curves.png); ``load_run``,
-``plot_runs`` and ``compare_rows`` read run directories back and overlay or tabulate several
-(``decentlearn plot`` and ``decentlearn compare``); ``draw_topology`` draws a gossip graph.
-matplotlib and networkx are imported only by the functions that need them.
+``plot_curves`` draws one run's curves (the run directory's curves.png); ``plot_runs`` overlays
+several runs read back by ``rundir.load_run`` (``decentlearn plot``), with legends from
+``run_labels``; ``draw_topology`` draws a gossip graph. matplotlib and networkx are imported only
+by the functions that need them.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from decentlearn.results import atomic_writer
+from decentlearn.atomic import atomic_writer
+from decentlearn.outputs.format import config_cell, differing_fields
+from decentlearn.outputs.rundir import Run, RunDirError
 
 
 def accuracy_limits(values) -> tuple[float, float]:
@@ -30,7 +30,7 @@ def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -
     """Saves test accuracy and consensus distance against round to ``path`` (PNG).
 
     Returns False without writing anything when matplotlib is not installed. The file is written
-    atomically (results.atomic_writer): a failure leaves no partial PNG.
+    atomically (atomic.atomic_writer): a failure leaves no partial PNG.
     """
     try:
         import matplotlib
@@ -62,108 +62,7 @@ def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -
     return True
 
 
-# --- several runs: loading, legends, overlays, comparison tables ------------------------------
-
-#: Config fields that never change what a run computes (results do not depend on the thread
-#: count); they are left out of legends and comparison tables.
-IGNORED_FIELDS = ("threads", "data_dir")
-
-
-class RunDirError(ValueError):
-    """A directory given as a run is not one, or its files cannot be read; ``str()`` is one line."""
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run directory as read back from disk: its configuration (config.toml, else the copy in
-    summary.json), its summary.json (empty when missing) and its metrics.csv rows (floats; an
-    empty cell is None)."""
-
-    path: Path
-    config: dict = field(repr=False)
-    summary: dict = field(repr=False)
-    rows: list[dict] = field(repr=False)
-
-    @property
-    def name(self) -> str:
-        return self.path.name or str(self.path)
-
-    @property
-    def status(self) -> str:
-        return str(self.summary.get("status", "unknown"))
-
-    def column(self, name: str) -> list[float] | None:
-        """The values of metrics.csv column ``name``, or None when no row has it."""
-        values = [r.get(name) for r in self.rows]
-        return None if all(v is None for v in values) else values
-
-
-def _number(text: str) -> float | None:
-    if text is None or text == "":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def load_run(path: str | os.PathLike) -> Run:
-    """Reads a run directory written by ``decentlearn run`` (results.RunWriter). Raises
-    RunDirError (one line naming the path) when it is not a directory, holds neither
-    summary.json nor metrics.csv, or a file is unreadable or malformed."""
-    import csv
-    import json
-    import tomllib
-
-    path = Path(path)
-    if not path.is_dir():
-        raise RunDirError(f"{path}: not a directory" if path.exists()
-                          else f"{path}: no such directory")
-    summary_path, metrics_path, config_path = (path / "summary.json", path / "metrics.csv",
-                                               path / "config.toml")
-    if not summary_path.is_file() and not metrics_path.is_file():
-        raise RunDirError(f"{path}: not a run directory (no summary.json or metrics.csv)")
-    try:
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        if not isinstance(summary, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as e:
-        raise RunDirError(f"{summary_path}: unreadable ({str(e).splitlines()[0]})") from None
-    config: dict = {}
-    try:
-        if config_path.is_file():
-            with open(config_path, "rb") as f:
-                config = tomllib.load(f)
-            config = config.get("run", config) if isinstance(config.get("run"), dict) else config
-        elif isinstance(summary.get("config"), dict):
-            config = dict(summary["config"])
-    except (OSError, ValueError) as e:
-        raise RunDirError(f"{config_path}: unreadable ({str(e).splitlines()[0]})") from None
-    rows: list[dict] = []
-    if metrics_path.is_file():
-        try:
-            with open(metrics_path, newline="") as f:
-                rows = [{k: _number(v) for k, v in row.items() if k is not None}
-                        for row in csv.DictReader(f)]
-        except (OSError, csv.Error, UnicodeDecodeError) as e:
-            raise RunDirError(f"{metrics_path}: unreadable ({str(e).splitlines()[0]})") from None
-    return Run(path, config, summary, rows)
-
-
-def differing_fields(configs: list[dict]) -> list[str]:
-    """Config fields whose values are not all equal across ``configs`` (a field missing from a
-    config counts as unset), in the order they first appear; IGNORED_FIELDS are left out."""
-    keys = list(dict.fromkeys(k for c in configs for k in c))
-    return [k for k in keys if k not in IGNORED_FIELDS
-            and len({repr(c.get(k)) for c in configs}) > 1]
-
-
-def _config_cell(config: dict, key: str) -> str:
-    """A config value for a label or table: "unset" for None, "?" when the run has no config."""
-    if not config:
-        return "?"
-    return "unset" if config.get(key) is None else str(config.get(key))
-
+# --- several runs: legends, overlays ------------------------------------------------------------
 
 def run_labels(runs: list[Run]) -> list[str]:
     """One legend label per run: ``field=value`` for each field that differs between the runs'
@@ -172,7 +71,7 @@ def run_labels(runs: list[Run]) -> list[str]:
     fields = differing_fields([r.config for r in runs if r.config])
     labels = []
     for r in runs:
-        parts = [f"{k}={_config_cell(r.config, k)}" for k in fields] if r.config else []
+        parts = [f"{k}={config_cell(r.config, k)}" for k in fields] if r.config else []
         labels.append(", ".join(parts) if parts else r.name)
     if len(set(labels)) < len(labels):
         labels = [f"{r.name}: {lab}" if lab != r.name else lab for r, lab in zip(runs, labels)]
@@ -290,72 +189,6 @@ def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None
     finally:
         plt.close(fig)
     return labels
-
-
-#: Columns of compare_table: (header, summary key, format).
-COMPARE_COLUMNS = (
-    ("status", "status", "{}"),
-    ("rounds", "last_round", "{}"),
-    ("acc mean", "test_accuracy_mean", "{:.4f}"),
-    ("acc min", "test_accuracy_min", "{:.4f}"),
-    ("avg model", "test_accuracy_avg_model", "{:.4f}"),
-    ("consensus", "consensus_distance", "{:.3g}"),
-    ("bytes sent", "bytes_sent_total", "bytes"),
-    ("sim s", "sim_seconds", "{:.4g}"),
-    ("wall s", "wall_seconds", "{:.1f}"),
-)
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (binary prefixes, 3 significant digits)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} TiB"  # pragma: no cover - unreachable
-
-
-def compare_rows(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the comparison table: the run's directory, the config fields that differ,
-    then COMPARE_COLUMNS from each summary.json ('-' where a run has no such value, e.g. an
-    interrupted run's missing summary or a run without --network)."""
-    fields = differing_fields([r.config for r in runs if r.config])
-    header = ["run", *fields, *(h for h, _, _ in COMPARE_COLUMNS)]
-    rows = []
-    for r in runs:
-        row = [r.name, *(_config_cell(r.config, k) for k in fields)]
-        for _, key, fmt in COMPARE_COLUMNS:
-            value = r.summary.get(key)
-            if value is None or isinstance(value, (dict, list)):
-                row.append("-")
-            elif fmt == "bytes":
-                row.append(human_bytes(value) if isinstance(value, (int, float)) else str(value))
-            else:
-                try:
-                    row.append(fmt.format(value))
-                except (ValueError, TypeError):
-                    row.append(str(value))
-        rows.append(row)
-    return header, rows
-
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """Aligned plain-text table: numbers (and '-') right-aligned, text left-aligned; the first
-    column always left-aligned."""
-    import re
-
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-
-    def cell(j: int, value: str, head: bool) -> str:
-        number = value == "-" or re.match(r"[+-]?\d", value) is not None
-        right = j > 0 and not head and number
-        return value.rjust(widths[j]) if right else value.ljust(widths[j])
-
-    lines = ["  ".join(cell(j, str(c), True) for j, c in enumerate(header)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(cell(j, str(c), False) for j, c in enumerate(r)) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def draw_topology(topology: Any, ax: Any = None, t: int = 0, layout: str = "auto",

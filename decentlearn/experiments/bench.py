@@ -13,8 +13,9 @@ count 2 m n k operations against the int8 peak. Nothing here is a fixed machine 
 
 Timing: :func:`best_of` runs contenders round-robin after a warm-up call each, so load from other
 processes hits a kernel and its baselines alike, and reports (best, median). :func:`format_rows`
-prints a report's rows, :func:`save_json` writes it to benchmarks/results/. ``decentlearn bench
-all`` (:func:`bench_all`) runs every benchmark once and prints the acceptance figures.
+prints a report's rows (with ``outputs.format.format_table``), :func:`save_json` writes it to
+benchmarks/results/. ``decentlearn bench all`` (:func:`bench_all`) runs every benchmark once and
+prints the acceptance figures.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from decentlearn.outputs.format import format_table
+
 #: Where the benchmark scripts and ``decentlearn bench`` save their JSON reports.
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 #: The clock best_of reads: "wall" (time.perf_counter, the default) or "cpu" (time.process_time:
 #: CPU seconds of the whole process, meaningful for one-threaded runs on a loaded machine only).
@@ -57,7 +60,7 @@ def clock(name: str):
         _CLOCK.update(old)
 
 
-# ---- timing, tables, JSON ------------------------------------------------------------------------
+# ---- timing, JSON -----------------------------------------------------------------------------
 
 def best_of(fns: Callable | dict, repeat: int = 5) -> tuple[float, float] | dict:
     """Best and median seconds of ``repeat`` calls after one warm-up call.
@@ -81,17 +84,6 @@ def best_of(fns: Callable | dict, repeat: int = 5) -> tuple[float, float] | dict
                 fn()
                 times[k].append(now() - t0)
     return {k: (min(t), statistics.median(t)) for k, t in times.items()}
-
-
-def format_table(header: list[str], rows: list[list], indent: str = "  ") -> str:
-    """A plain-text table: columns right-aligned except the first; cells already strings."""
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = []
-    for r in cells:
-        lines.append(indent + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                        for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    return "\n".join(lines)
 
 
 def save_json(report: dict, name: str, path: str | Path | None = None) -> Path:
@@ -229,7 +221,7 @@ def format_rows(rows: list[dict]) -> str:
         table.append([r["kernel"], f"{1e3 * r['best_s']:.2f}", f"{1e3 * r['median_s']:.2f}",
                       rate, frac, base])
     return format_table(["kernel", "best ms", "med ms", "rate", "fraction", "baselines (speedup)"],
-                        table)
+                        table, indent="  ", rule=False)
 
 
 def format_report(report: dict) -> str:
@@ -655,7 +647,7 @@ def format_acceptance(items: list[dict]) -> str:
                         [[i["figure"], f"{i['value']:.2f}" + ("" if "fraction" in i["figure"]
                                                                else "x"),
                           i["target"], {True: "yes", False: "NO", None: "-"}[i["met"]],
-                          i["detail"]] for i in items])
+                          i["detail"]] for i in items], indent="  ", rule=False)
 
 
 def bench_all(repeat: int = 5, n_threads: int | None = None, n: int = 25_000_000,

@@ -19,6 +19,10 @@ import sys
 import warnings
 from pathlib import Path
 
+from decentlearn.cli.config import resolve_run_config
+from decentlearn.cli.parser import UsageError
+from decentlearn.cli.run import check_model, check_out, read_resume, report
+
 #: Environment variables set by the launchers (Open MPI, MPICH/Hydra, PMIx, Slurm).
 _LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
@@ -38,19 +42,15 @@ def _stop_all(world, message: str | None) -> int:
     return 2
 
 
-def _read_resume(args) -> tuple:
+def _read_resume_mpi(args) -> tuple:
     """(config, checkpoint state, metadata) of ``--resume RUN_DIR``: the run directory's
     config.toml and checkpoint, checked as the in-process ``--resume`` checks them (UsageError).
     Every rank reads the file: the run directory must be on a file system all ranks see."""
-    from decentlearn.cli import _read_resume as read_resume
     _, config, state, meta = read_resume(args, extra_flags=("backend", "mpi_timeout"))
     return config, state, meta
 
 
 def cmd_run_mpi(args) -> int:
-    from decentlearn import __version__
-    from decentlearn.cli import (UsageError, _check_model, _check_out, _format_table, _plot,
-                                 _resolve_run_config)
     from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPITimeoutError
 
     # Options of the in-process command this one does not implement (yet): refused, not ignored.
@@ -61,7 +61,7 @@ def cmd_run_mpi(args) -> int:
                          f"{args.checkpoint_every}")
     # --resume: the configuration comes from the run directory, read after MPI starts so that
     # rank 0 alone reports a mistake.
-    config = None if args.resume else _resolve_run_config(args)
+    config = None if args.resume else resolve_run_config(args)
 
     timeout = DEFAULT_TIMEOUT if args.mpi_timeout is None else args.mpi_timeout
     if not timeout > 0:
@@ -91,11 +91,11 @@ def cmd_run_mpi(args) -> int:
         warnings.simplefilter("always")
         try:
             if args.resume:
-                config, state, meta = _read_resume(args)
+                config, state, meta = _read_resume_mpi(args)
                 out = Path(args.resume)
             else:
-                out = _check_out(args) if rank == 0 else None
-            _check_model(config)
+                out = check_out(args) if rank == 0 else None
+            check_model(config)
             sim = MPISimulator(config, timeout=timeout)
             if args.resume:
                 try:
@@ -123,7 +123,7 @@ def cmd_run_mpi(args) -> int:
         return _stop_all(world, next(e for e in errors if e))
 
     # Rank 0 prepares the run directory and tells every rank where checkpoints go (or why not).
-    from decentlearn.results import RunWriter, new_run_dir, prepare_run_dir
+    from decentlearn.outputs.rundir import RunWriter, new_run_dir, prepare_run_dir
     if rank == 0:
         try:
             if not args.resume:
@@ -193,12 +193,5 @@ def cmd_run_mpi(args) -> int:
         return _stop_all(world, f"decentlearn run: error: {e} (results so far in {out}/)")
     except Exception as e:
         return _abort(world, f"decentlearn run: error on rank 0: {type(e).__name__}: {e}", 1)
-    title = (f"{config.dataset}, {config.peers} peers, {config.topology}, {config.partition}, "
-             f"{config.algorithm}" + (f", {config.compress}" if config.compress != "none" else "")
-             + f", MPI {size} ranks")
-    plotted = _plot(result.history, out / "curves.png", title)
-    print(f"decentlearn {__version__}: {title}, {config.rounds} rounds")
-    print(_format_table(result.summary))
-    print(f"  results in {out}/ (metrics.csv, summary.json, config.toml"
-          + (", curves.png)" if plotted else ")"))
+    report(config, result, out, backend=f", MPI {size} ranks")
     return 0

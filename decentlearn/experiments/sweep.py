@@ -13,7 +13,8 @@ points run in parallel worker processes (spawned, each with cores/jobs OpenMP th
 file sets ``threads``). :func:`aggregate` reduces the finished runs to mean ± standard deviation
 over seeds per point (``summary.csv``, ``summary.json``), and :func:`plot_grid` draws each point's
 accuracy curve with a band of ± one standard deviation over seeds (``summary.png``).
-Library code never prints: progress goes through the ``progress`` callback.
+Library code never prints: progress goes through the ``progress`` callback (``decentlearn sweep``,
+in ``decentlearn.cli.sweep``, draws the progress bar and prints the table).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ def run_point(options: dict, directory: str) -> dict:
     the run directory is marked ``interrupted``. Top-level so worker processes can run it."""
     import warnings
 
-    from decentlearn.results import RunWriter, prepare_run_dir
+    from decentlearn.outputs.rundir import RunWriter, prepare_run_dir
     from decentlearn.sim import RunConfig, Simulator
 
     config = RunConfig(**options)
@@ -232,7 +233,7 @@ def run_grid(grid: Grid, out: str | os.PathLike, *, jobs: int = 1,
     finished; the interrupted ones are marked so and rerun next time)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
-    from decentlearn.results import OutputError
+    from decentlearn.atomic import OutputError
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -332,7 +333,7 @@ def aggregate(grid: Grid, out: str | os.PathLike) -> list[dict]:
 
 def format_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """(header, cells) of the aggregated table, each metric as ``mean ± std``."""
-    from decentlearn.plot import human_bytes
+    from decentlearn.units import format_bytes
     keys = [k for k in dict.fromkeys(k for r in rows for k in r)
             if not k.endswith(("_mean", "_std")) and k != "runs"]
     metrics = [m for m in METRICS if any(f"{m}_mean" in r for r in rows)]
@@ -349,7 +350,7 @@ def format_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
                 continue
             mean, std = r[f"{m}_mean"], r[f"{m}_std"]
             if m == "bytes_sent_total":
-                line.append(f"{human_bytes(mean)} ± {human_bytes(std)}")
+                line.append(f"{format_bytes(mean)} ± {format_bytes(std)}")
             elif m in ("consensus_distance", "sim_seconds"):
                 line.append(f"{mean:.3g} ± {std:.2g}")
             else:
@@ -364,7 +365,7 @@ def write_summary(grid: Grid, out: str | os.PathLike, rows: list[dict]) -> list[
     import csv
     import io
 
-    from decentlearn.results import atomic_write
+    from decentlearn.atomic import atomic_write
     out = Path(out)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     text = io.StringIO()
@@ -389,8 +390,9 @@ def plot_grid(grid: Grid, out: str | os.PathLike, path: str | os.PathLike) -> bo
         return False
     import numpy as np
 
-    from decentlearn.plot import RunDirError, accuracy_limits, load_run
-    from decentlearn.results import atomic_writer
+    from decentlearn.atomic import atomic_writer
+    from decentlearn.outputs.plot import accuracy_limits
+    from decentlearn.outputs.rundir import RunDirError, load_run
     out = Path(out)
     groups: dict[tuple, list[Point]] = {}
     for p in grid.points():
@@ -445,47 +447,3 @@ def plot_grid(grid: Grid, out: str | os.PathLike, path: str | os.PathLike) -> bo
     finally:
         plt.close(fig)
     return True
-
-
-def run_cli(grid: Grid, out: Path, *, jobs: int = 1, quiet: bool = False) -> int:
-    """``decentlearn sweep``: runs the grid with a progress bar on stderr, then prints the table
-    of mean ± std over seeds and writes summary.csv/.json/.png into ``out``. Exit code 0 when
-    every run completed, 1 when some did not (their errors on stderr), 130 on Ctrl-C."""
-    import sys
-
-    from tqdm import tqdm
-
-    from decentlearn.plot import format_table
-    points = len(grid)
-    bar = tqdm(total=points, desc="runs", unit="run", disable=quiet, dynamic_ncols=True,
-               file=sys.stderr)
-
-    def progress(name: str, status: str) -> None:
-        bar.update(1)
-        if status not in ("skipped", "completed"):
-            bar.write(f"decentlearn sweep: {name}: {status}", file=sys.stderr)
-
-    try:
-        report = run_grid(grid, out, jobs=jobs, progress=progress)
-    except KeyboardInterrupt:
-        bar.close()
-        print(f"decentlearn sweep: interrupted; finished runs are kept in {out}/ — run the same "
-              "command again to resume", file=sys.stderr)
-        return 130
-    bar.close()
-    for name, lines in report.warnings.items():
-        for line in dict.fromkeys(lines):
-            print(f"decentlearn sweep: warning: {name}: {line}", file=sys.stderr)
-    for name, error in report.failed.items():
-        print(f"decentlearn sweep: {name}: {error}", file=sys.stderr)
-    rows = aggregate(grid, out)
-    write_summary(grid, out, rows)
-    plotted = plot_grid(grid, out, out / "summary.png")
-    header, cells = format_rows(rows)
-    print(f"decentlearn sweep: {points} runs ({len(report.skipped)} already finished, "
-          f"{len(report.ran)} run now, {len(report.failed)} not completed); mean ± std over "
-          "seeds:")
-    print(format_table(header, cells))
-    print(f"  results in {out}/ (one directory per run; summary.csv, summary.json"
-          + (", summary.png)" if plotted else ")"))
-    return 0 if not report.failed else 1

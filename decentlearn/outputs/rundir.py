@@ -1,21 +1,23 @@
-"""Run outputs that survive interruptions, crashes and full disks.
+"""The run directory: its layout, the writer that fills it as a run goes, and the reader.
 
 A run directory holds ``config.toml`` (the resolved configuration, replayable with ``--config``),
-``metrics.csv`` (one row per evaluation), ``summary.json`` and ``curves.png``. :class:`RunWriter`
-writes them as the run goes:
+``metrics.csv`` (one row per evaluation), ``summary.json``, ``curves.png`` and, with
+``--checkpoint-every``, ``checkpoint.npz``. :class:`RunWriter` writes them as the run goes:
 
 * at the start, ``config.toml`` and a ``summary.json`` with ``"status": "running"``;
 * every evaluation row is appended to ``metrics.csv`` and flushed at once (header once), so a killed
   process (even SIGKILL) leaves every finished row on disk; a row that cannot be written whole is
   cut off again, so the file only ever holds complete lines;
 * at the end, ``summary.json`` with ``"status"`` ``"completed"``, ``"interrupted"`` (SIGINT, or
-  SIGTERM through :func:`signals_as_interrupts`), ``"diverged"`` (``sim.DivergenceError``) or
-  ``"failed"`` (any other exception, with its one-line message), and ``"last_round"``.
+  SIGTERM through ``decentlearn.interrupts.signals_as_interrupts``), ``"diverged"``
+  (``sim.DivergenceError``) or ``"failed"`` (any other exception, with its one-line message), and
+  ``"last_round"``.
 
-Whole files are written by :func:`atomic_write` (temporary file in the same directory, fsync,
-``os.replace``): a reader sees the old file or the new one, never a partial or empty one. Every
-``OSError`` while writing becomes an :class:`OutputError` whose message is one line naming the path
-("no space left on device" for ENOSPC). Library code never prints; the CLI reports these.
+Whole files are written by ``decentlearn.atomic.atomic_write``: a reader sees the old file or the
+new one, never a partial or empty one; every ``OSError`` while writing becomes an
+``atomic.OutputError`` whose message is one line naming the path. :func:`load_run` reads a run
+directory back (``decentlearn plot``, ``decentlearn compare``, sweeps). Library code never prints;
+the CLI reports errors.
 """
 
 from __future__ import annotations
@@ -27,136 +29,19 @@ import io
 import json
 import math
 import os
-import signal
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from decentlearn import atomic
+from decentlearn.atomic import OutputError, atomic_write
 
 #: The files a run directory holds; a directory with any of them is an existing run.
 RUN_FILES = ("config.toml", "metrics.csv", "summary.json", "curves.png", "checkpoint.npz")
 
 #: Statuses summary.json can report.
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
-
-
-class OutputError(OSError):
-    """Writing a run's output failed; ``str()`` is one line naming the path and the reason."""
-
-    def __init__(self, path: str | os.PathLike, error: OSError) -> None:
-        reason = ("no space left on device" if error.errno == errno.ENOSPC
-                  else (error.strerror or str(error)).lower())
-        super().__init__(error.errno, f"cannot write {os.fspath(path)}: {reason}")
-        self.path = os.fspath(path)
-
-    def __str__(self) -> str:
-        return self.strerror
-
-
-class Interrupted(KeyboardInterrupt):
-    """A termination signal (SIGTERM, ...) raised as an exception by signals_as_interrupts."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"received {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def signals_as_interrupts(signums: tuple[int, ...] = (signal.SIGTERM,)) -> Iterator[None]:
-    """Within the block, the given signals raise :class:`Interrupted` in the main thread (like
-    SIGINT raises KeyboardInterrupt), so ``finally``/``__exit__`` code runs; the previous handlers
-    are restored afterwards. Outside the main thread it does nothing (Python delivers signals to
-    the main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in signums}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def _write(fd: int, data: bytes) -> None:
-    """Writes all of ``data`` to ``fd`` (the one place bytes reach the disk: tests inject faults
-    here)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms and file systems cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike) -> Iterator[IO[bytes]]:
-    """A binary file to write ``path``'s new content into; on success it replaces ``path``
-    atomically (temp file in the same directory, flush, fsync, ``os.replace``). On any error the
-    temporary file is removed, ``path`` is left as it was, and OSErrors become OutputError."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise OutputError(path, e) from None
-    try:
-        with io.BufferedWriter(_FdWriter(fd), buffer_size=1 << 16) as f:
-            yield f
-            f.flush()
-            os.fsync(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and not isinstance(e, OutputError):
-            raise OutputError(path, e) from None
-        raise
-    _fsync_dir(path.parent)
-
-
-class _FdWriter(io.RawIOBase):
-    """A raw file over ``fd`` whose writes go through :func:`_write` (closes the fd)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        _write(self.fd, data)
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                os.close(self.fd)
-            finally:
-                super().close()
-
-
-def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
-    """Writes ``data`` (str as UTF-8) to ``path`` atomically: readers see the old file or the new
-    one, never a partial or empty file. Raises OutputError (one line naming the path)."""
-    with atomic_writer(path) as f:
-        f.write(data.encode() if isinstance(data, str) else data)
 
 
 def _json_default(value: Any) -> Any:
@@ -391,7 +276,7 @@ class RunWriter:
                 self._size = 0
             self._pending = (dict(row), self._size + len(data), self.rows + 1,
                              max(self.last_round, int(row.get("round", 0))))
-            _write(self._csv.fileno(), data)
+            atomic.write_all(self._csv.fileno(), data)
         except OSError as e:
             self._pending = None
             if self._csv is not None:
@@ -440,3 +325,84 @@ class RunWriter:
         """Marks the run completed: summary.json gets the simulator's ``summary``."""
         self.last_round = max(self.last_round, int(summary.get("rounds", self.last_round)))
         self.write_summary("completed", summary=summary)
+
+
+# --- reading a run directory back ------------------------------------------------------------
+
+class RunDirError(ValueError):
+    """A directory given as a run is not one, or its files cannot be read; ``str()`` is one line."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory as read back from disk: its configuration (config.toml, else the copy in
+    summary.json), its summary.json (empty when missing) and its metrics.csv rows (floats; an
+    empty cell is None)."""
+
+    path: Path
+    config: dict = field(repr=False)
+    summary: dict = field(repr=False)
+    rows: list[dict] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+    @property
+    def status(self) -> str:
+        return str(self.summary.get("status", "unknown"))
+
+    def column(self, name: str) -> list[float] | None:
+        """The values of metrics.csv column ``name``, or None when no row has it."""
+        values = [r.get(name) for r in self.rows]
+        return None if all(v is None for v in values) else values
+
+
+def _number(text: str) -> float | None:
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    """Reads a run directory written by ``decentlearn run`` (:class:`RunWriter`). Raises
+    RunDirError (one line naming the path) when it is not a directory, holds neither
+    summary.json nor metrics.csv, or a file is unreadable or malformed."""
+    import tomllib
+
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path}: not a directory" if path.exists()
+                          else f"{path}: no such directory")
+    summary_path, metrics_path, config_path = (path / "summary.json", path / "metrics.csv",
+                                               path / "config.toml")
+    if not summary_path.is_file() and not metrics_path.is_file():
+        raise RunDirError(f"{path}: not a run directory (no summary.json or metrics.csv)")
+    try:
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        if not isinstance(summary, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{summary_path}: unreadable ({str(e).splitlines()[0]})") from None
+    config: dict = {}
+    try:
+        if config_path.is_file():
+            with open(config_path, "rb") as f:
+                config = tomllib.load(f)
+            config = config.get("run", config) if isinstance(config.get("run"), dict) else config
+        elif isinstance(summary.get("config"), dict):
+            config = dict(summary["config"])
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{config_path}: unreadable ({str(e).splitlines()[0]})") from None
+    rows: list[dict] = []
+    if metrics_path.is_file():
+        try:
+            with open(metrics_path, newline="") as f:
+                rows = [{k: _number(v) for k, v in row.items() if k is not None}
+                        for row in csv.DictReader(f)]
+        except (OSError, csv.Error, UnicodeDecodeError) as e:
+            raise RunDirError(f"{metrics_path}: unreadable ({str(e).splitlines()[0]})") from None
+    return Run(path, config, summary, rows)
