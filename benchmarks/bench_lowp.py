@@ -19,7 +19,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from decentlearn import config
-from decentlearn.bench import cpu_info
+from decentlearn.experiments.bench import cpu_info
 from decentlearn.sim import RunConfig, Simulator
 
 CASES = {"mlp_256_peers_digits": ("mlp", 256), "cnn_16_peers_digits": ("cnn", 16)}

@@ -12,12 +12,12 @@ read-only pass over x (ops.read_f32): natural encode's floor, and the best natur
 this machine allows. Best and median of --repeat
 round-robin runs (the machine may be shared: read ratios, not absolute times). Saves JSON to
 benchmarks/results/natural.json (--out to change). Speeds are never asserted in tests; this is
-where they are read. The measurement is decentlearn.bench.bench_natural.
+where they are read. The measurement is decentlearn.experiments.bench.bench_natural.
 """
 
 import argparse
 
-from decentlearn import bench
+from decentlearn.experiments import bench
 
 
 def main() -> None:

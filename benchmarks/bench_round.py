@@ -30,8 +30,8 @@ import scipy.sparse
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import decentlearn
-from decentlearn import cocofl
-from decentlearn.bench import cpu_info
+from decentlearn.nn import cocofl
+from decentlearn.experiments.bench import cpu_info
 from decentlearn.sim import RunConfig, Simulator
 
 

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout: import its decentlearn
     sys.path.insert(0, str(ROOT))
 
-from decentlearn.bench import cpu_info  # noqa: E402
+from decentlearn.experiments.bench import cpu_info  # noqa: E402
 
 CASES = {
     "dpsgd-1000-ring": dict(peers=1000, topology="ring", model="mlp"),

@@ -9,12 +9,12 @@ the int8 peak of the active ISA) are measured first in the same process; every r
 baselines' times, the speedup and the fraction of the matching limit. Best and median of --repeat
 round-robin runs (the machine may be shared: read ratios, not absolute times). Saves JSON to
 benchmarks/results/stc.json (--out to change). Speeds are never asserted in tests; this is
-where they are read. The measurement is decentlearn.bench.bench_stc.
+where they are read. The measurement is decentlearn.experiments.bench.bench_stc.
 """
 
 import argparse
 
-from decentlearn import bench
+from decentlearn.experiments import bench
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ import torch
 
 import decentlearn
 from decentlearn import algorithms, topology
-from decentlearn.bench import cpu_info
+from decentlearn.experiments.bench import cpu_info
 from decentlearn.comm import SimComm
 from decentlearn.optim import SGD, SGDConfig
 from decentlearn.torch import TorchModel, make_torch_model

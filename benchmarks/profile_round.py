@@ -93,7 +93,7 @@ def main() -> None:
         return
     if shutil.which("py-spy") is None:
         sys.exit("profile_round.py needs py-spy (pip install py-spy)")
-    from decentlearn.bench import cpu_info
+    from decentlearn.experiments.bench import cpu_info
 
     report = {"cpu": cpu_info()["model_name"], "cases": {}}
     kinds = ("C kernels", "OpenMP runtime", "NumPy", "Python", "other")

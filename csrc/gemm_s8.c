@@ -5,7 +5,7 @@
  * valid on the others. The portable microkernel accumulates in uint32 (wrapping, never undefined;
  * the exact sum fits in int32 for k <= DL_GEMM_S8_MAX_K anyway). Quantization is elementwise with
  * a per-tensor, per-row or per-column scale; values are computed with the same float32 operations
- * as decentlearn/_reference/gemm.py (x times the float32 reciprocal of the scale, clamp, round half to even or stochastic floor with
+ * as decentlearn/_reference/gemm_s8.py (x times the float32 reciprocal of the scale, clamp, round half to even or stochastic floor with
  * the counter RNG), no contracted multiply-adds, so the codes are bit-identical to the reference
  * for any thread count.
  */

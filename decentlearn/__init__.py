@@ -12,31 +12,26 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 import platform
 
 import numpy as np
 
 __version__ = "0.1.0"
 
-#: Submodules reachable as attributes, imported on first access.
-_SUBMODULES = (
-    "algorithms", "batchnorm", "bench", "cli", "clumping", "cocofl",
-    "comm", "compress", "data", "dcliques", "errors", "lowp",
-    "metrics", "moshpit", "network", "nn", "ops", "optim", "plot", "registry", "results", "runner",
-    "sim", "state",
-    "sweep", "topology",
-)
+def _submodules() -> list[str]:
+    """The public submodules and subpackages (found on disk, not listed by hand)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
             "Callback": "sim", "DivergenceError": "sim", "SetupWarning": "sim",
-            "RunWriter": "results"}
+            "RunWriter": "outputs.rundir"}
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        # A public submodule missing from _SUBMODULES (e.g. added by a later feature) still works.
         return importlib.import_module(f"{__name__}.{name}")
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
@@ -46,7 +41,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SUBMODULES) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_submodules()) | set(_EXPORTS))
 
 
 def _numpy_blas() -> str:

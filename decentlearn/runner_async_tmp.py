@@ -27,10 +27,11 @@ import numpy as np
 
 from decentlearn.algorithms import Algorithm, Sampler
 from decentlearn.comm import FLOAT32_BYTES, SimComm
-from decentlearn.network.model import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER,
-                                       STREAM_STRAGGLER, NetworkModel, hash_u64, hash_uniform)
+from decentlearn.network.model import NetworkModel
 from decentlearn.optim import OptimizerConfig, SGDConfig
 from decentlearn.optim import make as make_optimizer
+from decentlearn.seeds import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER, STREAM_STRAGGLER,
+                               hash_u64, hash_uniform)
 from decentlearn.topology import Topology, edges_of
 
 __all__ = ["ADPSGD", "ASYNC_FORMS", "EventComm", "build"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from decentlearn import _core, ops
-from decentlearn._reference import gemm as ref_gemm
+from decentlearn._reference import gemm_s8 as ref_gemm
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLT_MIN = np.finfo(np.float32).tiny

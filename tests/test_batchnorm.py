@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from decentlearn import nn
-from decentlearn.batchnorm import BatchNorm2d
+from decentlearn.nn.batchnorm import BatchNorm2d
 
 
 def _model():

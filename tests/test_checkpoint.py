@@ -474,7 +474,7 @@ def test_sigterm_mid_round_saves_that_round_and_resumes_bit_identically(tmp_path
     """SIGTERM inside round 3 (of 6, checkpoints every 4, so none yet): the round finishes, its
     checkpoint is written, the run stops with Interrupted(SIGTERM); resuming from it ends with
     the uninterrupted run's parameters (a server baseline included)."""
-    from decentlearn.results import Interrupted
+    from decentlearn.interrupts import Interrupted
     extra = (dict(compress="topk:0.1", gamma=0.5) if algorithm == "choco"
              else dict(participation=0.5))
     config = RunConfig(peers=4, rounds=6, model="linear", batch_size=8, eval_samples=60,
@@ -499,7 +499,7 @@ def test_sigterm_mid_round_saves_that_round_and_resumes_bit_identically(tmp_path
 def test_second_sigterm_interrupts_at_once(tmp_path):
     """A second SIGTERM while the first waits for the round's end raises immediately (no
     checkpoint of an unfinished round)."""
-    from decentlearn.results import Interrupted
+    from decentlearn.interrupts import Interrupted
     config = RunConfig(peers=4, rounds=6, model="linear", batch_size=8, eval_samples=60,
                        eval_every=2)
     sim = Simulator(config)

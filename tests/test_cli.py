@@ -276,9 +276,9 @@ def test_existing_run_dir_refused_unless_overwrite(tmp_path, capsys):
 
 
 def test_default_run_dir_never_collides(tmp_path, monkeypatch, capsys):
-    from decentlearn import results
+    from decentlearn.outputs import rundir
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(results.time, "strftime", lambda fmt: "20260101-120000")
+    monkeypatch.setattr(rundir.time, "strftime", lambda fmt: "20260101-120000")
     for _ in range(2):
         assert main(["run", *SMALL]) == 0
     made = sorted(p.name for p in (tmp_path / "runs").iterdir())
@@ -330,12 +330,12 @@ def test_full_disk_is_one_line_and_leaves_no_empty_file(tmp_path, monkeypatch, c
 
 
 def test_plot_failure_keeps_results(tmp_path, monkeypatch, capsys):
-    import decentlearn.plot
+    import decentlearn.outputs.plot
 
     def broken(*args, **kwargs):
         raise RuntimeError("no display\nmore")
 
-    monkeypatch.setattr(decentlearn.plot, "plot_curves", broken)
+    monkeypatch.setattr(decentlearn.outputs.plot, "plot_curves", broken)
     out = tmp_path / "run"
     code, stdout, err = run_cli(["run", *SMALL, "--out", str(out)], capsys)
     assert code == 0 and err.strip().splitlines() == [
@@ -432,6 +432,63 @@ def test_typos_are_caught_with_a_suggestion(args, needle, capsys, tmp_path):
     assert len(lines) == 1 and needle in lines[0], err
 
 
+def _registered_names():
+    """(flag, registered name) for every name a spec flag of `run` accepts, discovered from the
+    registries after importing everything a run can use."""
+    import decentlearn.network  # noqa: F401 - registers pushsum and epidemic
+    import decentlearn.sim  # noqa: F401
+    from decentlearn import algorithms, compress, optim, topology
+    from decentlearn.data import available_datasets, available_partitions
+    from decentlearn.nn import available_models
+    families = {"algorithm": algorithms.available(), "topology": topology.available(),
+                "compress": compress.available(), "model": available_models(),
+                "dataset": [f.split(":")[0] for f in available_datasets()],
+                "partition": [f.split(":")[0] for f in available_partitions()],
+                "optimizer": optim.OPTIMIZERS}
+    return [(flag, name) for flag, names in families.items() for name in names]
+
+
+def _run_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag,name", _registered_names())
+def test_run_help_lists_every_registered_name(flag, name, capsys):
+    """`run --help` names every registered algorithm, topology, compressor, model, data set,
+    partition and optimizer in its flag's help (generated from the registries: a name added to a
+    registry appears without editing the CLI)."""
+    lines = _run_help(capsys).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  --{flag} "))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * 4))
+    text = " ".join(" ".join(lines[start:end]).split())
+    import re
+    assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), (flag, name, text)
+
+
+@pytest.mark.parametrize("flag", ["algorithm", "topology"])
+def test_run_help_lists_exactly_the_registered_names(flag):
+    from decentlearn.cli import build_parser
+    names = sorted(n for f, n in _registered_names() if f == flag)
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    action = next(a for a in run._actions if f"--{flag}" in a.option_strings)
+    assert ", ".join(names) in action.help  # every name, in order, and nothing between them
+
+
+def test_algorithm_options_have_their_own_help_group(capsys):
+    from decentlearn.cli import build_parser
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    group = next(g for g in run._action_groups if g.title == "algorithm options")
+    flags = {o for a in group._group_actions for o in a.option_strings}
+    assert flags == {"--participation", "--server-compress", "--categories", "--speeds",
+                     "--hops-max", "--ngc-alpha", "--skew-target", "--skew-probe-every",
+                     "--skew-period-max"}
+    text = _run_help(capsys)
+    assert text.index("algorithm options:") < text.index("  --skew-period-max SKEW_PERIOD_MAX\n")
+
+
 def test_every_parser_refuses_abbreviations():
     from decentlearn.cli import build_parser
     parser = build_parser()
@@ -470,11 +527,28 @@ def test_error_feedback_from_the_cli(tmp_path, capsys, flags):
 
 
 def test_summary_table_spectral_gap_keeps_small_values():
-    from decentlearn.cli import _format_table
+    from decentlearn.outputs.format import format_summary
     summary = {"test_accuracy_mean": 0.5, "test_accuracy_min": 0.4, "test_accuracy_max": 0.6,
                "test_accuracy_avg_model": 0.55, "consensus_distance": 1e-3,
                "bytes_sent_total": 10, "bytes_sent_max_peer": 5, "spectral_gap": 2.6e-5,
                "rounds": 1, "wall_seconds": 1.0}
-    table = _format_table(summary)
+    table = format_summary(summary)
     assert "2.6e-05" in table and "0.0000" not in table
-    assert "0.1953" in _format_table(dict(summary, spectral_gap=0.19526214587563473))
+    assert "0.1953" in format_summary(dict(summary, spectral_gap=0.19526214587563473))
+
+
+def test_one_bytes_format_in_every_table():
+    """The run's table and `compare` write byte counts alike (units.format_bytes)."""
+    from decentlearn.outputs.format import compare_rows, format_summary
+    from decentlearn.outputs.rundir import Run
+    from decentlearn.units import format_bytes
+    assert [format_bytes(n) for n in (0, 512, 1536, 10_240_000, 3 << 30)] == [
+        "0 B", "512 B", "1.5 KiB", "9.77 MiB", "3 GiB"]
+    summary = {"test_accuracy_mean": 0.5, "test_accuracy_min": 0.4, "test_accuracy_max": 0.6,
+               "test_accuracy_avg_model": 0.55, "consensus_distance": 1e-3,
+               "bytes_sent_total": 10_240_000, "bytes_sent_max_peer": 1536, "spectral_gap": 0.5,
+               "rounds": 1, "wall_seconds": 1.0}
+    table = format_summary(summary)
+    assert "bytes sent, total               9.77 MiB\n" in table and "1.5 KiB" in table
+    header, rows = compare_rows([Run(Path("r"), {}, summary, [])])
+    assert rows[0][header.index("bytes sent")] == "9.77 MiB"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from decentlearn import clumping, dcliques, topology as T
+from decentlearn import topology as T
+from decentlearn.topology import clumping, dcliques
 
 
 def one_class(n: int, seed: int = 0) -> np.ndarray:

@@ -1,12 +1,12 @@
-"""CoCoFL partial freezing (decentlearn.cocofl): spec parsing and validation, reproducible tier
+"""CoCoFL partial freezing (decentlearn.nn.cocofl): spec parsing and validation, reproducible tier
 assignment, exact frozen prefixes, frozen layers forward in int8 with no gradient, the optimizer
 leaving frozen slices untouched, closed-form compute counts, and CoCoFL beating dropping."""
 
 import numpy as np
 import pytest
 
-from decentlearn import cocofl, lowp
-from decentlearn.cocofl import DROP
+from decentlearn.nn import cocofl, lowp
+from decentlearn.nn.cocofl import DROP
 from decentlearn.nn import make_model
 from decentlearn.optim import SGD, SGDConfig
 from decentlearn.sim import RunConfig, Simulator, simulate

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from decentlearn import metrics, ops
-from decentlearn._reference import metrics as ref
+from decentlearn._reference import consensus as ref
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 511), (7, 512), (16, 513), (5, 3000), (200, 37),

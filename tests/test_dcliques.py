@@ -8,7 +8,8 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from decentlearn import algorithms, comm, dcliques, topology as T
+from decentlearn import algorithms, comm, topology as T
+from decentlearn.topology import dcliques
 from decentlearn.cli import main
 from decentlearn.data import make_partition
 from decentlearn.sim import RunConfig, Simulator

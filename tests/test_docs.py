@@ -116,7 +116,7 @@ def test_api_reference_has_every_public_function_and_class(site):
     # The modules the issue names are all there, with their main entry points.
     for module, attr in [("decentlearn.topology", "make"), ("decentlearn.compress", "make"),
                          ("decentlearn.sim", "simulate"), ("decentlearn.sim", "RunConfig"),
-                         ("decentlearn.ops", "gossip"), ("decentlearn.results", "RunWriter")]:
+                         ("decentlearn.ops", "gossip"), ("decentlearn.outputs.rundir", "RunWriter")]:
         assert (module, attr) in names, (module, attr)
     missing = [f"{m}.{a}" for m, a, obj in objects
                if f"{obj.__module__}.{obj.__qualname__}" not in ids and f"{m}.{a}" not in ids]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from decentlearn import _core, ops
-from decentlearn._reference import gemm as ref
+from decentlearn._reference import gemm_s8 as ref
 
 SIZES = [1, 7, 33, 255, 1000]
 # every (m, k, n) from SIZES with at most ~2e7 multiply-adds (the int64 reference is not BLAS)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from decentlearn import ops
-from decentlearn._reference import gemm as ref
+from decentlearn._reference import gemm_s8 as ref
 
 SHAPES = [(1, 1, 1, 1), (3, 7, 33, 65), (2, 33, 1000, 7), (4, 70, 129, 130), (2, 0, 5, 3),
           (2, 4, 0, 9), (16, 32, 100, 10)]

@@ -1,5 +1,5 @@
 """The fused int8 dense layer kernels (ops.gemm_s8_dense_forward / gemm_s8_dense_backward) against
-their NumPy reference (decentlearn._reference.gemm) and against the unfused kernels they replace
+their NumPy reference (decentlearn._reference.gemm_s8) and against the unfused kernels they replace
 (quantize_s8 + gemm_s8_batched_f32), on every ISA path: codes and scales bit-identical, outputs
 bit-identical except the bias multiply-add (one rounding), 1 == 2 == 3 threads bit for bit,
 argument errors."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from decentlearn import _core, ops
-from decentlearn._reference import gemm as ref
+from decentlearn._reference import gemm_s8 as ref
 
 # (peers, batch, in, out): the MLP's layers, edge tiles, one peer, empty batch and inputs
 SHAPES = [(3, 32, 64, 128), (4, 32, 128, 10), (2, 7, 33, 17), (1, 1, 1, 1), (5, 0, 3, 4),

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decentlearn import _core, ops, topology
-from decentlearn import _reference as ref
+from decentlearn._reference import gossip as ref
 
 
 def random_csr(n, density, seed, diag=True):

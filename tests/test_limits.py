@@ -1,4 +1,4 @@
-"""The limit kernels of decentlearn.bench: the streaming copy against np.copyto, the int8 peak
+"""The limit kernels of decentlearn.experiments.bench: the streaming copy against np.copyto, the int8 peak
 loop's operation count against its closed form; bench's timing and table helpers."""
 
 import platform
@@ -6,8 +6,11 @@ import platform
 import numpy as np
 import pytest
 
-from decentlearn import bench, ops
-from decentlearn._reference import limits as ref
+from decentlearn import ops
+from decentlearn._reference import copy as ref_copy
+from decentlearn._reference import peak as ref_peak
+from decentlearn.experiments import bench
+from decentlearn.outputs.format import format_table
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 33, 1000, 100_000, (1 << 16) * 3 + 5])
@@ -18,7 +21,7 @@ def test_copy_matches_copyto(n, offset):
         buf = np.full(n + offset + 4, -1.0, np.float32)
         dst = buf[offset:offset + n]  # dst not 16-byte aligned for offset 1, 3
         want = np.full_like(buf, -1.0)
-        ref.copy_f32(src, want[offset:offset + n])
+        ref_copy.copy_f32(src, want[offset:offset + n])
         out = ops.copy_f32(src, dst, n_threads=threads)
         assert out is dst
         np.testing.assert_array_equal(buf, want)  # nothing written outside dst
@@ -29,7 +32,7 @@ def test_read_matches_xor_reduce(n):
     buf = np.random.default_rng(n).standard_normal(n + 1, dtype=np.float32)
     for src in (buf[:n], buf[1:]):  # aligned and 4 bytes off
         for threads in (1, 2):
-            assert ops.read_f32(src, n_threads=threads) == ref.read_f32(src)
+            assert ops.read_f32(src, n_threads=threads) == ref_copy.read_f32(src)
     with pytest.raises(TypeError, match="src must have dtype float32"):
         ops.read_f32(buf.astype(np.float64))
 
@@ -60,7 +63,7 @@ def test_peak_ops_closed_form(isa):
         for threads in (1, 2):
             n_ops, check = ops.peak_s8(reps, n_threads=threads)
             if want_isa is not None:
-                assert n_ops == ref.peak_ops(want_isa, reps, threads)
+                assert n_ops == ref_peak.peak_ops(want_isa, reps, threads)
             assert isinstance(check, int)
     # the checksum is a pure function of (reps, thread ids): same for the same call
     assert ops.peak_s8(100, n_threads=2) == ops.peak_s8(100, n_threads=2)
@@ -80,7 +83,7 @@ def test_best_of_round_robin():
 
 
 def test_table_and_json(tmp_path):
-    text = bench.format_table(["name", "value"], [["a", "1.0"], ["longer", "22"]])
+    text = format_table(["name", "value"], [["a", "1.0"], ["longer", "22"]], indent="  ", rule=False)
     assert text.splitlines() == ["  name    value", "  a         1.0", "  longer     22"]
     path = bench.save_json({"x": np.float64(1.5)}, "t", tmp_path / "r" / "t.json")
     assert path.read_text() == '{\n  "x": 1.5\n}\n'

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from decentlearn import lowp
+from decentlearn.nn import lowp
 from decentlearn.nn import Conv2d, Dense, Model, Scratch, make_model
 from decentlearn.sim import RunConfig, simulate
 

@@ -10,15 +10,18 @@ import pytest
 from decentlearn import topology
 from decentlearn.cli import main
 from decentlearn.comm import SimComm
-from decentlearn.network import (NetworkConfig, NetworkModel, allreduce_time, check_mixing,
-                                 load_network, make_topology, preset, ring_allreduce_closed_form,
+from decentlearn.algorithms import mixing_hints
+from decentlearn.network import (NetworkConfig, NetworkModel, allreduce_time,
+                                 load_network, preset, ring_allreduce_closed_form,
                                  server_round_time)
-from decentlearn.network.dynamic import epidemic, random_matching
 from decentlearn.network.faults import FaultyTopology
-from decentlearn.network.model import Dist, hash_uniform
 from decentlearn.algorithms.pushsum import PushSum
+from decentlearn.network.model import Dist
 from decentlearn.optim import SGD, SGDConfig
+from decentlearn.seeds import hash_uniform
 from decentlearn.sim import RunConfig, Simulator, simulate
+from decentlearn.topology import check_mixing, make as make_topology
+from decentlearn.topology.dynamic import epidemic, random_matching
 
 DIM = 1000  # float32 row of a mixing test: 4000 bytes
 
@@ -298,9 +301,9 @@ def test_random_matching_and_epidemic_graphs():
 def test_mixing_checker_accepts_declared_kinds_only():
     ep = make_topology("epidemic:2", 8, seed=0, mixing=("doubly",))
     with pytest.raises(ValueError, match="row-stochastic.*dpsgd.*epidemic"):
-        check_mixing(ep, "dpsgd", ("doubly",))
-    check_mixing(make_topology("epidemic:2", 8, mixing=("column", "doubly")), "pushsum",
-                 ("column", "doubly"))
+        check_mixing(ep, ("doubly",), "algorithm 'dpsgd'", hints=mixing_hints())
+    check_mixing(make_topology("epidemic:2", 8, mixing=("column", "doubly")), ("column", "doubly"),
+                 "algorithm 'pushsum'")
     with pytest.raises(ValueError, match="row-stochastic.*choco.*pushsum"):
         Simulator(RunConfig(peers=8, topology="epidemic:2", algorithm="choco", rounds=1))
 

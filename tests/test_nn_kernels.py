@@ -1,12 +1,13 @@
 """The layers' C kernels (csrc/nn_impl.h, csrc/optim.c) against their NumPy references in
-decentlearn/_reference/nn.py: awkward shapes and peer counts, strided and broadcast operands, every
-ISA path, and 1 thread == 2 threads bit for bit."""
+decentlearn/_reference/nn.py and optim.py: awkward shapes and peer counts, strided and broadcast
+operands, every ISA path, and 1 thread == 2 threads bit for bit."""
 
 import numpy as np
 import pytest
 
 from decentlearn import ops
 from decentlearn._reference import nn as ref
+from decentlearn._reference import optim as ref_optim
 
 RTOL = 2e-5  # float32 sums of up to a few hundred terms vs the float64 reference
 
@@ -131,7 +132,7 @@ def test_sgd_step_matches_reference_bitwise(P, D, momentum, nesterov, wd, with_f
     params, grad, buf = _rand(rng, (P, D)), _rand(rng, (P, D)), _rand(rng, (P, D))
     frozen = rng.integers(0, D + 1, P).astype(np.int64) if with_frozen else None
     want_p, want_b = params.copy(), buf.copy()
-    ref.sgd_step(want_p, grad, want_b, 0.05, momentum, wd, nesterov, frozen)
+    ref_optim.sgd_step(want_p, grad, want_b, 0.05, momentum, wd, nesterov, frozen)
     for nt in (1, 2):
         p, m = params.copy(), buf.copy()
         ops.sgd_step(p, grad, m, 0.05, momentum, wd, nesterov, frozen, n_threads=nt)

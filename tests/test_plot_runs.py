@@ -8,8 +8,9 @@ import json
 import pytest
 
 from decentlearn.cli import main
-from decentlearn.plot import (RunDirError, compare_rows, differing_fields, draw_topology, load_run,
-                              plot_runs, run_labels)
+from decentlearn.outputs.format import compare_rows, differing_fields
+from decentlearn.outputs.plot import draw_topology, plot_runs, run_labels
+from decentlearn.outputs.rundir import RunDirError, load_run
 
 SMALL = ["--peers", "4", "--rounds", "4", "--eval-every", "2", "--quiet"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -142,7 +143,7 @@ def test_draw_topology_edges_match_the_graph():
 
 
 def test_accuracy_axis_zooms_on_the_top_only_when_every_value_is_high():
-    from decentlearn.plot import accuracy_limits
+    from decentlearn.outputs.plot import accuracy_limits
     assert accuracy_limits([0.94, 0.98, None, float("nan")]) == (0.9, 1.0)
     assert accuracy_limits([0.51, 0.97]) == (0.4, 1.0)
     assert accuracy_limits([0.12, 0.97]) == (0.0, 1.0)  # a run that starts low keeps the full axis

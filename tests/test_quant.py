@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from decentlearn import _core, ops
 from decentlearn._reference import quant as ref
 from decentlearn.compress import make
-from decentlearn.compress.quant import QSGD, Bucket
+from decentlearn.compress import QSGD, Bucket
 
 DIMS = [0, 1, 7, 33, 1000, 100_000]
 ISAS = _core.config()["isa_supported"]

@@ -1,5 +1,6 @@
 """The shared Registry: registration, lookup with closest-name suggestions, and every family on it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -122,3 +123,63 @@ def test_lazy_package_attributes_and_no_heavy_imports(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+# A family's listing after importing only its package must equal the listing after importing every
+# decentlearn module: a registry filled by import side effects elsewhere (cnn-bn registered by a
+# module outside nn, say) fails here.
+FAMILIES = {
+    "compressors": ("decentlearn.compress", "available()"),
+    "models": ("decentlearn.nn", "available_models()"),
+    "datasets": ("decentlearn.data", "available_datasets()"),
+    "partitions": ("decentlearn.data", "available_partitions()"),
+    "optimizers": ("decentlearn.optim", "available()"),
+}
+
+_LISTING = """
+import importlib, json, pkgutil, sys
+import decentlearn
+families, import_all = json.loads(sys.argv[1]), sys.argv[2] == "all"
+modules = {package: importlib.import_module(package) for package, _ in families.values()}
+if import_all:
+    for info in pkgutil.walk_packages(decentlearn.__path__, "decentlearn."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":  # would run the CLI
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as e:  # a bridge to an optional library not installed
+            if e.name not in ("torch", "mpi4py"):
+                raise
+print(json.dumps({family: sorted(eval(call, vars(modules[package])))
+                  for family, (package, call) in families.items()}))
+"""
+
+
+def _listings(families: dict, import_all: bool, cwd) -> dict[str, list[str]]:
+    """Each family's names in a fresh interpreter that imports the families' packages, then
+    (``import_all``) every decentlearn module."""
+    root = str(Path(decentlearn.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _LISTING, json.dumps(families),
+                           "all" if import_all else "one"],
+                          capture_output=True, text=True, env=env, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def listed_after_importing_everything(tmp_path_factory):
+    return _listings(FAMILIES, True, tmp_path_factory.mktemp("registry"))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_registry_is_complete_whatever_the_import_order(family, tmp_path,
+                                                        listed_after_importing_everything):
+    """A fresh interpreter importing only the family's package lists exactly the names it lists
+    after every decentlearn module is imported."""
+    package, _ = FAMILIES[family]
+    alone = _listings({family: FAMILIES[family]}, False, tmp_path)[family]
+    everything = listed_after_importing_everything[family]
+    assert alone, f"{family}: nothing registered"
+    assert alone == everything, (f"{family}: importing {package} alone lists {alone}, after "
+                                 f"importing every module {everything}")

@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
-from decentlearn import results
-from decentlearn.results import OutputError, RunWriter, atomic_write, new_run_dir, prepare_run_dir
+from decentlearn import atomic, interrupts
+from decentlearn.atomic import OutputError, atomic_write
+from decentlearn.outputs.rundir import RunWriter, new_run_dir, prepare_run_dir
 from decentlearn.sim import DivergenceError, RunConfig
 
 ROW = {"round": 1, "train_loss": 2.0, "test_accuracy_mean": 0.5, "consensus_distance": 0.1}
@@ -18,7 +19,7 @@ ROW = {"round": 1, "train_loss": 2.0, "test_accuracy_mean": 0.5, "consensus_dist
 
 def full_disk_after(monkeypatch, n_ok):
     """From the (n_ok + 1)-th write on, half of the bytes reach the file and then ENOSPC."""
-    real = results._write
+    real = atomic.write_all
     calls = {"n": 0}
 
     def write(fd, data):
@@ -28,7 +29,7 @@ def full_disk_after(monkeypatch, n_ok):
             raise OSError(errno.ENOSPC, "No space left on device")
         real(fd, data)
 
-    monkeypatch.setattr(results, "_write", write)
+    monkeypatch.setattr(atomic, "write_all", write)
     return calls
 
 
@@ -75,7 +76,7 @@ def test_metrics_rows_are_flushed_and_whole(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("exc,status", [
     (KeyboardInterrupt(), "interrupted"),
-    (results.Interrupted(signal.SIGTERM), "interrupted"),
+    (interrupts.Interrupted(signal.SIGTERM), "interrupted"),
     (DivergenceError(4, RunConfig(), "the consensus distance 1e9 exceeds the bound"), "diverged"),
     (RuntimeError("kernel exploded\nsecond line"), "failed"),
 ])
@@ -160,8 +161,8 @@ def test_run_dirs(tmp_path):
 
 def test_signals_as_interrupts_restores_handlers():
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(results.Interrupted) as info:
-        with results.signals_as_interrupts((signal.SIGTERM,)):
+    with pytest.raises(interrupts.Interrupted) as info:
+        with interrupts.signals_as_interrupts((signal.SIGTERM,)):
             os.kill(os.getpid(), signal.SIGTERM)
             for _ in range(10**6):  # the handler runs between bytecodes
                 pass
@@ -177,16 +178,16 @@ def test_a_signal_between_write_and_bookkeeping_keeps_file_and_summary_agreeing(
     complete row on disk, and the file must hold only complete rows."""
     writer = RunWriter(tmp_path)
     writer.append({"round": 1, "train_loss": 1.0})
-    real = results._write
+    real = atomic.write_all
 
     def interrupted(fd, data):
         real(fd, data if whole else data[: len(data) // 2])
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(results, "_write", interrupted)
+    monkeypatch.setattr(atomic, "write_all", interrupted)
     with pytest.raises(KeyboardInterrupt):
         writer.append({"round": 2, "train_loss": 0.5})
-    monkeypatch.setattr(results, "_write", real)
+    monkeypatch.setattr(atomic, "write_all", real)
     writer.write_summary("interrupted")
     writer.close()
     with open(tmp_path / "metrics.csv", newline="") as f:

@@ -15,7 +15,7 @@ import pytest
 
 import decentlearn
 
-from decentlearn import sweep
+from decentlearn.experiments import sweep
 from decentlearn.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

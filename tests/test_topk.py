@@ -10,7 +10,7 @@ from decentlearn import ops
 from decentlearn._reference import rng as ref_rng
 from decentlearn._reference import topk as ref
 from decentlearn.compress import make
-from decentlearn.compress.sparse import sparse_k
+from decentlearn.compress.sparse_pairs import sparse_k
 
 
 def rand_x(rows, dim, seed=0, ties=False):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from decentlearn import topology as T
+from decentlearn.topology import base, static
 
 SIZES = (1, 2, 3, 7, 16, 33, 64)
 RULES = ("metropolis", "max-degree", "uniform")
@@ -247,7 +248,7 @@ def test_random_regular_retries_until_connected(monkeypatch: pytest.MonkeyPatch)
     # A random 2-regular graph is a union of cycles; on 32 peers it is usually disconnected.
     for seed in range(20):
         assert T.make("random-regular:2", 32, seed=seed).degree().tolist() == [2] * 32
-    monkeypatch.setattr(T, "MAX_TRIES", 1)
+    monkeypatch.setattr(static, "MAX_TRIES", 1)
     failures = 0
     for seed in range(20):
         try:
@@ -343,7 +344,7 @@ def test_from_matrix_rejects(matrix: object, error: type[Exception], message: st
 
 
 def test_register_custom_time_varying_builder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(T, "_BUILDERS", T._BUILDERS.copy())
+    monkeypatch.setattr(base, "_BUILDERS", base._BUILDERS.copy())
 
     @T.register("matchings")
     def matchings(n: int, rounds: str = "2") -> T.Graph:
@@ -373,7 +374,7 @@ def test_register_custom_time_varying_builder(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_time_varying_union_must_be_connected(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(T, "_BUILDERS", T._BUILDERS.copy())
+    monkeypatch.setattr(base, "_BUILDERS", base._BUILDERS.copy())
     T.register("halves")(lambda n: T.Graph(n, (np.array([[0, 1]]), np.array([[1, 0]])), directed=True))
     with pytest.raises(ValueError, match="union of the 2 rounds of 'halves' with n=3 is not connected"):
         T.make("halves", 3)
@@ -429,3 +430,91 @@ def test_returned_arrays_are_read_only() -> None:
     for a in (*top.csr(), top.mixing_matrix(), top.neighbors(0), top.degree(), top.send_counts()):
         with pytest.raises(ValueError, match="read-only"):
             a[0] = 0
+
+
+# ------------------------------------------------------------------------------------------------
+# One registry, complete whatever the import order
+
+#: Every topology name: static graphs, data-aware ones and the per-round (time-varying) graphs.
+ALL_NAMES = sorted(NAMES + ("edges", "d-cliques", "clumped", "moshpit",
+                            "random-matching", "epidemic", "directed-ring"))
+PER_ROUND = ("random-matching", "epidemic:2", "directed-ring")
+
+_FRESH = "import json, decentlearn.topology as t; print(json.dumps(t.available()))"
+_EVERYTHING = """
+import importlib, json, pkgutil, decentlearn
+for m in pkgutil.walk_packages(decentlearn.__path__, "decentlearn.", onerror=lambda name: None):
+    if m.name.endswith("__main__"):
+        continue
+    try:
+        importlib.import_module(m.name)
+    except ImportError:
+        # Bridges to optional libraries (torch, mpi4py) may not import here.
+        if not m.name.startswith(("decentlearn.torch", "decentlearn.mpi")):
+            raise
+import decentlearn.topology as t
+print(json.dumps(t.available()))
+"""
+
+
+def _available_in_subprocess(code: str) -> list[str]:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_registry_is_complete_whatever_the_import_order() -> None:
+    """A fresh interpreter importing only decentlearn.topology lists every topology, per-round
+    graphs included, and importing every other module of the package adds none."""
+    fresh = _available_in_subprocess(_FRESH)
+    assert fresh == ALL_NAMES
+    assert _available_in_subprocess(_EVERYTHING) == fresh
+    assert T.available() == fresh
+
+
+@pytest.mark.parametrize("spec", PER_ROUND)
+def test_make_builds_the_per_round_graphs(spec: str) -> None:
+    top = T.make(spec, 8, seed=3)
+    assert isinstance(top, T.RoundTopology) and top.n == 8
+    for t in range(3):
+        w = top.mixing_matrix(t)
+        assert w.shape == (8, 8) and np.all(w >= 0)
+        np.testing.assert_allclose(w.sum(axis=1 if top.stochastic == "row" else 0), 1.0,
+                                   rtol=0, atol=1e-12)
+    assert T.make(spec, 8, seed=3).mixing_matrix(1).tobytes() == top.mixing_matrix(1).tobytes()
+
+
+#: A spec on 16 peers for the registered names that need parameters.
+EXAMPLES = {"edges": "edges:{path}", "moshpit": "moshpit:4x4", "d-cliques": "d-cliques:4",
+            "clumped": "clumped:4", "epidemic": "epidemic:3", "random-regular": "random-regular:3"}
+
+
+@pytest.mark.parametrize("name", T.available())
+def test_every_registered_topology_builds_a_valid_mixing_matrix(name: str, tmp_path: Path) -> None:
+    """The common check over everything the registry lists: a name added without an example here
+    is still built (with no parameters) and checked."""
+    n = 16
+    path = tmp_path / "ring.txt"
+    path.write_text("".join(f"{i} {(i + 1) % n}\n" for i in range(n)))
+    labels = np.zeros((n, 4), dtype=np.int64)
+    labels[np.arange(n), np.arange(n) % 4] = 10
+    spec = EXAMPLES.get(name, name).format(path=path)
+    top = T.make(spec, n, seed=1, labels=labels, mixing=("column", "doubly"))
+    assert top.n == n
+    kind = T.stochastic_kind(top)
+    for t in range(3):
+        w = top.mixing_matrix(t)
+        assert w.shape == (n, n) and np.all(w >= 0) and np.all(np.diag(w) > 0)
+        if kind in ("doubly", "row"):
+            np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        if kind in ("doubly", "column"):
+            np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=0, atol=1e-12)
+        indptr, indices, data = top.csr(t)
+        dense = np.zeros((n, n), dtype=np.float32)
+        dense[np.repeat(np.arange(n), np.diff(indptr)), indices] = data
+        np.testing.assert_array_equal(dense, w.astype(np.float32))

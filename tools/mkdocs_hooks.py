@@ -151,12 +151,23 @@ def cli_reference() -> str:
         if sub.description:
             lines += [_escape(sub.description), ""]
         lines += ["```text", sub.format_usage().strip(), "```", ""]
-        actions = [a for a in sub._actions if not isinstance(a, argparse._HelpAction)]
+        # Options in a help group of their own (e.g. the per-algorithm options of `run`) get
+        # their own table under the group's title, as `--help` prints them.
+        groups = [g for g in sub._action_groups[2:] if g._group_actions]
+        grouped = {id(a) for g in groups for a in g._group_actions}
+        actions = [a for a in sub._actions
+                   if not isinstance(a, argparse._HelpAction) and id(a) not in grouped]
         if actions:
             lines += ["| option | meaning |", "|---|---|"] + [_option_row(a) for a in actions]
-        else:
+        elif not groups:
             lines.append("No options.")
         lines.append("")
+        for g in groups:
+            lines += [f"### `decentlearn {name}`: {g.title}", ""]
+            if g.description:
+                lines += [_escape(g.description[0].upper() + g.description[1:]) + ".", ""]
+            lines += ["| option | meaning |", "|---|---|"]
+            lines += [_option_row(a) for a in g._group_actions] + [""]
     return "\n".join(lines)
 
 

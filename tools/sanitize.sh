@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Sanitizer job: builds decentlearn._core with AddressSanitizer + UndefinedBehaviorSanitizer in a
 # separate build directory (the in-place .so of the normal build is never touched), then runs the
-# kernel tests and a fuzz campaign of every decoder against the NumPy reference decoders.
+# kernel tests, a short CLI run and a fuzz campaign of every decoder against the NumPy reference
+# decoders.
 #
-#   tools/sanitize.sh                 # build, kernel tests, 20 000-input fuzz campaign (CI)
+#   tools/sanitize.sh                 # build, kernel tests, CLI run, 20 000-input fuzz campaign (CI)
 #   FUZZ_RUNS=1000000 tools/sanitize.sh fuzz   # only the fuzz campaign, 1M inputs
-#   tools/sanitize.sh build | tests | fuzz     # one step
+#   tools/sanitize.sh build | tests | cli | fuzz   # one step
 #
 # Any sanitizer report aborts the process (-fno-sanitize-recover, abort_on_error), so a passing
 # job means 0 reports. See docs/testing.md.
@@ -18,6 +19,9 @@ FUZZ_SEED=${FUZZ_SEED:-1}
 STEP=${1:-all}
 
 LIBASAN=$(${CC:-gcc} -print-file-name=libasan.so)
+# libstdc++ is preloaded with the ASan runtime: a C++ extension loaded later (matplotlib's ft2font,
+# which a CLI run imports for its figures) otherwise fails to start under the preloaded runtime.
+LIBSTDCXX=$(${CC:-gcc} -print-file-name=libstdc++.so.6)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
@@ -34,7 +38,7 @@ build() {
 # Runs python with the sanitizer runtimes preloaded (python itself is not instrumented) and the
 # sanitized package first on the path, from a directory where the source tree is not importable.
 san_python() {
-    (cd "$OUT/site" && LD_PRELOAD="$LIBASAN" PYTHONPATH="$OUT/site" "$PY" "$@")
+    (cd "$OUT/site" && LD_PRELOAD="$LIBASAN $LIBSTDCXX" PYTHONPATH="$OUT/site" "$PY" "$@")
 }
 
 tests() {
@@ -45,7 +49,18 @@ print('sanitized build:', d.__file__, 'openmp:', _core.config()['openmp'])"
         "$ROOT/tests/test_quant.py" "$ROOT/tests/test_natural.py" "$ROOT/tests/test_gossip.py" \
         "$ROOT/tests/test_gemm.py" "$ROOT/tests/test_gemm_batched.py" \
         "$ROOT/tests/test_compress_api.py" "$ROOT/tests/test_decoders.py" "$ROOT/tests/test_args.py" \
-        "$ROOT/tests/test_nn_kernels.py" "$ROOT/tests/test_limits.py"
+        "$ROOT/tests/test_nn_kernels.py" "$ROOT/tests/test_limits.py" \
+        "$ROOT/tests/test_gemm_dense.py" "$ROOT/tests/test_conv_kernels.py" \
+        "$ROOT/tests/test_pool_kernels.py" "$ROOT/tests/test_lowp.py" \
+        "$ROOT/tests/test_consensus_kernel.py"
+}
+
+# A short CLI run (figures included) in a scratch folder: every layer from the CLI down to _core.
+cli() {
+    local runs
+    runs=$(mktemp -d)
+    san_python -m decentlearn run --peers 4 --rounds 2 --eval-every 1 --out "$runs/run"
+    rm -rf "$runs"
 }
 
 fuzz() {
@@ -56,7 +71,8 @@ fuzz() {
 case "$STEP" in
     build) build ;;
     tests) tests ;;
+    cli) cli ;;
     fuzz) fuzz ;;
-    all) build; tests; fuzz ;;
-    *) echo "usage: tools/sanitize.sh [all|build|tests|fuzz]" >&2; exit 2 ;;
+    all) build; tests; cli; fuzz ;;
+    *) echo "usage: tools/sanitize.sh [all|build|tests|cli|fuzz]" >&2; exit 2 ;;
 esac

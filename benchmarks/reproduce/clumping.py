@@ -24,8 +24,9 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # _cached, and this checkout's
 import numpy as np  # noqa: E402
 from _cached import OUT, plot, run_all, table  # noqa: E402
 
-from decentlearn import clumping, dcliques, topology  # noqa: E402
+from decentlearn import topology  # noqa: E402
 from decentlearn.sim import RunConfig  # noqa: E402
+from decentlearn.topology import clumping, dcliques  # noqa: E402
 
 
 def overhead(n: int, repeats: int = 5) -> tuple[float, float]:

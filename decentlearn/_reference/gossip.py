@@ -1,21 +1,44 @@
-"""Reference gossip: Y = W X computed densely in float64, rounded once to float32."""
+"""Reference gossip (csrc/gossip.c): Y = W X computed densely in float64, rounded once to float32.
+
+W is read on its own here (no ``decentlearn.ops``): a Topology's CSR arrays of round t, a
+scipy.sparse matrix, or (indptr, indices, data) arrays.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from decentlearn.ops import as_csr
 
-
-def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | None = None,
-           t: int = 0) -> np.ndarray:
-    """Same contract as ``decentlearn.ops.gossip``; ``n_threads`` is accepted and ignored."""
-    indptr, indices, data, n_cols = as_csr(W, t)
+def dense_matrix(W, t: int = 0, n_cols: int | None = None) -> np.ndarray:
+    """W (round t) as a dense float64 (n_rows, n_cols) matrix, duplicate entries summed. n_cols:
+    for (indptr, indices, data) arrays of a rectangular block of rows (default: square)."""
+    if hasattr(W, "csr") and hasattr(W, "n"):
+        indptr, indices, data = W.csr(t)
+        n_cols = int(W.n)
+    elif hasattr(W, "tocsr"):
+        if W.shape[0] != W.shape[1]:
+            raise ValueError(f"W must be square, got shape {W.shape}")
+        S = W.tocsr()
+        indptr, indices, n_cols = S.indptr, S.indices, int(S.shape[1])
+        data = S.data.astype(np.float32)  # the float32 weights the kernel is given
+    elif isinstance(W, tuple) and len(W) == 3:
+        indptr, indices, data = (np.asarray(a) for a in W)
+        if n_cols is None:
+            n_cols = len(indptr) - 1
+    else:
+        raise TypeError("W must be a Topology, a scipy.sparse matrix or an (indptr, indices, "
+                        f"data) tuple, got {type(W).__name__}")
     n_rows = len(indptr) - 1
     dense = np.zeros((n_rows, n_cols))
     rows = np.repeat(np.arange(n_rows), np.diff(indptr))
-    np.add.at(dense, (rows, indices), data.astype(np.float64))
-    y = (dense @ np.asarray(X, dtype=np.float64)).astype(np.float32)
+    np.add.at(dense, (rows, np.asarray(indices)), np.asarray(data).astype(np.float64))
+    return dense
+
+
+def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | None = None,
+           t: int = 0, n_cols: int | None = None) -> np.ndarray:
+    """Same contract as ``decentlearn.ops.gossip``; ``n_threads`` is accepted and ignored."""
+    y = (dense_matrix(W, t, n_cols) @ np.asarray(X, dtype=np.float64)).astype(np.float32)
     if out is None:
         return y
     out[...] = y

@@ -1,7 +1,6 @@
-"""NumPy references (the spec) of the layers' float32 kernels in csrc/nn_impl.h and csrc/optim.c,
-with the signatures of decentlearn.ops. The GEMMs are computed in float64 and rounded once (the C
-kernels sum in float32 in blocks of k, so tests compare with a tolerance); ``sgd_step`` uses the
-kernel's float32 operations in its order, so it is bit-identical.
+"""NumPy references (the spec) of the layers' float32 GEMMs in csrc/nn.c (nn_impl.h), with the
+signatures of decentlearn.ops.nn. They are computed in float64 and rounded once (the C kernels sum
+in float32 in blocks of k, so tests compare with a tolerance).
 """
 
 from __future__ import annotations
@@ -41,25 +40,3 @@ def dense_backward(x, w, dy, gw, gb, dx=None, mask=None, n_threads=None) -> None
         if mask is not None:
             d = np.where(mask > 0, d, 0.0)
         dx[...] = d
-
-
-def sgd_step(params, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False, frozen=None,
-             n_threads=None) -> None:
-    f32 = np.float32
-    lr, mu, wd = f32(lr), f32(momentum), f32(weight_decay)
-    p0 = params.copy()
-    g = grad.astype(f32, copy=True)
-    if wd != 0:
-        g = g + wd * params
-    if mu != 0:
-        m = mu * buf + g
-        buf[...] = m
-        u = g + mu * m if nesterov else m
-    else:
-        u = g
-    params -= lr * u
-    if frozen is not None:
-        for r, cut in enumerate(np.asarray(frozen)):
-            params[r, :cut] = p0[r, :cut]
-            if mu != 0:
-                buf[r, :cut] = 0

@@ -13,9 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def maxpool2_forward(x, w, y, code=None, n_threads=None) -> np.ndarray:
-    """y (n, h/2, w/2) = the maxima; code (n, h/2, w/2) uint8 when given. Returns y."""
+def maxpool2_forward(x, w, y=None, code=None, n_threads=None) -> np.ndarray:
+    """y (n, h/2, w/2) = the maxima (a new array of x's dtype when None); code (n, h/2, w/2) uint8
+    when given. Returns y."""
     n, h, _ = x.shape
+    if y is None:
+        y = np.empty((n, h // 2, w // 2), x.dtype)
     v = np.reshape(x[..., :w], (n, h // 2, 2, w // 2, 2))
     top, bottom = v[:, :, 0], v[:, :, 1]  # (n, h/2, w/2, 2) each
     colmax = np.maximum(top, bottom)
@@ -28,9 +31,12 @@ def maxpool2_forward(x, w, y, code=None, n_threads=None) -> np.ndarray:
     return y
 
 
-def maxpool2_backward(dy, code, dx, n_threads=None) -> np.ndarray:
-    """dx (n, 2 h2, 2 w2) from dy and code (n, h2, w2). Returns dx."""
+def maxpool2_backward(dy, code, dx=None, n_threads=None) -> np.ndarray:
+    """dx (n, 2 h2, 2 w2) from dy and code (n, h2, w2) (a new array of dy's dtype when None).
+    Returns dx."""
     n, h2, w2 = dy.shape
+    if dx is None:
+        dx = np.empty((n, 2 * h2, 2 * w2), dy.dtype)
     right = (code & 1).astype(bool)
     lower = np.stack([(code >> 1) & 1, (code >> 2) & 1], axis=-1).astype(bool)
     dcol = np.empty((n, h2, w2, 2), dy.dtype)

@@ -47,8 +47,10 @@ def rng_u32_keyed(key: int, index: np.ndarray) -> np.ndarray:
     return hash32(x ^ np.uint32(key >> 32) ^ (hi * np.uint32(0x9E3779B9)))
 
 
-def rng_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np.ndarray:
-    """(n_rows, dim) uint32: row r uses key rng_key(seed, step, peer0 + r), index j."""
+def rng_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
+            n_threads: int | None = None) -> np.ndarray:
+    """(n_rows, dim) uint32: row r uses key rng_key(seed, step, peer0 + r), index j.
+    ``n_threads`` is accepted and ignored."""
     out = np.empty((n_rows, dim), dtype=np.uint32)
     idx = np.arange(dim, dtype=np.uint64)
     for r in range(n_rows):
@@ -72,9 +74,10 @@ def rng_fast_u32_keyed(key: int, index: np.ndarray) -> np.ndarray:
     return hash32(base)
 
 
-def rng_fast_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np.ndarray:
+def rng_fast_u32(seed: int, step: int, peer0: int, n_rows: int, dim: int,
+                 n_threads: int | None = None) -> np.ndarray:
     """(n_rows, dim) uint32 of the compressors' generator: row r uses rng_key(seed, step,
-    peer0 + r), index j."""
+    peer0 + r), index j. ``n_threads`` is accepted and ignored."""
     out = np.empty((n_rows, dim), dtype=np.uint32)
     idx = np.arange(dim, dtype=np.uint64)
     for r in range(n_rows):

@@ -28,8 +28,9 @@ import numpy as np
 from decentlearn.algorithms.base import Algorithm, Sampler
 from decentlearn.state import replicated, row
 from decentlearn.comm import FLOAT32_BYTES
-from decentlearn.network.model import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER,
-                                       STREAM_STRAGGLER, NetworkModel, hash_u64, hash_uniform)
+from decentlearn.network.model import NetworkModel
+from decentlearn.seeds import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER, STREAM_STRAGGLER,
+                               hash_u64, hash_uniform)
 from decentlearn.errors import CheckpointError
 from decentlearn.optim import OptimizerConfig, SGDConfig
 from decentlearn.optim import make as make_optimizer

@@ -30,7 +30,8 @@ import numpy as np
 from decentlearn.registry import Registry
 from decentlearn.state import StateSpec, load_attrs, nest, row, state_of, subtree
 
-__all__ = ["Algorithm", "NoOptions", "Sampler", "available", "get", "make", "register"]
+__all__ = ["Algorithm", "NoOptions", "Sampler", "available", "get", "make", "mixing_hints",
+           "register"]
 
 #: A function returning one minibatch per peer: x (P, B, *input_shape), y (P, B).
 Sampler = Callable[[], tuple[np.ndarray, np.ndarray]]
@@ -56,6 +57,16 @@ def available() -> list[str]:
 def get(name: str) -> type[Algorithm]:
     """The registered algorithm class ``name`` (ValueError naming the closest name if unknown)."""
     return REGISTRY.get(name)
+
+
+def mixing_hints() -> dict[str, str]:
+    """For each kind of mixing matrix ("column", "row", ...), the algorithms that declare they
+    handle it, as a hint for a topology that another algorithm cannot use."""
+    kinds: dict[str, list[str]] = {}
+    for name in available():
+        for kind in get(name).mixing:
+            kinds.setdefault(kind, []).append(name)
+    return {k: " or ".join(f"--algorithm {n}" for n in names) for k, names in kinds.items()}
 
 
 def make(name: str, **kwargs) -> Algorithm:

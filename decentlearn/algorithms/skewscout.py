@@ -10,7 +10,6 @@ import numpy as np
 from decentlearn.algorithms.base import (Algorithm, Sampler, check_fraction, check_positive_int,
                                          option, register, require_atc, require_one_step,
                                          require_uncompressed)
-from decentlearn import batchnorm  # noqa: F401 - registers the cnn-bn model it needs
 from decentlearn.state import replicated
 
 __all__ = ["SkewScout"]

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from decentlearn import ops
-from decentlearn.compress import Compressor, Reader, parse_ratio, register
-from decentlearn.compress.sparse import SPARSE_MAX_DIM, sparse_k
+from decentlearn.compress.base import Compressor, parse_ratio, register
+from decentlearn.compress.sparse_pairs import SPARSE_MAX_DIM, sparse_k
+from decentlearn.compress.wire import Reader
 
 _HEADER = struct.Struct("<IfI")
 
@@ -65,7 +66,7 @@ class STC(Compressor):
 
     def k(self, dim: int) -> int:
         """Kept positions per row of length dim: the same rule as topk:R and randk:R
-        (compress.sparse.sparse_k, R read as the decimal it prints as)."""
+        (compress.sparse_pairs.sparse_k, R read as the decimal it prints as)."""
         return sparse_k(self.ratio, dim)
 
     def _min_code_bits(self, dim: int) -> int:

@@ -6,6 +6,10 @@
 next-character data (decentlearn.data.shakespeare). See docs/data.md.
 """
 
+# Every module that registers a data set or a partition, imported here so that both registries
+# are complete whatever is imported first (the readers cifar, digits, idx and download register
+# nothing).
+from decentlearn.data import datasets, partition, shakespeare, synthetic  # noqa: F401
 from decentlearn.data.datasets import (
     Dataset,
     DatasetLoader,
@@ -15,7 +19,13 @@ from decentlearn.data.datasets import (
     register_dataset,
     standardize_images,
 )
-from decentlearn.data.download import DATASET_FILES, ChecksumError, DownloadError, RemoteFile, download
+from decentlearn.data.download import (
+    DATASET_FILES,
+    ChecksumError,
+    DownloadError,
+    RemoteFile,
+    download,
+)
 from decentlearn.data.idx import read_idx
 from decentlearn.data.partition import (
     Partition,
@@ -27,7 +37,6 @@ from decentlearn.data.partition import (
     skew_report,
 )
 from decentlearn.data.synthetic import make_synthetic
-from decentlearn.data import shakespeare  # noqa: E402,F401  (registers "shakespeare")
 
 __all__ = [
     "DATASET_FILES",

@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from decentlearn.data import _spec
+from decentlearn.data._spec import check_int, split_spec
 from decentlearn.data.cifar import CIFAR10_DIRNAME, find_cifar10_dir, read_cifar10
 from decentlearn.data.digits import read_digits
 from decentlearn.data.idx import read_idx
@@ -90,7 +90,7 @@ class Dataset:
             isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in self.input_shape
         ):
             raise TypeError(f"input_shape must be a tuple of positive ints, got {self.input_shape!r}")
-        n_classes = _spec.check_int(self.n_classes, "n_classes", minimum=1)
+        n_classes = check_int(self.n_classes, "n_classes", minimum=1)
         for part in ("train", "test"):
             x = _check_array(getattr(self, f"x_{part}"), f"x_{part}", np.float32)
             y = _check_array(getattr(self, f"y_{part}"), f"y_{part}", np.int64, ndim=1)
@@ -197,15 +197,15 @@ def load_dataset(
     by generated data sets only (``synthetic`` requires ``n_peers``: one device per peer); the
     splits of the fixed data sets never depend on ``seed``.
     """
-    key, args = _spec.split_spec(name, "name")
+    key, args = split_spec(name, "name")
     entry = _DATASETS.get(key, name)
     if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
         raise TypeError(f"data_dir must be a str, os.PathLike or None, got {type(data_dir).__name__}")
     if not isinstance(download, bool):
         raise TypeError(f"download must be a bool, got {type(download).__name__}")
-    seed = _spec.check_int(seed, "seed", minimum=0)
+    seed = check_int(seed, "seed", minimum=0)
     if n_peers is not None:
-        n_peers = _spec.check_int(n_peers, "n_peers", minimum=1)
+        n_peers = check_int(n_peers, "n_peers", minimum=1)
     path = None if data_dir is None else pathlib.Path(data_dir).expanduser()
     return entry.loader(
         args, spec=name, data_dir=path, download=download, seed=seed, n_peers=n_peers

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from decentlearn.data import _spec
+from decentlearn.data._spec import check_int, parse_float, parse_int, split_spec
 from decentlearn.registry import Registry
 
 __all__ = [
@@ -90,7 +90,7 @@ class Partition:
 
     def peer(self, i: int) -> np.ndarray:
         """Read-only view of the sample indices of peer ``i`` (negative ``i`` counts from the end)."""
-        i = _spec.check_int(i, "i")
+        i = check_int(i, "i")
         if not -self.n_peers <= i < self.n_peers:
             raise ValueError(f"i must be in [-{self.n_peers}, {self.n_peers}), got {i}")
         i %= self.n_peers
@@ -99,7 +99,7 @@ class Partition:
     def histogram(self, labels: np.ndarray, n_classes: int) -> np.ndarray:
         """Label counts per peer: int64 ``(n_peers, n_classes)``, row i counts peer i's labels."""
         labels = _as_int_array(labels, "labels")
-        n_classes = _spec.check_int(n_classes, "n_classes", minimum=1)
+        n_classes = check_int(n_classes, "n_classes", minimum=1)
         if self.n_samples and self.indices.max() >= len(labels):
             raise ValueError(
                 f"labels must cover every index of the partition: it refers to sample "
@@ -191,13 +191,13 @@ def make_partition(
     (uses ``groups``, the natural owner of each sample). Every sample goes to exactly one peer and
     every peer gets at least one sample, else ValueError. The result depends only on the arguments.
     """
-    key, args = _spec.split_spec(spec)
+    key, args = split_spec(spec)
     entry = _SCHEMES.get(key, spec)
     labels = _as_int_array(labels, "labels").astype(np.int64, copy=False)
     if len(labels) and labels.min() < 0:
         raise ValueError(f"labels must be >= 0, got minimum {labels.min()}")
-    n_peers = _spec.check_int(n_peers, "n_peers", minimum=1)
-    seed = _spec.check_int(seed, "seed", minimum=0)
+    n_peers = check_int(n_peers, "n_peers", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
     n = len(labels)
     if n_peers > n:
         raise ValueError(
@@ -267,7 +267,7 @@ def _shards(ctx: PartitionContext) -> np.ndarray:
     ``shards_class_bound(labels, n_peers, K)`` classes (2K while shards are no larger than the
     smallest class plus one)."""
     _n_args(ctx, 1, 1)
-    k = _spec.parse_int(ctx.args[0], what="K (shards per peer)", spec=ctx.spec, forms=_forms())
+    k = parse_int(ctx.args[0], what="K (shards per peer)", spec=ctx.spec, forms=_forms())
     n, n_shards = len(ctx.labels), ctx.n_peers * k
     if n_shards > n:
         raise ValueError(
@@ -294,8 +294,8 @@ def shards_class_bound(labels: np.ndarray, n_peers: int, k: int) -> int:
     when the shards fall badly; see docs/data.md.
     """
     labels = _as_int_array(labels, "labels")
-    n_peers = _spec.check_int(n_peers, "n_peers", minimum=1)
-    k = _spec.check_int(k, "k", minimum=1)
+    n_peers = check_int(n_peers, "n_peers", minimum=1)
+    k = check_int(k, "k", minimum=1)
     if len(labels) == 0:
         raise ValueError("labels must not be empty")
     if len(labels) and labels.min() < 0:
@@ -371,10 +371,10 @@ def _dirichlet(ctx: PartitionContext) -> np.ndarray:
     class; then repair the draw so every peer has >= MIN_SIZE (default 1) samples: the missing
     samples come from the largest peers' most plentiful classes (``_repair_min_size``)."""
     _n_args(ctx, 1, 2)
-    alpha = _spec.parse_float(ctx.args[0], what="ALPHA", spec=ctx.spec, forms=_forms(), positive=True)
+    alpha = parse_float(ctx.args[0], what="ALPHA", spec=ctx.spec, forms=_forms(), positive=True)
     min_size = 1
     if len(ctx.args) == 2:
-        min_size = _spec.parse_int(ctx.args[1], what="MIN_SIZE", spec=ctx.spec, forms=_forms(), minimum=0)
+        min_size = parse_int(ctx.args[1], what="MIN_SIZE", spec=ctx.spec, forms=_forms(), minimum=0)
     n, peers = len(ctx.labels), ctx.n_peers
     if peers * min_size > n:
         raise ValueError(
@@ -403,7 +403,7 @@ def _classes(ctx: PartitionContext) -> np.ndarray:
     floor or ceil of n_peers*C/K peers; each class's (shuffled) samples are split evenly among
     its holders."""
     _n_args(ctx, 1, 1)
-    c = _spec.parse_int(ctx.args[0], what="C (classes per peer)", spec=ctx.spec, forms=_forms())
+    c = parse_int(ctx.args[0], what="C (classes per peer)", spec=ctx.spec, forms=_forms())
     by_class = ctx.class_indices()
     present = np.array([k for k, idx in enumerate(by_class) if len(idx)], dtype=np.int64)
     k = len(present)
@@ -490,7 +490,7 @@ def skew_report(
     if not isinstance(partition, Partition):
         raise TypeError(f"partition must be a Partition, got {type(partition).__name__}")
     if max_peers is not None:
-        max_peers = _spec.check_int(max_peers, "max_peers", minimum=2)
+        max_peers = check_int(max_peers, "max_peers", minimum=2)
     hist, sizes, tv = _label_distributions(partition, labels, n_classes)
     n_cls = (hist > 0).sum(axis=1)
     width = max(len(str(int(hist.max(initial=0)))), len(str(n_classes - 1)))

@@ -16,7 +16,7 @@ import pathlib
 
 import numpy as np
 
-from decentlearn.data import _spec
+from decentlearn.data._spec import check_int, parse_float
 from decentlearn.data.datasets import Dataset, register_dataset
 
 __all__ = ["SYNTHETIC_CLASSES", "SYNTHETIC_DIM", "make_synthetic"]
@@ -42,10 +42,10 @@ def make_synthetic(
     The training samples are stored device after device; ``groups`` gives each one's device.
     The test set holds each device's held-out ``test_fraction`` (rounded, at least 1 sample).
     """
-    n_devices = _spec.check_int(n_devices, "n_devices", minimum=1)
-    seed = _spec.check_int(seed, "seed", minimum=0)
-    min_samples = _spec.check_int(min_samples, "min_samples", minimum=2)
-    max_samples = _spec.check_int(max_samples, "max_samples", minimum=min_samples)
+    n_devices = check_int(n_devices, "n_devices", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    min_samples = check_int(min_samples, "min_samples", minimum=2)
+    max_samples = check_int(max_samples, "max_samples", minimum=min_samples)
     for argname, value in (("alpha", alpha), ("beta", beta)):
         if (
             isinstance(value, bool)
@@ -119,8 +119,8 @@ def _load_synthetic(
     if len(args) == 1 and args[0].lower() == "iid":
         alpha, beta, iid = 0.0, 0.0, True
     elif len(args) == 2:
-        alpha = _spec.parse_float(args[0], what="ALPHA", spec=spec, forms=_FORMS)
-        beta = _spec.parse_float(args[1], what="BETA", spec=spec, forms=_FORMS)
+        alpha = parse_float(args[0], what="ALPHA", spec=spec, forms=_FORMS)
+        beta = parse_float(args[1], what="BETA", spec=spec, forms=_FORMS)
         iid = False
     else:
         raise ValueError(f"dataset spec {spec!r} is not valid; valid forms: {_FORMS}")

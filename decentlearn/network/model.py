@@ -4,9 +4,10 @@ per-round faults (link drops, stragglers, churn), all drawn from the run's seed.
 A :class:`NetworkConfig` describes a network (a preset such as ``datacenter``, ``wan``, ``edge``
 or ``mobile``, or a TOML table); :class:`NetworkModel` binds it to ``n`` peers and a seed. Every
 random quantity is a pure function of (seed, stream, round, peer or link) through a counter-based
-hash (splitmix64), so it does not depend on the order in which it is asked for, on the thread
-count, or on which other quantities were drawn. Link quantities are symmetric: the link {i, j}
-has one latency, one bandwidth, and is up or down in both directions together.
+hash (splitmix64, :mod:`decentlearn.seeds`), so it does not depend on the order in which it is
+asked for, on the thread count, or on which other quantities were drawn. Link quantities are
+symmetric: the link {i, j} has one latency, one bandwidth, and is up or down in both directions
+together.
 
 Units: latency in milliseconds, bandwidth in Mbit/s (10^6 bit/s), compute in samples/s.
 A message of ``b`` bytes on link (j -> i) takes ``latency + 8 b / bandwidth`` seconds (times the
@@ -24,43 +25,15 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
+from decentlearn.seeds import (STREAM_BANDWIDTH, STREAM_COMPUTE, STREAM_DROP, STREAM_JOIN,
+                               STREAM_LATENCY, STREAM_LEAVE, STREAM_STRAGGLER, hash_uniform)
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["Dist", "NetworkConfig", "NetworkModel", "PRESETS", "load_network", "preset"]
-
-# Streams of the counter-based hash (independent random quantities).
-(STREAM_LATENCY, STREAM_BANDWIDTH, STREAM_COMPUTE, STREAM_DROP, STREAM_STRAGGLER, STREAM_LEAVE,
- STREAM_JOIN, STREAM_MATCH, STREAM_ASYNC, STREAM_PARTNER, STREAM_BATCH) = range(11)
-
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on a uint64 array (wraps modulo 2^64, as intended)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def hash_u64(seed: int, stream: int, *keys) -> np.ndarray:
-    """A uint64 per element of the broadcast ``keys`` (non-negative ints), a pure function of
-    (seed, stream, keys): the counter-based generator behind every random choice here."""
-    arrays = np.broadcast_arrays(*(np.atleast_1d(np.asarray(k, dtype=np.int64)) for k in keys))
-    h = _mix64(np.atleast_1d(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)) + _GOLDEN
-               * np.atleast_1d(np.uint64(stream + 1)))
-    for a in arrays:
-        h = _mix64(h + _GOLDEN + a.astype(np.uint64))
-    return h
-
-
-def hash_uniform(seed: int, stream: int, *keys) -> np.ndarray:
-    """Uniform float64 numbers in [0, 1), 53 random bits each, keyed like :func:`hash_u64`."""
-    return (hash_u64(seed, stream, *keys) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-
 
 # --------------------------------------------------------------------------------------------------
 # Distributions

@@ -10,9 +10,16 @@ scratch buffers reused from call to call. Models are built from a spec string th
 (``make_model("mlp:256,128", (1, 28, 28), 10)``); docs/models.md gives layouts and shapes.
 
 The package: ``layers`` (Scratch, Layer and the layers), ``model`` (Model and its loss),
-``zoo`` (the registry and the model builders).
+``zoo`` (the model registry and the builders of ``linear``, ``mlp`` and ``cnn``), ``batchnorm``
+(BatchNorm2d and the ``cnn-bn`` model), ``lowp`` (the int8 arithmetic of ``precision="int8"``),
+``cocofl`` (CoCoFL's partial freezing and its cost model) and ``checks`` (the argument checks every
+model shares, decentlearn.torch's included).
 """
 
+# Every module of the package, imported here so that the model registry is complete whatever is
+# imported first (batchnorm registers "cnn-bn").
+from decentlearn.nn import batchnorm, checks, cocofl, layers, lowp, model, zoo  # noqa: F401
+from decentlearn.nn.batchnorm import BatchNorm2d
 from decentlearn.nn.layers import (
     INITIALIZERS,
     Conv2d,
@@ -29,6 +36,7 @@ from decentlearn.nn.zoo import available_models, make_model, register_model
 
 __all__ = [
     "INITIALIZERS",
+    "BatchNorm2d",
     "Conv2d",
     "Dense",
     "Flatten",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from decentlearn.checks import check_array
+
 
 def check_inputs(x: object, n_peers: int, input_shape: tuple[int, ...]) -> tuple[np.ndarray, bool]:
     """x as an array of real numbers shaped (n_peers, batch, *input_shape), or (batch,
@@ -36,18 +38,6 @@ def check_labels(y: object, shape: tuple[int, ...], n_classes: int) -> np.ndarra
         if lo < 0 or hi >= n_classes:
             raise ValueError(f"y must hold labels in [0, {n_classes}), got values in [{lo}, {hi}]")
     return y
-
-
-def check_array(a: object, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """``a`` itself, once it is a numpy array of ``dtype`` (TypeError) and ``shape``
-    (ValueError)."""
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
-    if a.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype}, got {a.dtype}")
-    if a.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
-    return a
 
 
 def check_grad(grad: object, params: np.ndarray) -> np.ndarray:

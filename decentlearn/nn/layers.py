@@ -15,8 +15,15 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 from numpy.lib.stride_tricks import as_strided
 
-from decentlearn import lowp, ops
+from decentlearn import ops
 from decentlearn._reference import pool as pool_reference
+from decentlearn.nn.lowp import (
+    check_f32,
+    check_precision,
+    dense_backward,
+    dense_forward,
+    quantize_weights,
+)
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -173,7 +180,7 @@ class Dense(Layer):
     """Fully connected layer on (P, B, in_features); weight per peer is (in_features, out_features).
 
     ``precision="int8"`` runs the forward and both backward products as int8 GEMMs (see
-    decentlearn.lowp) on float32 master weights."""
+    decentlearn.nn.lowp) on float32 master weights."""
 
     in_features: int
     out_features: int
@@ -185,7 +192,7 @@ class Dense(Layer):
         _check_positive_int(self.in_features, "in_features")
         _check_positive_int(self.out_features, "out_features")
         _check_init(self.init)
-        lowp.check_precision(self.precision)
+        check_precision(self.precision)
 
     def param_shapes(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         return (("weight", (self.in_features, self.out_features)), ("bias", (self.out_features,)))
@@ -206,7 +213,7 @@ class Dense(Layer):
         ReLU's)."""
         weight, bias = w
         if self.precision == "int8":
-            return lowp.dense_forward(x, weight, bias, train, _is_shared(x),
+            return dense_forward(x, weight, bias, train, _is_shared(x),
                                       n_threads=_threads(scratch), relu=relu, scratch=scratch)
         if weight.dtype == np.float32 and x.dtype == np.float32:
             # One C call: every peer's gemm, bias and ReLU, peers split over threads.
@@ -227,7 +234,7 @@ class Dense(Layer):
         weight, _ = w
         g_weight, g_bias = g
         if self.precision == "int8":  # the ReLU mask is fused
-            return lowp.dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
+            return dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
                                        n_threads=_threads(scratch), peer0=scratch.peer0,
                                        mask=mask)
         if weight.dtype == np.float32 and dy.dtype == np.float32:
@@ -266,7 +273,7 @@ class Conv2d(Layer):
 
     ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
     unfolds the int8 codes and runs the forward and both backward products as int8 GEMMs with
-    stochastically rounded dY (see decentlearn.lowp) on float32 master weights; the bias is added
+    stochastically rounded dY (see decentlearn.nn.lowp) on float32 master weights; the bias is added
     in float32.
     """
 
@@ -288,7 +295,7 @@ class Conv2d(Layer):
         if self.padding < 0:
             raise ValueError(f"padding must be >= 0, got {self.padding}")
         _check_init(self.init)
-        lowp.check_precision(self.precision)
+        check_precision(self.precision)
 
     @property
     def _k(self) -> int:  # rows of the im2col matrix (without the row of ones)
@@ -455,8 +462,8 @@ class Conv2d(Layer):
                       hw: tuple[int, int], train: bool, scratch: Scratch) -> tuple[np.ndarray, Any]:
         """y = Q(W) Q(patches) + b from the padded input xp (..., C, B, Hp*Wp + k - 1), whose
         leading peer axis is absent when the input is shared by all peers."""
-        lowp.check_f32("inputs", xp)
-        lowp.check_f32("parameters", weight)
+        check_f32("inputs", xp)
+        check_f32("parameters", weight)
         cout, kk = self.out_channels, self._k
         n_peers = weight.shape[0]
         *lead, _, b, _ = xp.shape
@@ -472,7 +479,7 @@ class Conv2d(Layer):
                         n_threads=scratch.n_threads)
         if not lead:
             sx = np.broadcast_to(sx, (n_peers,))
-        wq, sw = lowp.quantize_weights(weight, n_threads=scratch.n_threads)
+        wq, sw = quantize_weights(weight, n_threads=scratch.n_threads)
         wq = _view(wq, (n_peers, cout, kk))
         cols = scratch.empty("colsq", (*lead, kk, min(b, chunk) * run), np.int8)
         y = scratch.empty("y", (n_peers, cout, b * run), np.float32)

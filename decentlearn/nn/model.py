@@ -11,8 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from decentlearn import lowp
-from decentlearn.nn import checks
+from decentlearn.nn.checks import (
+    check_frozen,
+    check_grad,
+    check_inputs,
+    check_labels,
+    check_step,
+)
 from decentlearn.nn.layers import (
     Conv2d,
     Dense,
@@ -24,6 +29,7 @@ from decentlearn.nn.layers import (
     _check_positive_int,
     _view,
 )
+from decentlearn.nn.lowp import layer_seed
 
 # Upper bound on the elements of one activation tensor in `Model.evaluate` (P * chunk * widest
 # layer); 2**24 float32 elements is 64 MiB, which keeps the working set near the caches.
@@ -130,7 +136,7 @@ class Model:
         self._param_layers = tuple(i for i, e in enumerate(self._slices) if e)
         in_shapes = [self.input_shape if self._spatial_input else (math.prod(self.input_shape),)]
         self._in_shapes = tuple(in_shapes + list(shapes[:-1]))
-        self._layer_seeds = tuple(lowp.layer_seed(self.seed, i) for i in range(len(layers)))
+        self._layer_seeds = tuple(layer_seed(self.seed, i) for i in range(len(layers)))
         # What frozen layers run (CoCoFL): Dense and Conv2d forward passes in int8.
         self._frozen_layers = tuple(
             dataclasses.replace(ly, precision="int8") if isinstance(ly, (Dense, Conv2d)) else ly
@@ -241,7 +247,7 @@ class Model:
 
     def _check_x(self, x: object, n_peers: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
         """Returns x as (P, B, *input_shape) in ``dtype`` (stride 0 over P when shared)."""
-        x, shared = checks.check_inputs(x, n_peers, self.input_shape)
+        x, shared = check_inputs(x, n_peers, self.input_shape)
         x = x.astype(dtype, copy=False)
         if shared:
             # Contiguous samples, so no later reshape can materialise the broadcast.
@@ -253,7 +259,7 @@ class Model:
         return x, shared
 
     def _check_y(self, y: object, shape: tuple[int, ...]) -> np.ndarray:
-        return checks.check_labels(y, shape, self.n_classes).astype(np.intp, copy=False)
+        return check_labels(y, shape, self.n_classes).astype(np.intp, copy=False)
 
     # ---- passes ----------------------------------------------------------------------------
 
@@ -324,11 +330,11 @@ class Model:
             y = self._check_y(y, (n_peers, batch))
         if batch == 0:
             raise ValueError("x must hold at least one sample per peer, got batch size 0")
-        grad = checks.check_grad(grad, params)
-        checks.check_step(step)
+        grad = check_grad(grad, params)
+        check_step(step)
         if step is None:
             step, self.steps = self.steps, self.steps + 1
-        counts = checks.check_frozen(frozen, n_peers, len(self._param_layers))
+        counts = check_frozen(frozen, n_peers, len(self._param_layers))
         if counts is None or (counts == counts[0]).all():
             k = 0 if counts is None else int(counts[0])
             return self._loss_and_grad(params, xb, y, grad, int(step), k), grad
@@ -353,8 +359,8 @@ class Model:
         logits, ctxs = self._forward(params, xb, train=True, first_trained=first)
         loss, dlogits = _cross_entropy(logits, y, want_grad=True)
         w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
-        for sc, layer_seed in zip(scratch, self._layer_seeds):
-            sc.rng = (layer_seed, step)
+        for sc, seed_of_layer in zip(scratch, self._layer_seeds):
+            sc.rng = (seed_of_layer, step)
             sc.peer0 = self.peer0
         h: np.ndarray | None = dlogits
         layers, fused = self._layers, self._fused

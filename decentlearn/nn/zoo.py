@@ -6,7 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from decentlearn import lowp
+from decentlearn.nn.lowp import check_precision
 from decentlearn.nn.layers import (
     Conv2d,
     Dense,
@@ -48,7 +48,7 @@ def make_model(
     """Build a model from ``"name"`` or ``"name:arg"``, e.g. ``"mlp:256,128"`` or ``"cnn:gn"``;
     ``"torch:..."`` builds a decentlearn.torch.TorchModel (docs/torch.md).
 
-    ``precision="int8"`` makes every Dense and Conv2d layer compute in int8 (decentlearn.lowp)
+    ``precision="int8"`` makes every Dense and Conv2d layer compute in int8 (decentlearn.nn.lowp)
     with stochastic gradient rounding seeded by ``seed``."""
     if not isinstance(spec, str):
         raise TypeError(f"spec must be a str, got {type(spec).__name__}")
@@ -59,7 +59,7 @@ def make_model(
     builder = _MODELS.get(name, spec)  # unknown: ValueError naming the closest model
     if not isinstance(input_shape, tuple):
         raise TypeError(f"input_shape must be a tuple of ints, got {input_shape!r}")
-    precision = lowp.check_precision(precision)
+    precision = check_precision(precision)
     layers = builder(arg if sep else None, input_shape, n_classes)
     if precision != "fp32":
         layers = [

@@ -100,11 +100,11 @@ def _json_bytes(value: Any) -> bytes:
 def write(path: str | os.PathLike, state: dict[str, Any], *, fingerprint: str, n_peers: int,
           dim: int, round: int, extra: dict | None = None) -> None:
     """Writes ``state`` (flat dict of arrays, numpy scalars and JSON values) to ``path``
-    atomically (results.atomic_writer: temporary file, fsync, rename). ``fingerprint`` is
+    atomically (atomic.atomic_writer: temporary file, fsync, rename). ``fingerprint`` is
     :func:`fingerprint` of the run's config; ``n_peers``/``dim`` the size of the peers' matrix;
     ``round`` the number of finished rounds; ``extra`` JSON metadata kept as is."""
     from decentlearn import __version__
-    from decentlearn.results import atomic_writer
+    from decentlearn.atomic import atomic_writer
 
     arrays, values = _split(state)
     state_bytes = _json_bytes(values)
@@ -213,7 +213,7 @@ class CheckpointCallback:
 
     Inside :func:`stop_at_round_end` it also ends the run gracefully: once a termination signal
     has been received, the round in progress finishes, its checkpoint is written, and
-    ``on_round_complete`` raises :class:`decentlearn.results.Interrupted`. With peers split over
+    ``on_round_complete`` raises :class:`decentlearn.interrupts.Interrupted`. With peers split over
     processes, every process calls ``comm.total`` at every round end while watching, so all of
     them stop after the same round even when the signal reached only some of them.
     """
@@ -248,7 +248,7 @@ class CheckpointCallback:
         if stop and not last:
             import signal
 
-            from decentlearn.results import Interrupted
+            from decentlearn.interrupts import Interrupted
             raise Interrupted(self.stop_signum or signal.SIGTERM)
 
     def save(self, sim) -> None:
@@ -260,12 +260,12 @@ class CheckpointCallback:
 def stop_at_round_end(saver: CheckpointCallback, signums: tuple[int, ...] | None = None):
     """Within the block, the first of ``signums`` (default SIGTERM) asks ``saver`` to finish the
     round in progress, write its checkpoint and stop the run (see ``CheckpointCallback``); a
-    second one raises :class:`decentlearn.results.Interrupted` at once. Previous handlers are
+    second one raises :class:`decentlearn.interrupts.Interrupted` at once. Previous handlers are
     restored afterwards. Outside the main thread only the periodic checkpoints are written."""
     import signal
     import threading
 
-    from decentlearn.results import Interrupted
+    from decentlearn.interrupts import Interrupted
     if signums is None:
         signums = (signal.SIGTERM,)
     if threading.current_thread() is not threading.main_thread():

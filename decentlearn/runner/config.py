@@ -19,8 +19,8 @@ import numpy as np
 from decentlearn import algorithms
 from decentlearn.comm import parse_mixing
 from decentlearn.network import load_network
-from decentlearn import cocofl
-from decentlearn.lowp import PRECISIONS
+from decentlearn.nn import cocofl
+from decentlearn.nn.lowp import PRECISIONS
 from decentlearn.optim import LRSchedule, OptimizerConfig
 from decentlearn.registry import closest
 

@@ -16,14 +16,11 @@ import time
 import numpy as np
 
 from decentlearn import algorithms, compress, metrics
-from decentlearn import cocofl
 from decentlearn._core import NonFiniteError
 from decentlearn.data import Dataset, load_dataset, make_partition
 from decentlearn.errors import CheckpointError
 from decentlearn.network import NetworkModel, OfflineHook
-from decentlearn.network import check_mixing as topology_check_mixing
-from decentlearn.network import make_topology as topology_make
-from decentlearn.nn import make_model
+from decentlearn.nn import cocofl, make_model
 from decentlearn.optim import OptimizerConfig, SGDConfig, make as make_optimizer
 from decentlearn.runner import checkpoint as ck
 from decentlearn.runner.backend import LocalBackend
@@ -35,7 +32,7 @@ from decentlearn.runner.config import (DIVERGENCE_CONSENSUS_FACTOR, DIVERGENCE_L
                                        setup_problems, stream_seed)
 from decentlearn.runner.sampler import PeerSampler, eval_sizes, stratified_order
 from decentlearn.state import nest, subtree, take_rows
-from decentlearn.topology import Topology
+from decentlearn.topology import Topology, check_mixing, make as make_topology
 
 __all__ = ["Callback", "Runner"]
 
@@ -71,11 +68,12 @@ class Runner:
         cls = algorithms.get(c.algorithm)
         # Data-aware builders (d-cliques) get the per-peer label histograms, and only those.
         accepted = cls.mixing
-        self.topology = topology_make(c.topology, c.peers,
+        self.topology = make_topology(c.topology, c.peers,
                                       seed=stream_seed(c.seed, STREAM_TOPOLOGY),
                                       weights=c.weights, mixing=accepted,
                                       labels=self.partition.histogram(d.y_train, d.n_classes))
-        topology_check_mixing(self.topology, c.algorithm, accepted)
+        check_mixing(self.topology, accepted, f"algorithm {c.algorithm!r}",
+                     hints=algorithms.mixing_hints())
         if c.clique_averaging and self.topology.groups is None:
             raise ValueError(f"clique_averaging needs a topology made of cliques "
                              f"(d-cliques[:SIZE[:INTER]]), got topology={c.topology!r}")

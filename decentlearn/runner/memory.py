@@ -92,7 +92,7 @@ class MemoryEstimate:
 
     def table(self) -> str:
         """Aligned text: one line per part (per peer, total), then the total."""
-        from decentlearn.plot import human_bytes
+        from decentlearn.units import format_bytes as human_bytes
         names = list(dict.fromkeys([*self.per_peer, *self.shared]))
         width = max(len(n) for n in [*names, "total"])
         lines = [f"  {'':<{width}}  {'per peer':>11}  {'total':>11}"]
@@ -295,7 +295,7 @@ def check(config, estimate_: MemoryEstimate | None = None) -> MemoryEstimate:
     """Raises MemoryError (one line with the estimate and the available memory) when a run of
     ``config`` would need more than HEADROOM x the available memory; returns the estimate (the
     quick upper bound when it fits, else the probed estimate)."""
-    from decentlearn.plot import human_bytes
+    from decentlearn.units import format_bytes as human_bytes
     room, source = available()
     if estimate_ is None:  # the quick upper bound settles most runs without a probe
         est = estimate(config, probe=False)

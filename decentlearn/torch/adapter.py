@@ -20,7 +20,7 @@ batch alone, so the modes agree to float32 rounding (not bit for bit: the kernel
 Floating-point buffers (BatchNorm's running mean and variance) are per-peer state kept in the row
 after all parameters: training passes update them in place, their gradient is zero, and every
 algorithm exchanges and averages them exactly like the weights (the policy of decentlearn's own
-BatchNorm, decentlearn.batchnorm; the average model gets the peers' average statistics).
+BatchNorm, decentlearn.nn.batchnorm; the average model gets the peers' average statistics).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class TorchModel:
         torch.set_num_threads(ops.resolve_threads(value))
         self._n_threads = value
 
-    # CoCoFL's cost model (decentlearn.cocofl.peer_costs) counts the MACs of native layers only:
+    # CoCoFL's cost model (decentlearn.nn.cocofl.peer_costs) counts the MACs of native layers only:
     # a torch model reports its trained parameters and optimizer state, and zero MACs.
     layers: tuple = ()
     io_shapes: tuple = ()

@@ -1,0 +1,301 @@
+"""The argument parser of every ``decentlearn`` command.
+
+The names a spec flag accepts (``--algorithm``, ``--topology``, ``--compress``, ``--model``,
+``--dataset``, ``--partition``, ``--optimizer``) and their defaults are read from the registries
+and from ``RunConfig`` when the parser is built, so the help lists exactly what the library
+accepts. The options of single algorithms have their own help group
+(:func:`add_algorithm_options`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from decentlearn import __version__
+
+
+class UsageError(Exception):
+    """A mistake of the user's, reported in one line with exit code 2."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help layout, wrapping lines at spaces only: a spec name
+    (``one-peer-exponential``) is never cut at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors in one line (no usage dump) with exit code 2, takes no
+    abbreviations (``--peer`` is not ``--peers``) and suggests the closest option or choice."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def _all_options(self) -> list[str]:
+        options = []
+        for action in self._actions:
+            options += [o for o in action.option_strings if o.startswith("--")]
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    options += sub._all_options()
+        return sorted(set(options))
+
+    def error(self, message):
+        from decentlearn.registry import closest
+        if message.startswith("unrecognized arguments:"):
+            options = self._all_options()
+            for token in message.split(":", 1)[1].split():
+                guess = (closest(token.split("=", 1)[0], options)
+                         if token.startswith("--") else None)
+                if guess is not None:
+                    message += f" (did you mean {guess}?)"
+                    break
+        else:
+            m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+            if m:
+                guess = closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+                if guess is not None:
+                    message += f"; did you mean {guess!r}?"
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+def optional_int(text: str) -> int | None:
+    """An integer flag that also takes ``none`` or ``auto`` (None: the default)."""
+    return None if text.lower() in ("none", "auto") else int(text)
+
+
+def registered_names() -> dict[str, list[str]]:
+    """What each spec flag of ``run`` accepts, read from the registries: flag -> names (spec
+    forms for data sets and partitions)."""
+    from decentlearn import algorithms, compress, optim, topology
+    from decentlearn.data import available_datasets, available_partitions
+    from decentlearn.nn import available_models
+
+    # pushsum and epidemic register themselves in decentlearn.network: until the registries are
+    # complete whatever the import order (issue 20), it is imported before algorithms.available().
+    import decentlearn.network  # noqa: F401
+
+    return {"algorithm": algorithms.available(), "topology": topology.available(),
+            "compress": compress.available(), "model": list(available_models()),
+            "dataset": list(available_datasets()), "partition": list(available_partitions()),
+            "optimizer": list(optim.OPTIMIZERS)}
+
+
+def _defaults() -> dict:
+    import dataclasses
+
+    from decentlearn.sim import RunConfig
+    return {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
+def _option_type(f) -> type:
+    """The argparse type of an algorithm option: its default's type, else its annotation's."""
+    if f.default is not None and not isinstance(f.default, bool):
+        return type(f.default)
+    text = str(f.type)
+    return next((t for t in (int, float) if t.__name__ in text.split(" | ")), str)
+
+
+def add_algorithm_options(parser: argparse.ArgumentParser) -> list[argparse._ArgumentGroup]:
+    """The flags of the algorithms' own options, generated from each registered algorithm's
+    ``Options``: one help group per set of algorithms that share them ("choco options",
+    "fedavg, fedhisyn, stc-fl options"), with each option's help and default."""
+    import dataclasses
+
+    from decentlearn import algorithms
+    owners: dict[str, list[str]] = {}
+    fields: dict[str, dataclasses.Field] = {}
+    for name in algorithms.available():
+        for f in dataclasses.fields(algorithms.get(name).Options):
+            owners.setdefault(f.name, []).append(name)
+            fields.setdefault(f.name, f)
+    groups: dict[tuple[str, ...], argparse._ArgumentGroup] = {}
+    for option, names in owners.items():
+        key = tuple(names)
+        if key not in groups:
+            groups[key] = parser.add_argument_group(f"{', '.join(names)} options")
+        f = fields[option]
+        default = "unset" if f.default is None else f.default
+        groups[key].add_argument("--" + option.replace("_", "-"), type=_option_type(f),
+                                 metavar=f.metadata.get("metavar"),
+                                 help=f"{f.metadata.get('help', '')} (default {default})")
+    return list(groups.values())
+
+
+def add_run_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("run", help="simulate decentralized training and save metrics and plots",
+                       description="Simulate n peers training over a graph. Flags override the "
+                                   "--config file, which overrides the defaults.")
+    names = registered_names()
+    default = _defaults()
+
+    def listing(flag: str) -> str:
+        return ", ".join(names[flag])
+
+    a = p.add_argument
+    a("--config", metavar="FILE.toml", help="TOML file with any of the options below")
+    a("--dataset", help=f"{listing('dataset')} (default {default['dataset']}, embedded)")
+    a("--data-dir", help="directory holding the dataset files (else $DECENTLEARN_DATA, "
+                         "Debian's /usr/share/datasets, ~/.cache/decentlearn)")
+    a("--peers", type=int, help=f"number of peers (default {default['peers']})")
+    a("--topology", help=f"communication graph: {listing('topology')}, with arguments after "
+                         f"':' (docs/topology.md; default {default['topology']})")
+    a("--weights", help="mixing weights: metropolis (default), max-degree, uniform, clique "
+                        "(equal weights within cliques, d-cliques)")
+    a("--partition", help=f"{listing('partition')} (default {default['partition']})")
+    a("--model", help=f"{listing('model')}, with arguments: mlp:H1,H2, cnn:gn (default "
+                      f"{default['model']}); with the torch extra: torch:resnet20, torch:vgg11, "
+                      "torch:gn-lenet, torch:char-lstm, torch:PKG.MODULE:FACTORY")
+    a("--torch-mode", metavar="MODE",
+      help="torch models: how peers are split into forward/backward passes: batched (default, "
+           "one vmapped pass over all peers), grouped:G (passes of G peers; 1 = a plain pass "
+           "per peer) or auto (the fastest, timed on the first batch; see docs/torch.md)")
+    a("--precision", choices=["fp32", "int8"],
+      help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
+           "stochastic rounding of gradients, float32 master weights)")
+    a("--cocofl", metavar="SPEC",
+      help="CoCoFL partial freezing: FRACTION:K[,FRACTION:K...] — a fraction of the peers "
+           "(drawn from --seed) freezes its first K layers with parameters, which run int8 and "
+           "are not trained; K=drop: those peers do not train at all (baseline)")
+    a("--algorithm", help=f"{listing('algorithm')} (default {default['algorithm']}; dpsgd with "
+                          "--compress sends compressed differences, DCD-PSGD; "
+                          "docs/algorithms.md)")
+    a("--clique-averaging", action=argparse.BooleanOptionalAction, default=None,
+      help="D-Cliques Clique Averaging: each peer's gradient is replaced by its clique's average "
+           "before the optimizer step (needs --topology d-cliques[:SIZE[:INTER]])")
+    a("--mixing", help="gossip (one exchange of W per round, default), finite-time (the "
+                       "exact average each round through W's minimal polynomial: K exchanges) "
+                       "or nonlinear[:ALPHA[:ETA]] (NGO nonlinear gossip: x_i += ETA sum_j w_ij "
+                       "sign(x_j-x_i)|x_j-x_i|^ALPHA, default 0.5:0.5)")
+    a("--compress", help=f"what peers send: {listing('compress')}, with arguments after ':' "
+                         f"(docs/compression.md; default {default['compress']}: float32); "
+                         "ef:SPEC adds error feedback")
+    a("--error-feedback", action="store_true",
+      help="wrap the --compress compressor in error feedback (same as --compress ef:SPEC)")
+    a("--variant", help="atc (adapt then combine, default) or cta (combine then adapt)")
+    add_algorithm_options(p)
+    a("--rounds", type=int, help="communication rounds")
+    a("--local-steps", type=int, help="SGD steps per peer between communications")
+    a("--batch-size", type=int, help="minibatch size per peer and step")
+    a("--lr", type=float, help="learning rate")
+    a("--momentum", type=float, help="SGD momentum")
+    a("--nesterov", action=argparse.BooleanOptionalAction, default=None, help="Nesterov momentum")
+    a("--weight-decay", type=float, help="weight decay (L2 for sgd/adam/lars; decoupled for "
+                                         "adamw/lamb)")
+    a("--optimizer", help=f"{listing('optimizer')} (default {default['optimizer']}); --momentum "
+                          "is beta1 for adam/adamw/lamb (docs/algorithms.md)")
+    a("--beta2", type=float, help="adam, adamw, lamb: second-moment decay in [0, 1) "
+                                  "(default 0.999)")
+    a("--eps", type=float, help="adam/adamw/lamb/lars denominator epsilon (default 1e-8 adam, "
+                                "1e-6 lamb, 1e-9 lars)")
+    a("--trust-coefficient", type=float, help="lars: trust coefficient eta (default 0.001)")
+    a("--lr-schedule", help="learning rate per round: constant (default), step:EVERY:GAMMA, "
+                            "cosine[:FLOOR]")
+    a("--warmup", type=int, help="rounds of linear learning-rate warmup (default 0)")
+    a("--lr-scaling", help="scale --lr with the global batch B = peers x batch size: "
+                           "linear:REF (lr B/REF, Goyal et al.) or sqrt:REF")
+    a("--seed", type=int, help="seed of every random choice in the run")
+    a("--threads", type=optional_int, help="threads for the C kernels and for torch models' "
+                                            "intra-op pool (default: all allowed)")
+    a("--eval-every", type=int, help="evaluate every N rounds")
+    a("--eval-samples", type=optional_int, help="evaluate on N test samples (default all)")
+    a("--eval-peer-samples", type=optional_int, help="evaluate each peer on a fixed stratified "
+      "subsample of N test samples (default: sized to keep evaluation near 10%% of the run)")
+    a("--network", metavar="PRESET|FILE.toml",
+      help="simulate time on a network: datacenter, wan, edge, mobile, or a TOML file "
+           "(docs/network.md); adds sim_seconds to the metrics")
+    a("--async", dest="asynchronous", action="store_true", default=None,
+      help="event-driven asynchronous gossip (dpsgd -> AD-PSGD); needs --network")
+    a("--checkpoint-every", type=int, metavar="N",
+      help="write RUN_DIR/checkpoint.npz every N rounds, after the last round, on SIGINT at a "
+           "round boundary, and on SIGTERM after the round in progress (docs/checkpoints.md)")
+    a("--resume", metavar="RUN_DIR",
+      help="continue the run in RUN_DIR from its checkpoint, with its config.toml (only "
+           "--rounds, --threads, --data-dir, --checkpoint-every and --quiet may be given)")
+    a("--out", help="output directory (default runs/<timestamp>, never an existing one)")
+    a("--overwrite", action="store_true",
+      help="let --out name a directory that already holds a run (its files are replaced)")
+    a("--quiet", action="store_true", help="no progress bar")
+    a("--dry-run", action="store_true",
+      help="print the memory the run needs (per peer and in total, by part) and whether it "
+           "fits, then exit without running (docs/experiments.md)")
+    a("--backend", choices=["inprocess", "mpi"], default=None,
+      help="inprocess (default): every peer in this process; mpi: real processes, started with "
+           "mpiexec -n RANKS decentlearn run --backend mpi ... (docs/mpi.md)")
+    a("--mpi-timeout", type=float, default=None, metavar="SECONDS",
+      help="with --backend mpi: seconds a rank waits for another before ending the job with an "
+           "error (default 60)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``decentlearn`` and all its subcommands."""
+    parser = Parser(prog="decentlearn",
+                    description="Simulate decentralized learning with C kernels.")
+    parser.add_argument("--version", action="version", version=f"decentlearn {__version__}")
+    parser.add_argument("--import", metavar="MODULE", dest="imports", action="append",
+                        help="import MODULE first (repeatable; before the command): its own "
+                             "algorithms, topologies, compressors, models or data sets register "
+                             "themselves and the command lists them "
+                             "(docs/write-your-own-algorithm.md)")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    add_run_parser(sub)
+    b = sub.add_parser("bench", help="measure the C kernels against NumPy/SciPy baselines")
+    b.add_argument("what", nargs="?", default="gossip",
+                   choices=["gossip", "compress", "natural", "topk", "stc", "quant", "gemm", "all"],
+                   help="which kernels (all: every benchmark and the acceptance figures)")
+    b.add_argument("--n", type=int, default=25_000_000,
+                   help="values (compress, natural, topk, stc)")
+    b.add_argument("--peers", type=int, default=1000,
+                   help="rows of the state matrix (gossip, quant, all)")
+    b.add_argument("--dim", type=int, default=25_600,
+                   help="values per row (gossip, quant, all)")
+    b.add_argument("--repeat", type=int, default=5,
+                   help="timed repetitions per case; the best one is reported")
+    b.add_argument("--threads", type=optional_int, default=None,
+                   help="threads for the C kernels (default: all allowed)")
+    b.add_argument("--shapes", default="default",
+                   help="bench gemm/all: MxKxN[,MxKxN...] (default: 1024^3, 256x784x256 and "
+                        "the MLP layer's three products for gemm, 1024^3 for all)")
+    b.add_argument("--graphs", default="ring,exponential",
+                   help="comma-separated topology specs")
+    b.add_argument("--json", help="also write the report to this JSON file")
+    b.add_argument("--cpu-time", action="store_true",
+                   help="time with CPU seconds instead of wall time (with --threads 1: a loaded "
+                        "machine's ratios; BLAS limited to one thread too)")
+    d = sub.add_parser("download", help="download a dataset (mnist, fashion-mnist, cifar10)")
+    d.add_argument("name", choices=["mnist", "fashion-mnist", "cifar10"],
+                   help="the dataset to fetch (checked against its published checksums)")
+    d.add_argument("--data-dir", help="directory to download into (else $DECENTLEARN_DATA/NAME or "
+                                      "~/.cache/decentlearn/NAME)")
+    d.add_argument("--mirror", metavar="URL",
+                   help="base URL to fetch the files from instead of the official ones")
+    sub.add_parser("info", help="print the build configuration (show_config)")
+    pl = sub.add_parser("plot", help="overlay several runs' curves in one PNG",
+                        description="Overlay runs (accuracy vs round, vs bytes sent, vs simulated "
+                                    "time when present; consensus distance) in one PNG, with a "
+                                    "legend built from the config fields that differ.")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("--out", default="runs.png", help="PNG to write (default runs.png)")
+    pl.add_argument("--title", help="figure title (default: what the runs share)")
+    cp = sub.add_parser("compare", help="print a table of several runs' summaries")
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    cp.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                    help="output format (default: an aligned table)")
+    sw = sub.add_parser("sweep", help="run a grid of experiments from a TOML file",
+                        description="Run every combination of the list-valued options of "
+                                    "CONFIG's [run] table (one run directory each, resumable), "
+                                    "then summarize mean ± std over seeds.")
+    sw.add_argument("config", metavar="CONFIG.toml",
+                    help="the [run] table that run --config reads, where options may be lists")
+    sw.add_argument("--out", required=True, help="directory of the sweep's runs and summary")
+    sw.add_argument("--jobs", type=int, default=1,
+                    help="runs in parallel processes (default 1; each gets cores/jobs threads)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser

@@ -1,0 +1,71 @@
+"""Error feedback, a wrapper around any compressor (``ef:SPEC``): what a compressor drops is kept
+and sent later."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decentlearn.compress.base import Compressor, Payload, register_wrapper
+
+
+class ErrorFeedback:
+    """Error feedback (Seide et al. 2014; Karimireddy et al. 2019) around any compressor.
+
+    Keeps each row's residual e: sends C(x + e) and keeps e <- (x + e) - decompress(C(x + e)), so
+    what a biased compressor drops is sent later instead of lost.
+    """
+
+    def __init__(self, compressor: Compressor) -> None:
+        if not isinstance(compressor, Compressor):
+            raise TypeError(f"compressor must be a Compressor, got {type(compressor).__name__}")
+        self.compressor = compressor
+        self.error: np.ndarray | None = None
+
+    @property
+    def spec(self) -> str:
+        return f"ef:{self.compressor.spec}"
+
+    #: Error feedback makes no compressor unbiased, but it keeps what a biased one drops.
+    @property
+    def unbiased(self) -> bool:
+        return self.compressor.unbiased
+
+    @property
+    def biased(self) -> bool:
+        return self.compressor.biased
+
+    def variance_factor(self, dim: int) -> float | None:
+        return self.compressor.variance_factor(dim)
+
+    def compress(self, x: np.ndarray, **kwargs) -> Payload:
+        if self.error is None or self.error.shape != x.shape:
+            self.error = np.zeros_like(x)
+        corrected = x + self.error
+        payload = self.compressor.compress(corrected, **kwargs)
+        np.subtract(corrected, self.compressor.decompress(payload), out=self.error)
+        return payload
+
+    def decompress(self, payload: Payload, **kwargs) -> np.ndarray:
+        return self.compressor.decompress(payload, **kwargs)
+
+    def reset(self) -> None:
+        self.error = None
+
+    def state_dict(self) -> dict:
+        """The residuals (None before the first message), for checkpoints."""
+        return {"error": None if self.error is None else self.error.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        from decentlearn.state import load_attrs
+        load_attrs(self, ("error",), state, "error_feedback.")
+
+    def __repr__(self) -> str:
+        return f"ErrorFeedback({self.compressor!r})"
+
+
+@register_wrapper("ef")
+def wrap(inner: Compressor | ErrorFeedback, spec: str) -> ErrorFeedback:
+    """``make("ef:SPEC")``: the compressor of SPEC in error feedback, applied once."""
+    if isinstance(inner, ErrorFeedback):
+        raise ValueError(f"{spec!r}: error feedback is applied once ('ef:' twice)")
+    return ErrorFeedback(inner)

@@ -1,0 +1,65 @@
+"""The one door to the C kernels of ``decentlearn._core``: each function resolves defaults
+(threads, ``out=``, topology rounds), checks its arguments and calls one kernel.
+
+One module per kernel family, named like its C file in ``csrc/`` and its NumPy twin in
+``decentlearn/_reference/`` (the twin has the same function names and signatures, and is the
+spec the tests compare against): ``gossip``, ``rng``, ``bitpack``, ``natural``, ``topk``,
+``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``copy``,
+``consensus``, ``peak``. ``threads`` resolves thread counts and ``args`` holds the argument
+checks the families share. Every public name is re-exported here, so callers write
+``ops.gossip(W, X)``; note that ``ops.gossip``, ``ops.bitpack``, ``ops.topk`` and
+``ops.gemm_s8`` are the functions, which shadow the modules of the same name.
+
+Thread counts follow scikit-learn's convention: None means min(OpenMP's maximum, CPU count), which
+honours OMP_NUM_THREADS; -1 means every CPU; positive values are capped at the CPU count (more
+threads than CPUs only add overhead; the C glue caps them the same way); 0 is an error. Seeds and
+steps are integers in [0, 2**64 - 1] and peer0 in [0, 2**63 - 1]: out-of-range values raise a
+ValueError naming the argument, they are never wrapped.
+Work too small to pay for a thread team runs on one thread. Results never depend on the thread
+count.
+"""
+
+from decentlearn.ops.threads import (
+    SMALL_WORK, cpu_count, get_num_threads, resolve_threads, set_num_threads,
+)
+from decentlearn.ops.args import PEER_MAX, SEED_MAX, as_rows, check_int, check_seed, f32_operand
+from decentlearn.ops.gossip import as_csr, gossip
+from decentlearn.ops.rng import rng_fast_u32, rng_u32
+from decentlearn.ops.bitpack import bitpack, bitunpack
+from decentlearn.ops.natural import (
+    check_dither_p, check_dither_s, dither_decode, dither_encode, natural_decode, natural_encode,
+)
+from decentlearn.ops.topk import randk, threshold, topk
+from decentlearn.ops.stc import (
+    GOLOMB_MAX_B, golomb_decode, golomb_encode, golomb_max_bytes, golomb_param,
+)
+from decentlearn.ops.quant import (
+    bucket_decode, bucket_encode, int8_decode, int8_encode, qsgd_bits, qsgd_decode, qsgd_encode,
+    sign_decode, sign_encode,
+)
+from decentlearn.ops.gemm_s8 import (
+    GEMM_S8_MAX_K, absmax_scale, DenseCodes, dequantize_s8, gemm_s8, gemm_s8_batched,
+    gemm_s8_batched_f32, gemm_s8_dense_backward, gemm_s8_dense_forward, gemm_s8_f32, pack_b_s8,
+    PackedB, quantize_s8,
+)
+from decentlearn.ops.nn import dense_backward, dense_forward, nn_gemm
+from decentlearn.ops.optim import sgd_step
+from decentlearn.ops.conv import conv_fold, conv_unfold
+from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
+from decentlearn.ops.copy import copy_f32, read_f32
+from decentlearn.ops.consensus import consensus_sums
+from decentlearn.ops.peak import peak_s8
+
+__all__ = [
+    "SMALL_WORK", "cpu_count", "get_num_threads", "resolve_threads", "set_num_threads", "PEER_MAX",
+    "SEED_MAX", "as_rows", "check_int", "check_seed", "f32_operand", "as_csr", "gossip",
+    "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p", "check_dither_s",
+    "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "threshold",
+    "topk", "GOLOMB_MAX_B", "golomb_decode", "golomb_encode", "golomb_max_bytes", "golomb_param",
+    "bucket_decode", "bucket_encode", "int8_decode", "int8_encode", "qsgd_bits", "qsgd_decode",
+    "qsgd_encode", "sign_decode", "sign_encode", "GEMM_S8_MAX_K", "absmax_scale", "DenseCodes",
+    "dequantize_s8", "gemm_s8", "gemm_s8_batched", "gemm_s8_batched_f32", "gemm_s8_dense_backward",
+    "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",
+    "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "conv_fold", "conv_unfold",
+    "maxpool2_backward", "maxpool2_forward", "copy_f32", "read_f32", "consensus_sums", "peak_s8",
+]

@@ -1,0 +1,65 @@
+"""im2col / col2im of Conv2d on wide rows (csrc/conv.c).
+
+NumPy twin: decentlearn/_reference/conv.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decentlearn._core import conv_fold as _core_conv_fold, conv_unfold as _core_conv_unfold
+from decentlearn.ops.args import check_int
+from decentlearn.ops.threads import resolve_threads
+
+__all__ = ["conv_unfold", "conv_fold"]
+
+
+def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
+    """``a`` with a leading group axis (added when it has ndim - 1 axes: one shared group)."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(str(np.dtype(d)) for d in dtypes)}, "
+                        f"got {a.dtype}")
+    if a.ndim == ndim - 1:
+        return a[None]
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim - 1}- or {ndim}-dimensional, got shape {a.shape}")
+    return a
+
+
+def _conv_ints(b0, b1, k, wp, run) -> tuple[int, ...]:
+    big = 1 << 62
+    return (check_int("b0", b0, 0, big), check_int("b1", b1, 0, big), check_int("k", k, 1, big),
+            check_int("wp", wp, 1, big), check_int("run", run, 0, big))
+
+
+def conv_unfold(xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, k: int, wp: int, run: int,
+                n_threads: int | None = None) -> np.ndarray:
+    """im2col on wide rows: row ``(c, i, j)`` of ``cols`` (G, R, ld) gets, for each sample b in
+    [b0, b1), the ``run`` elements of image (c, b) of ``xp`` (G, C, B, L) starting at ``i * wp +
+    j`` (columns ``(b - b0) * run`` on). G may be absent from both (one shared input). float32 or
+    int8, both C-contiguous. Returns the ``cols[..., :(b1 - b0) * run]`` view; rows past C*k*k
+    are left alone."""
+    x4 = _conv_groups("xp", xp, 4, (np.float32, np.int8))
+    c3 = _conv_groups("cols", cols, 3, (x4.dtype,))
+    b0, b1, k, wp, run = _conv_ints(b0, b1, k, wp, run)
+    nb = b1 - b0
+    work = x4.shape[0] * x4.shape[1] * max(nb, 0) * k * k * run
+    _core_conv_unfold(x4, b0, b1, c3, k, wp, run, resolve_threads(n_threads, work))
+    return cols[..., : nb * run]
+
+
+def conv_fold(dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, k: int, wp: int, run: int,
+              n_threads: int | None = None) -> np.ndarray:
+    """col2im on wide rows, the adjoint of :func:`conv_unfold`: adds row ``(c, i, j)`` of the
+    float32 ``dcols`` (G, R, ld) into image (c, b) of ``dxp`` (G, C, B, L) at ``i * wp + j``, for b
+    in [b0, b1), kernel offsets in order (i, j) — the same order for every element whatever the
+    thread count. Returns ``dxp``."""
+    d3 = _conv_groups("dcols", dcols, 3, (np.float32,))
+    x4 = _conv_groups("dxp", dxp, 4, (np.float32,))
+    b0, b1, k, wp, run = _conv_ints(b0, b1, k, wp, run)
+    nb = b1 - b0
+    work = x4.shape[0] * x4.shape[1] * max(nb, 0) * k * k * run
+    _core_conv_fold(d3, x4, b0, b1, k, wp, run, resolve_threads(n_threads, work))
+    return dxp

@@ -1,0 +1,60 @@
+"""Gossip, the CSR mixing kernel of csrc/gossip.c: ``Y = W_t X`` over the peers' rows.
+
+NumPy twin: decentlearn/_reference/gossip.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from decentlearn._core import gossip as _core_gossip
+from decentlearn.ops.threads import resolve_threads
+
+__all__ = ["as_csr", "gossip"]
+
+
+def as_csr(W, t: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(indptr int64, indices int32, data float32, n_cols) from a Topology (round t), a scipy.sparse
+    matrix, or an (indptr, indices, data) tuple of a square matrix."""
+    if hasattr(W, "csr") and hasattr(W, "n"):
+        indptr, indices, data = W.csr(t)
+        return indptr, indices, data, int(W.n)
+    if hasattr(W, "tocsr"):
+        S = W.tocsr()
+        if S.shape[0] != S.shape[1]:
+            raise ValueError(f"W must be square, got shape {S.shape}")
+        S.sort_indices()
+        return (S.indptr.astype(np.int64), S.indices.astype(np.int32),
+                S.data.astype(np.float32), int(S.shape[1]))
+    if isinstance(W, tuple) and len(W) == 3:
+        indptr, indices, data = (np.asarray(a) for a in W)
+        return indptr, indices, data, len(indptr) - 1
+    raise TypeError("W must be a Topology, a scipy.sparse matrix or an (indptr, indices, data) "
+                    f"tuple, got {type(W).__name__}")
+
+
+def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | None = None,
+           t: int = 0, n_cols: int | None = None) -> np.ndarray:
+    """Mixes the peers' rows: returns ``W_t @ X``.
+
+    W: a Topology (its mixing matrix for round ``t``), a scipy.sparse matrix, or CSR arrays
+    ``(indptr int64, indices int32, data float32)`` of an (n, n) matrix.
+    X: (n_peers, dim) float32, C-contiguous. out: optional (n_peers, dim) float32 array that must
+    not overlap X. Bit-identical for every thread count. ``n_cols``: for CSR arrays of a
+    rectangular (n_rows, n_cols) block of rows (the MPI backend's rows over its halo buffer).
+    """
+    indptr, indices, data, square = as_csr(W, t)
+    if n_cols is None:
+        n_cols = square
+    elif not isinstance(W, tuple):
+        raise ValueError("n_cols is only for W given as (indptr, indices, data) arrays")
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"X must be a numpy.ndarray, got {type(X).__name__}")
+    if out is None:
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-dimensional (n_peers, dim), got shape {X.shape}")
+        out = np.empty((len(indptr) - 1, X.shape[1]), dtype=np.float32)
+    elif not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    threads = resolve_threads(n_threads, X.size)
+    return _core_gossip(indptr, indices, data, n_cols, X, out, threads)

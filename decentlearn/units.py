@@ -1,0 +1,15 @@
+"""Byte counts as text: the one formatter every report uses (run tables, comparisons, sweeps,
+memory estimates and their refusals)."""
+
+from __future__ import annotations
+
+
+def format_bytes(n: float) -> str:
+    """A byte count with binary prefixes and 3 significant digits: 512 -> '512 B',
+    1536 -> '1.5 KiB', 10_240_000 -> '9.77 MiB'."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"  # pragma: no cover - unreachable
