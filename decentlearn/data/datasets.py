@@ -23,6 +23,7 @@ from decentlearn.data.idx import read_idx
 from decentlearn.registry import Registry
 
 __all__ = [
+    "check_dataset_spec",
     "CIFAR10_DIRNAME",
     "DATA_ENV",
     "SYSTEM_DIRS",
@@ -172,6 +173,12 @@ def register_dataset(name: str, *, form: str | None = None) -> Callable[[_L], _L
         return loader
 
     return decorate
+
+
+def check_dataset_spec(spec: str) -> None:
+    """ValueError (naming the closest data set) unless ``spec`` names a registered data set; its
+    arguments are checked when it is loaded."""
+    _DATASETS.get(split_spec(spec, "dataset")[0], spec)
 
 
 def available_datasets() -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from decentlearn.data._spec import check_int, parse_float, parse_int, split_spec
 from decentlearn.registry import Registry
 
 __all__ = [
+    "check_partition_spec",
     "Partition",
     "PartitionContext",
     "available_partitions",
@@ -166,6 +167,12 @@ def register_partition(name: str, *, form: str | None = None) -> Callable[[_S], 
         return scheme
 
     return decorate
+
+
+def check_partition_spec(spec: str) -> None:
+    """ValueError (naming the closest scheme) unless ``spec`` names a registered partition
+    scheme; its arguments are checked when the partition is made."""
+    _SCHEMES.get(split_spec(spec, "partition")[0], spec)
 
 
 def available_partitions() -> tuple[str, ...]:

@@ -149,14 +149,14 @@ def _check_specs(config, models) -> None:
     """The specs RunConfig does not parse itself and that cost nothing to check (model, data
     set, partition and compressor names): a typo is refused before any run starts."""
     from decentlearn import compress
-    from decentlearn.data import _spec, datasets, partition
+    from decentlearn.data import check_dataset_spec, check_partition_spec
     from decentlearn.registry import unknown_message
 
     name = config.model.partition(":")[0]
     if name not in models:
         raise ValueError(unknown_message("model", name, models, spec=config.model))
-    datasets._DATASETS.get(_spec.split_spec(config.dataset, "dataset")[0], config.dataset)
-    partition._SCHEMES.get(_spec.split_spec(config.partition, "partition")[0], config.partition)
+    check_dataset_spec(config.dataset)
+    check_partition_spec(config.partition)
     compress.make(config.compress)
 
 

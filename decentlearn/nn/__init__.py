@@ -12,13 +12,13 @@ scratch buffers reused from call to call. Models are built from a spec string th
 The package: ``layers`` (Scratch, Layer and the layers), ``model`` (Model and its loss),
 ``zoo`` (the model registry and the builders of ``linear``, ``mlp`` and ``cnn``), ``batchnorm``
 (BatchNorm2d and the ``cnn-bn`` model), ``lowp`` (the int8 arithmetic of ``precision="int8"``),
-``cocofl`` (CoCoFL's partial freezing and its cost model) and ``checks`` (the argument checks every
-model shares, decentlearn.torch's included).
+``cocofl`` (CoCoFL's partial freezing and its cost model); the argument checks every model shares
+(decentlearn.torch's included) are in ``decentlearn.checks``.
 """
 
 # Every module of the package, imported here so that the model registry is complete whatever is
 # imported first (batchnorm registers "cnn-bn").
-from decentlearn.nn import batchnorm, checks, cocofl, layers, lowp, model, zoo  # noqa: F401
+from decentlearn.nn import batchnorm, cocofl, layers, lowp, model, zoo  # noqa: F401
 from decentlearn.nn.batchnorm import BatchNorm2d
 from decentlearn.nn.layers import (
     INITIALIZERS,

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from decentlearn.nn.checks import (
+from decentlearn.checks import (
     check_frozen,
     check_grad,
     check_inputs,

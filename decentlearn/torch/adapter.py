@@ -35,7 +35,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from decentlearn import ops
-from decentlearn.nn import checks
+from decentlearn import checks
 
 # Upper bound on P * chunk samples of one evaluation pass (keeps activations near 100 MB for the
 # zoo's models at 32x32).
