@@ -95,7 +95,7 @@ def test_lazy_package_attributes_and_no_heavy_imports(tmp_path):
         "t = dl.topology.make('ring', 8)\n"
         "assert t.n == 8\n"
         "for name in ('compress', 'ops', 'data', 'sim', 'algorithms', 'comm', 'metrics', 'nn',\n"
-        "             'optim', 'registry', 'results'):\n"
+        "             'optim', 'registry', 'outputs'):\n"
         "    assert getattr(dl, name).__name__ == 'decentlearn.' + name, name\n"
         "assert dl.RunConfig is dl.sim.RunConfig and dl.simulate is dl.sim.simulate\n"
         "assert {'topology', 'simulate', 'RunConfig'} <= set(dir(dl))\n"
