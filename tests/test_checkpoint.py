@@ -184,17 +184,6 @@ def test_state_round_trips_through_the_file(tmp_path):
     assert isinstance(state["sampler._rng"]["__generator__"]["state"]["state"], int)
 
 
-def test_algorithm_can_refuse_checkpoints(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(algorithms.DPSGD, "checkpoint_unsupported", "its state lives elsewhere",
-                        raising=False)
-    sim = Simulator(RunConfig(**BASE))
-    with pytest.raises(CheckpointError, match="cannot be checkpointed: its state lives"):
-        sim.save_checkpoint(tmp_path / "c.npz")
-    code, err = cli(["run", *SMALL, "--rounds", "2", "--checkpoint-every", "1", "--out",
-                     str(tmp_path / "run")], capsys)
-    assert code == 2 and "cannot be checkpointed" in err and len(err.strip().splitlines()) == 1
-
-
 def test_rows_split_and_join_for_process_blocks(tmp_path):
     """What a multi-process backend does: blocks of peers' rows written as one file by one
     process, read back and cut into the blocks again."""

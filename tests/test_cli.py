@@ -480,13 +480,18 @@ def test_run_help_lists_exactly_the_registered_names(flag):
 def test_algorithm_options_have_their_own_help_group(capsys):
     from decentlearn.cli import build_parser
     run = build_parser()._subparsers._group_actions[0].choices["run"]
-    group = next(g for g in run._action_groups if g.title == "algorithm options")
-    flags = {o for a in group._group_actions for o in a.option_strings}
-    assert flags == {"--participation", "--server-compress", "--categories", "--speeds",
-                     "--hops-max", "--ngc-alpha", "--skew-target", "--skew-probe-every",
-                     "--skew-period-max"}
+    groups = {g.title: {o for a in g._group_actions for o in a.option_strings}
+              for g in run._action_groups if g.title.endswith(" options")}
+    # One group per set of algorithms sharing the options, generated from their Options.
+    assert groups["choco options"] == {"--gamma"}
+    assert groups["compngc, ngc options"] == {"--ngc-alpha"}
+    assert groups["fedavg, fedhisyn, stc-fl options"] == {"--participation"}
+    assert groups["fedhisyn options"] == {"--categories", "--speeds", "--hops-max"}
+    assert groups["stc-fl options"] == {"--server-compress"}
+    assert groups["skewscout options"] == {"--skew-target", "--skew-probe-every",
+                                           "--skew-period-max"}
     text = _run_help(capsys)
-    assert text.index("algorithm options:") < text.index("  --skew-period-max SKEW_PERIOD_MAX\n")
+    assert text.index("skewscout options:") < text.index("  --skew-period-max SKEW_PERIOD_MAX\n")
 
 
 def test_every_parser_refuses_abbreviations():
@@ -502,15 +507,18 @@ def test_every_parser_refuses_abbreviations():
 
 
 def test_setup_warnings_are_one_line_each(tmp_path, capsys):
-    code, _, err = run_cli(["run", *SMALL, "--compress", "topk:0.01", "--gamma", "0.5",
+    code, _, err = run_cli(["run", *SMALL, "--compress", "topk:0.01",
                             "--out", str(tmp_path / "a")], capsys)
     assert code == 0
     lines = err.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("decentlearn run: warning: ") for line in lines)
-    assert "gamma=0.5 is used by choco only" in lines[0]
-    assert "'topk:0.01' is biased" in lines[1] and "--compress ef:topk:0.01" in lines[1]
+    assert len(lines) == 1 and all(line.startswith("decentlearn run: warning: ") for line in lines)
+    assert "'topk:0.01' is biased" in lines[0] and "--compress ef:topk:0.01" in lines[0]
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
-    assert len(summary["warnings"]) == 2
+    assert len(summary["warnings"]) == 1
+    # An option of another algorithm is no warning but a mistake, in one line.
+    code, _, err = run_cli(["run", *SMALL, "--gamma", "0.5", "--out", str(tmp_path / "b")], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "option 'gamma' is not an option of algorithm 'dpsgd' (it is choco's)" in err
 
 
 @pytest.mark.parametrize("flags", [["--compress", "ef:topk:0.01"],

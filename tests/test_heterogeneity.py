@@ -193,7 +193,7 @@ def test_ngc_bytes_and_cross_gradient_ratio():
     for name, spec in (("ngc", "none"), ("compngc", "sign")):
         sim = _mlp_sim(algorithm=name, compress=spec, rounds=2, eval_every=2)
         sim.run()
-        res[name] = (sim.comm.bytes_sent.copy(), sim.algorithm.stats()["cross_gradient_bytes"])
+        res[name] = (sim.comm.bytes_sent.copy(), sim.algorithm.report()["cross_gradient_bytes"])
     dim = sim.model.dim
     # Ring: 2 neighbours; per round a model (4 dim) and a cross-gradient to each.
     assert (res["ngc"][0] == 2 * 2 * (4 * dim + 4 * dim)).all()
@@ -238,7 +238,7 @@ def test_skewscout_control_loop_and_bytes(target, periods):
     sim = _mlp_sim(algorithm="skewscout", rounds=60, eval_every=60, skew_target=target,
                    skew_probe_every=10, skew_period_max=4)
     sim.run()
-    st = sim.algorithm.stats()
+    st = sim.algorithm.report()
     assert [p for _, _, p in st["probes"]] == periods
     dim, n = sim.model.dim, 6
     gossip = n * 2 * 4 * dim

@@ -184,8 +184,15 @@ def test_shards_bound_property(sizes, n_peers, k, seed):
     assert classes_seen(p, labels).max() <= bound
     s = -(-len(labels) // (n_peers * k))
     assert window_max_classes(labels, s) <= max(1, 2 + (s - 2) // min(sizes))
-    if s <= min(sizes) + 1:
+    if s == 1:  # one-sample shards: one class each (found by hypothesis: 6 classes of 1 sample)
+        assert bound == min(len(sizes), k)
+    elif s <= min(sizes) + 1:
         assert bound == min(len(sizes), 2 * k)
+
+
+@pytest.mark.parametrize("sizes,n_peers,k,seed", [([1, 1, 1, 1, 1, 1, 26, 40], 18, 4, 0)])
+def test_shards_bound_one_sample_shards(sizes, n_peers, k, seed):
+    test_shards_bound_property.hypothesis.inner_test(sizes, n_peers, k, seed)
 
 
 def test_shards_bound_arguments():

@@ -28,7 +28,6 @@ def problems(**kw):
     (dict(compress="qsgd:2"), "needs a low-variance compressor and 'qsgd:2' has variance factor"),
     (dict(algorithm="choco", compress="qsgd:2", gamma=0.5), "CHOCO-SGD needs a contraction"),
     (dict(compress="randk:0.1:unbiased"), "variance factor"),
-    (dict(gamma=0.3), "gamma=0.3 is used by choco only"),
 ])
 def test_setup_warnings(kw, needle):
     found = problems(**kw)
@@ -88,10 +87,14 @@ def test_choco_with_a_compressor_needs_gamma():
     """No default gamma fits every compressor (docs/simulator.md): refuse to guess."""
     with pytest.raises(ValueError, match="needs gamma"):
         RunConfig(algorithm="choco", compress="topk:0.01")
-    assert RunConfig(algorithm="choco").gamma_value == 1.0  # uncompressed: exactly D-PSGD
-    assert RunConfig(algorithm="choco", compress="topk:0.01", gamma=0.1).gamma_value == 0.1
+    assert RunConfig(algorithm="choco").algorithm_options().gamma is None
+    assert Simulator(RunConfig(algorithm="choco", rounds=1)).algorithm.gamma == 1.0  # = D-PSGD
+    config = RunConfig(algorithm="choco", compress="topk:0.01", gamma=0.1)
+    assert config.algorithm_options().gamma == 0.1 and config.options == {"gamma": 0.1}
     with pytest.raises(ValueError, match=r"gamma must be a number in \(0, 1\]"):
-        RunConfig(gamma=True)
+        RunConfig(algorithm="choco", gamma=True)
+    with pytest.raises(ValueError, match="option 'gamma' is not an option of algorithm 'dpsgd'"):
+        RunConfig(gamma=0.3)  # an option of another algorithm is refused, not ignored
 
 
 def test_consensus_distance_approx_matches_exact():

@@ -60,13 +60,18 @@ def get(name: str) -> type[Algorithm]:
 
 
 def mixing_hints() -> dict[str, str]:
-    """For each kind of mixing matrix ("column", "row", ...), the algorithms that declare they
-    handle it, as a hint for a topology that another algorithm cannot use."""
+    """For each kind of mixing matrix other than "doubly" ("column", "row"), the algorithms to use
+    on a topology of that kind: those that declare the kind first, then the others that handle
+    some kind of non-doubly-stochastic W (a per-round graph builds the weights its algorithm
+    declares, e.g. ``epidemic:S`` row weights for epidemic, column weights for pushsum)."""
     kinds: dict[str, list[str]] = {}
     for name in available():
         for kind in get(name).mixing:
             kinds.setdefault(kind, []).append(name)
-    return {k: " or ".join(f"--algorithm {n}" for n in names) for k, names in kinds.items()}
+    other = sorted({n for k, names in kinds.items() if k != "doubly" for n in names})
+    return {k: " or ".join(f"--algorithm {n}" for n in names + [n for n in other
+                                                                 if n not in names])
+            for k, names in kinds.items() if k != "doubly"}
 
 
 def make(name: str, **kwargs) -> Algorithm:

@@ -91,9 +91,9 @@ class FaultyTopology(RoundTopology):
 
 
 class OfflineHook:
-    """Keeps offline peers out of training: before round t it saves the rows of every (n, dim)
-    array of the algorithm (parameters, replicas, buffers) and of the optimizer's momentum for
-    the peers offline in round t, and after the round it writes them back, so an offline peer's
+    """Keeps offline peers out of training: before round t it saves the offline peers' rows of the
+    algorithm's per-peer (n, dim) state, as the algorithm declares it (``state_kinds()``:
+    parameters, replicas, trackers), and of the optimizer's momentum, and after the round it writes them back, so an offline peer's
     state does not move. With churn_state "reset", a peer that comes back in round t restarts from
     ``init`` (the initial model) with zero momentum; with "keep" it resumes where it left."""
 
@@ -109,10 +109,12 @@ class OfflineHook:
     def _arrays(self) -> dict[str, np.ndarray]:
         alg = self.algorithm
         n = self.peers.stop - self.peers.start
-        shared = set(alg._declared("replicated_attrs")) if hasattr(alg, "_declared") else set()
-        found = {name: a for name, a in vars(alg).items()
-                 if isinstance(a, np.ndarray) and a.ndim == 2 and a.shape[0] == n
-                 and name not in shared}
+        found = {}
+        for name, kind in alg.state_kinds().items():
+            # The algorithm's own rows; its objects' state is the optimizer's, below.
+            value = getattr(alg, name, None) if kind == "row" and "." not in name else None
+            if isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[0] == n:
+                found[name] = value
         for name, a in _optimizer_state(alg).items():
             found[f"optimizer.{name}"] = a
         return found

@@ -221,7 +221,15 @@ class RunConfig:
             name = plain.get("algorithm", cls.algorithm)
             alg = algorithms.get(name) if isinstance(name, str) else None
             known = [f.name for f in dataclasses.fields(alg.Options)] if alg else []
+            others = config_keys()
             for key in rest:
+                if key in others and key not in known and alg is not None:
+                    owners = [n for n in algorithms.available() if key in
+                              [f.name for f in dataclasses.fields(algorithms.get(n).Options)]]
+                    takes = (f"its options are {', '.join(known)}" if known
+                             else "it takes no options")
+                    raise ValueError(f"option {key!r} is not an option of algorithm {name!r} "
+                                     f"(it is {', '.join(owners)}'s); {takes}")
                 if key not in known:
                     every = sorted(names | set(known))
                     guess = closest(key, every)
