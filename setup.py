@@ -1,4 +1,5 @@
-"""Build of decentlearn._core: one extension from csrc/*.c, OpenMP, per-file ISA flags.
+"""Build of decentlearn._core: one extension from csrc/*.c (kernels) and csrc/glue/*.c (the
+CPython/NumPy glue), OpenMP, per-file ISA flags.
 
 Every file is compiled with portable flags (-O3, no -march=native, no -ffast-math). Files named
 *_avx2.c / *_avx512.c get their own -m flags on x86-64 only; the code in them runs only after the
@@ -109,9 +110,10 @@ setup(
     ext_modules=[
         Extension(
             "decentlearn._core",
-            sources=sorted(glob("csrc/*.c")),
+            # csrc/*.c: the kernels; csrc/glue/*.c: the CPython/NumPy glue (portable flags only).
+            sources=sorted(glob("csrc/*.c")) + sorted(glob("csrc/glue/*.c")),
             include_dirs=["csrc", np.get_include()],
-            depends=sorted(glob("csrc/*.h")),
+            depends=sorted(glob("csrc/*.h")) + sorted(glob("csrc/glue/*.h")),
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
         )
     ],

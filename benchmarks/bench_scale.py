@@ -140,7 +140,7 @@ def classify(stack: list[str]) -> str:
     def kind(frame: str) -> str | None:
         if "libgomp" in frame:
             return "OpenMP runtime"
-        if re.search(r"\((?:[\w/]*csrc/)?\w+\.[ch]:\d+\)", frame) or "_core.cpython" in frame:
+        if re.search(r"\((?:[\w/]*csrc/(?:glue/)?)?\w+\.[ch]:\d+\)", frame) or "_core.cpython" in frame:
             return "C kernels"
         if "numpy" in frame or "openblas" in frame or "_multiarray" in frame:
             return "NumPy"

@@ -69,10 +69,11 @@ def test_sdist_ships_what_the_tests_read(sdist):
     # (tests/test_notebooks.py runs them), the docs, the C sources and headers, the data files.
     for required in ("tests/conftest.py", "setup.py", "pyproject.toml", "decentlearn/data/digits.npz",
                      "mkdocs.yml", "tools/mkdocs_hooks.py",  # tests/test_docs.py builds the site
-                     "decentlearn/data/DIGITS_LICENSE.txt", "csrc/dl.h", "csrc/module.c"):
+                     "decentlearn/data/DIGITS_LICENSE.txt", "csrc/dl.h", "csrc/module.c",
+                     "csrc/glue/glue.h"):
         assert required in shipped, required
     for folder, pattern in (("notebooks", "*.ipynb"), ("docs", "*.md"), ("csrc", "*.h"), ("csrc", "*.c"),
-                            ("tests", "*.py")):
+                            ("csrc/glue", "*.h"), ("csrc/glue", "*.c"), ("tests", "*.py")):
         files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / folder).glob(pattern))
         assert files, f"{folder}/{pattern} matches nothing in the checkout"
         missing = [f for f in files if f not in shipped]

@@ -1,0 +1,30 @@
+/* consensus.c: glue of the one-pass consensus distance sums (csrc/consensus.c): consensus_sums,
+ * one glue_op_t row. decentlearn/ops/consensus.py is the Python side.
+ */
+#include "glue.h"
+
+/* consensus_sums is a table row: out (2,) float64 gets sum X^2 and sum_c (sum_i X_ic)^2. */
+static int check_consensus_out(glue_call_t *c) {
+    if (PyArray_SIZE(c->arr[1]) != 2) {
+        PyErr_Format(PyExc_ValueError, "consensus_sums: out must have 2 float64 entries, got %zd",
+                     (Py_ssize_t)PyArray_SIZE(c->arr[1]));
+        return -1;
+    }
+    return 0;
+}
+
+static int call_consensus_sums(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_consensus_sums_f32((int64_t)c->rows, (int64_t)c->dim, G_DATA(c, 0), G_DATA(c, 1),
+                                 c->n_threads);
+}
+
+static const glue_op_t ops[] = {
+    {"consensus_sums", "consensus_sums(X, out, n_threads) -> out: (sum of X^2, sum over columns "
+     "of the squared column sums), float64, one pass over the (P, D) float32 X.",
+     {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),
+      G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_consensus_out, NULL, call_consensus_sums, {0}, 1, {1}},
+};
+
+GLUE_FAMILY(consensus, ops, NULL);

@@ -1,0 +1,86 @@
+/* conv.c: glue of Conv2d's im2col / col2im on wide rows (csrc/conv.c): conv_unfold (float32 or
+ * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry.
+ * decentlearn/ops/conv.py is the Python side.
+ */
+#include "glue.h"
+
+/* conv_unfold and conv_fold are table rows. Their geometry: images (G, C, B, L), columns
+ * (G, R, ld) of the same dtype, 0 <= b0 <= b1 <= B, k >= 1, wp >= k, run >= 0, rows of L >=
+ * (k-1)*wp + k-1 + run elements, R >= C*k*k and ld >= (b1 - b0) * run; ssz = b0, b1, k, wp, run. */
+static int conv_check_geometry(glue_call_t *c, int img_slot, const char *img_name, int cols_slot,
+                               const char *cols_name) {
+    const char *fn = c->fn;
+    PyArrayObject *img = c->arr[img_slot], *cols = c->arr[cols_slot];
+    const Py_ssize_t b0 = c->ssz[0], b1 = c->ssz[1], k = c->ssz[2], wp = c->ssz[3], run = c->ssz[4];
+    const npy_intp G = PyArray_DIM(img, 0), C = PyArray_DIM(img, 1), B = PyArray_DIM(img, 2),
+                   L = PyArray_DIM(img, 3);
+    if (PyArray_DIM(cols, 0) != G) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have %zd rows on axis 0 (as %s), got %zd", fn,
+                     cols_name, (Py_ssize_t)G, img_name, (Py_ssize_t)PyArray_DIM(cols, 0));
+        return -1;
+    }
+    if (k < 1 || wp < k || run < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: need k >= 1, wp >= k and run >= 0, got k=%zd, wp=%zd, "
+                     "run=%zd", fn, k, wp, run);
+        return -1;
+    }
+    if (b0 < 0 || b1 < b0 || b1 > B) {
+        PyErr_Format(PyExc_ValueError, "%s: need 0 <= b0 <= b1 <= %zd, got b0=%zd, b1=%zd", fn,
+                     (Py_ssize_t)B, b0, b1);
+        return -1;
+    }
+    if ((k - 1) * wp + (k - 1) + run > L) {
+        PyErr_Format(PyExc_ValueError, "%s: %s rows must hold (k-1)*wp + k-1 + run = %zd elements, "
+                     "got %zd", fn, img_name, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+        return -1;
+    }
+    if (PyArray_DIM(cols, 1) < C * k * k || PyArray_DIM(cols, 2) < (b1 - b0) * run) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%zd, >= %zd, >= %zd), got (%zd, "
+                     "%zd, %zd)", fn, cols_name, (Py_ssize_t)G, (Py_ssize_t)(C * k * k),
+                     (b1 - b0) * run, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(cols, 1),
+                     (Py_ssize_t)PyArray_DIM(cols, 2));
+        return -1;
+    }
+    if (overlaps(img, cols)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must not overlap %s", fn, cols_name, img_name);
+        return -1;
+    }
+    return 0;
+}
+static int check_conv_unfold(glue_call_t *c) { return conv_check_geometry(c, 0, "xp", 1, "cols"); }
+static int check_conv_fold(glue_call_t *c) { return conv_check_geometry(c, 1, "dxp", 0, "dcols"); }
+
+/* im2col of samples [b0, b1) of xp (slot 0) into the first C*k*k rows of cols (slot 1). */
+static int call_conv_unfold(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *xp = c->arr[0], *cols = c->arr[1];
+    const npy_intp G = PyArray_DIM(xp, 0), C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2),
+                   L = PyArray_DIM(xp, 3), R = PyArray_DIM(cols, 1), ld = PyArray_DIM(cols, 2);
+    if (c->dtype == NPY_INT8)
+        return dl_conv_unfold_s8(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3],
+                                 c->ssz[4], G_DATA(c, 0), G_DATA(c, 1), R, ld, c->n_threads);
+    return dl_conv_unfold_f32(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3], c->ssz[4],
+                              G_DATA(c, 0), G_DATA(c, 1), R, ld, c->n_threads);
+}
+/* col2im: adds the first C*k*k rows of dcols (slot 0) into samples [b0, b1) of dxp (slot 1). */
+static int call_conv_fold(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *dcols = c->arr[0], *dxp = c->arr[1];
+    const npy_intp G = PyArray_DIM(dxp, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
+                   L = PyArray_DIM(dxp, 3), R = PyArray_DIM(dcols, 1), ld = PyArray_DIM(dcols, 2);
+    return dl_conv_fold_f32(G, C, B, L, c->ssz[0], c->ssz[1], c->ssz[2], c->ssz[3], c->ssz[4],
+                            G_DATA(c, 0), R, ld, G_DATA(c, 1), c->n_threads);
+}
+
+static const glue_op_t ops[] = {
+    {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
+     {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
+      G_OUT("cols", G_F32_OR_S8, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_unfold, NULL, call_conv_unfold, {0}, 0, {0}},
+    {"conv_fold", "conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads): col2im on wide rows.",
+     {G_IN("dcols", NPY_FLOAT32, 3, X_ANY, X_ANY), G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY),
+      G_N("b0"), G_N("b1"), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_fold, NULL, call_conv_fold, {0}, 0, {0}},
+};
+
+GLUE_FAMILY(conv, ops, NULL);
