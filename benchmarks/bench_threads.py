@@ -1,0 +1,97 @@
+"""Round time against the thread count, and the same numbers at every thread count.
+
+    python benchmarks/bench_threads.py [--threads 1,2,4,8,16] [--repeat 3] [--out FILE.json]
+
+Cases (each a D-PSGD ring round on digits: sampling, loss_and_grad, momentum SGD, gossip): the MLP
+on 256 and on 1024 peers, the CNN on 64 peers. For every thread count the kernels get that many
+threads (``RunConfig(threads=N)``) and numpy's BLAS the same (threadpoolctl); the time is the best
+of ``repeat`` blocks of rounds, in one process, and the speed-up is against 1 thread. The
+parameters after the timed rounds are compared across thread counts: they must be bit-identical.
+Uses only the public facade (``decentlearn.sim``), so it runs on any version of the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from decentlearn.sim import RunConfig, Simulator
+
+CASES = {
+    "mlp-256": dict(peers=256, model="mlp"),
+    "mlp-1024": dict(peers=1024, model="mlp"),
+    "cnn-64": dict(peers=64, model="cnn"),
+}
+BASE = dict(dataset="digits", topology="ring", partition="iid", batch_size=32, lr=0.05,
+            momentum=0.9, seed=0, rounds=1000)
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def measure(case: dict, threads: int, rounds: int, repeat: int) -> tuple[float, np.ndarray]:
+    """(best seconds per round, parameters after warm-up and all timed rounds)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulator(RunConfig(**{**BASE, **case, "threads": threads}))
+    alg = sim.algorithm
+    with threadpool_limits(limits=threads, user_api="blas"):
+        t = 0
+        for _ in range(2):
+            alg.round(sim.sample, t)
+            t += 1
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                alg.round(sim.sample, t)
+                t += 1
+            best = min(best, (time.perf_counter() - t0) / rounds)
+    return best, alg.params.copy()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
+    p.add_argument("--rounds", type=int, default=5, help="rounds per timed block")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args()
+    counts = [int(x) for x in args.threads.split(",")]
+    report = {"cpu": _cpu(), "threads": counts, "cases": {}}
+    for name in args.cases.split(","):
+        rows, ref = [], None
+        for n in counts:
+            seconds, params = measure(CASES[name], n, args.rounds, args.repeat)
+            same = True if ref is None else bool(np.array_equal(params, ref))
+            ref = params if ref is None else ref
+            rows.append({"threads": n, "ms_per_round": 1e3 * seconds, "bit_identical": same})
+        base = rows[0]["ms_per_round"]
+        for row in rows:
+            row["speedup"] = base / row["ms_per_round"]
+        report["cases"][name] = rows
+        print(f"{name:>9}: " + "  ".join(
+            f"{r['threads']}t {r['ms_per_round']:.2f} ms ({r['speedup']:.2f}x"
+            f"{'' if r['bit_identical'] else ', DIFFERENT'})" for r in rows), flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
