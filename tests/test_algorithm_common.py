@@ -36,9 +36,11 @@ def _build(config: RunConfig) -> Simulator:
         return Simulator(config)
 
 
-def test_registry_is_complete_in_a_fresh_interpreter():
+def test_registry_is_complete_in_a_fresh_interpreter(tmp_path):
     code = "import decentlearn.algorithms as a; print(','.join(a.available()))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # cwd away from the checkout: the installed package is imported, as in CI
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
     assert out.stdout.strip().split(",") == NAMES
     assert {"dpsgd", "choco", "ngc", "pushsum", "epidemic", "fedavg"} <= set(NAMES)
 

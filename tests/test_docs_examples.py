@@ -19,8 +19,8 @@ def _blocks(page: str, lang: str) -> list[str]:
 
 def _env(tmp_path: Path) -> dict:
     import os
-    root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")])
+    # The example's folder first; decentlearn itself is the installed package (or PYTHONPATH's).
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "MPLBACKEND": "Agg"}
 
 

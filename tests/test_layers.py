@@ -98,7 +98,7 @@ def test_no_private_name_imported_across_packages():
     assert found == []
 
 
-def test_optional_dependencies_are_lazy():
+def test_optional_dependencies_are_lazy(tmp_path):
     """Importing every module of the core (all but the PyTorch adapter) loads none of the
     optional dependencies."""
     skip = ("decentlearn.torch", "decentlearn.__main__")
@@ -111,5 +111,6 @@ for name in {modules!r}:
     importlib.import_module(name)
 print(",".join(sorted(n for n in ("torch", "mpi4py", "matplotlib", "tqdm") if n in sys.modules)))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)  # the installed package, not the checkout
     assert out.stdout.strip() == ""

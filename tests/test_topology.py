@@ -462,8 +462,10 @@ def _available_in_subprocess(code: str) -> list[str]:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+    import tempfile
+    with tempfile.TemporaryDirectory() as away:  # not the checkout: CI imports the installed package
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=300, cwd=away)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
