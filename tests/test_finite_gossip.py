@@ -11,6 +11,7 @@ import pytest
 from decentlearn import ops, topology
 from decentlearn.comm import mixing as finite_gossip
 from decentlearn import topology as T
+from decentlearn.comm import SimComm
 from decentlearn.comm import mixing as F
 from decentlearn.topology import round_matrix
 from decentlearn.sim import RunConfig, Simulator, simulate
@@ -45,7 +46,7 @@ def test_minimal_polynomial_rule_is_exact_in_k_steps(spec: str, n: int) -> None:
     assert consensus_error(y) <= 1e-6
     np.testing.assert_allclose(y.mean(axis=0), x.mean(axis=0), atol=1e-12)
     # Through the C kernel in float32, the communicator gets within float32 rounding.
-    comm = F.FiniteTimeComm(top)
+    comm = F.FiniteTimeComm(SimComm(top))
     x32 = x.astype(np.float32)
     z = comm.mix(x32, 0)
     assert np.abs(z - x.mean(axis=0)).max() <= 1e-4

@@ -8,7 +8,8 @@ import pytest
 
 from decentlearn import ops
 from decentlearn import topology as topo
-from decentlearn.mpi.comm import _Plan, block_bounds
+from decentlearn.comm.plan import RoundPlan
+from decentlearn.mpi.comm import block_bounds
 from decentlearn.topology import make as make_topology
 
 
@@ -23,7 +24,7 @@ def test_plan_reproduces_the_whole_gossip(spec, ranks):
     bounds = block_bounds(n, ranks)
     for t in range(3):
         whole = ops.gossip(graph, X, t=t)
-        plans = [_Plan(*graph.csr(t), bounds, r) for r in range(ranks)]
+        plans = [RoundPlan(*graph.csr(t), bounds, r) for r in range(ranks)]
         for r, plan in enumerate(plans):
             lo, hi = bounds[r], bounds[r + 1]
             # What r receives from s is what s sends to r, in increasing peer order.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn import ops
+from decentlearn.comm.plan import RoundPlan
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
 FLOAT32_BYTES = 4
@@ -92,6 +93,36 @@ class SimComm:
     def peers(self) -> slice:
         """The global ids of the hosted peers."""
         return slice(self.peer0, self.peer0 + self.n_peers)
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """Process r hosts peers [bounds[r], bounds[r + 1]) (one process here: every peer)."""
+        return np.array([0, self.n_peers], dtype=np.int64)
+
+    def plan(self, t: int) -> RoundPlan:
+        """The exchange plan of round t: in one process, W_t itself with no halo (cached over the
+        topology's period; an aperiodic topology keeps the current round's only)."""
+        period = self.mixing.period
+        key = t % period if period is not None else t
+        plans = self.__dict__.setdefault("_plans", {})
+        if key not in plans:
+            if period is None:
+                plans.clear()
+            plans[key] = RoundPlan(*self.mixing.csr(t), self.bounds, 0)
+        return plans[key]
+
+    def halo_rows(self, X: np.ndarray, plan: RoundPlan, what: str) -> np.ndarray:
+        """The rows a plan's local W_t multiplies: in one process, X itself."""
+        if X.shape[0] != self.n_peers:
+            raise ValueError(f"{what}: X must have one row per peer ({self.n_peers}), got shape "
+                             f"{X.shape}")
+        return X
+
+    def swap(self, sends: dict, recvs: dict, what: str) -> None:
+        """Sends each ``sends[rank]`` buffer and fills each ``recvs[rank]`` buffer; in one process
+        there is no other rank, so both are empty."""
+        if sends or recvs:
+            raise ValueError(f"{what}: one process has no other rank to exchange with")
 
     def gather_rows(self, X: np.ndarray, root: int = 0) -> np.ndarray:
         """Every process's rows joined in peer order (here ``X`` itself)."""
@@ -207,9 +238,9 @@ class SimComm:
         return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}
 
 
-    # ---- operations of the non-IID algorithms and server baselines (decentlearn.algorithms,
-    # decentlearn.algorithms.server). Each counts its bytes exactly; an MPI backend implements the same
-    # signatures with collectives or point-to-point messages.
+    # ---- operations of the non-IID algorithms and server baselines (decentlearn.algorithms and
+    # decentlearn.algorithms.server). Each counts its bytes exactly; an MPI backend implements the
+    # same signatures with collectives or point-to-point messages.
 
     #: Bytes sent by the parameter server (FedAvg-like baselines), summed over all its messages.
     server_bytes_sent: int = 0

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn import ops
-from decentlearn.comm.local import FLOAT32_BYTES, SimComm
+from decentlearn.comm.local import FLOAT32_BYTES
+from decentlearn.comm.wrapper import Layer
 from decentlearn.topology import Topology, edges_of, round_matrix
 
 __all__ = ["FiniteTimeComm", "MAX_PEERS", "NonlinearGossipComm", "check_nonlinear",
@@ -108,15 +108,33 @@ def apply_schedule(comm, X: np.ndarray, gossip) -> np.ndarray:
     return y.copy()
 
 
-class FiniteTimeComm(SimComm):
-    """A communicator whose ``mix`` returns the exact average of the rows (to rounding) through the
-    minimal-polynomial schedule of the topology's W: K gossip exchanges per call, each counted.
-    Compressed exchanges and replica ``combine`` are not finite-time: they raise."""
+class _Rule(Layer):
+    """A mixing rule over any communicator: it replaces ``mix`` and delegates every other
+    operation to ``comm``. Compressed exchanges and replica ``combine`` have no counterpart in
+    the rule: they raise."""
 
-    def __init__(self, topology: Topology, n_threads: int | None = None) -> None:
-        super().__init__(topology, n_threads)
-        self.schedule = minimal_polynomial_schedule(topology)
-        self._work: list[np.ndarray] = []
+    #: What the error of a refused operation says.
+    refusal = ""
+
+    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        raise ValueError(self.refusal)
+
+    def exchange(self, compressor, payload, t: int) -> np.ndarray:
+        raise ValueError(self.refusal)
+
+
+class FiniteTimeComm(_Rule):
+    """A communicator whose ``mix`` returns the exact average of the rows (to rounding) through the
+    minimal-polynomial schedule of the topology's W: K gossip exchanges per call (halo exchanges
+    on MPI), each counted, then the same float32 arithmetic on every backend."""
+
+    refusal = ("mixing='finite-time' supports uncompressed D-PSGD only (it needs several "
+               "exchanges per round); use mixing='gossip' with compression")
+
+    def __init__(self, comm) -> None:
+        super().__init__(comm)
+        self.__dict__["schedule"] = minimal_polynomial_schedule(comm.topology)
+        self.__dict__["_work"] = []  # apply_schedule's buffers, kept between rounds
 
     @property
     def steps(self) -> int:
@@ -125,19 +143,15 @@ class FiniteTimeComm(SimComm):
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """The K-step schedule applied to X (not modified); returns a new array."""
+        comm = self.comm
+        plan = comm.plan(0)
+
         def gossip(k: int, y: np.ndarray, out: np.ndarray) -> None:
-            ops.gossip(self.topology, y, out=out, n_threads=self.n_threads, t=0)
-            self.count(0, X.shape[1] * FLOAT32_BYTES)
+            halo = comm.halo_rows(y, plan, f"finite-time step {k} of round {t}")
+            plan.gossip(halo, out, comm.n_threads)
+            comm.count(0, X.shape[1] * FLOAT32_BYTES)
 
         return apply_schedule(self, X, gossip)
-
-    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
-        raise ValueError("mixing='finite-time' supports uncompressed D-PSGD only (it needs "
-                         "several exchanges per round); use mixing='gossip' with compression")
-
-    def exchange(self, compressor, payload, t: int) -> np.ndarray:
-        raise ValueError("mixing='finite-time' supports uncompressed D-PSGD only (it needs "
-                         "several exchanges per round); use mixing='gossip' with compression")
 
 
 def parse_mixing(spec: str) -> tuple[str, float, float]:
@@ -223,28 +237,39 @@ def check_nonlinear(topology, alpha: float, eta: float) -> tuple[float, float]:
     return float(alpha), float(eta)
 
 
-class NonlinearGossipComm(SimComm):
+class NonlinearGossipComm(_Rule):
     """A communicator whose ``mix`` is one nonlinear gossip step (:func:`nonlinear_gossip`): one
-    exchange of the float32 rows per round, counted like a gossip step. Compressed exchanges and
-    replica ``combine`` are linear operations with no nonlinear counterpart here: they raise."""
+    exchange of the float32 rows per round (a halo exchange on MPI), counted like a gossip step.
+    The step runs on the process's rows with the edges of W_t (the faulty W_t with a network
+    model) renumbered into its halo, in (receiver, sender) order: the same result on any
+    backend."""
 
-    def __init__(self, topology, n_threads: int | None = None, *, alpha: float = 0.5,
-                 eta: float = 0.5, **network) -> None:
-        super().__init__(topology, n_threads, **network)
-        self.alpha, self.eta = check_nonlinear(topology, alpha, eta)
+    refusal = ("mixing='nonlinear' supports uncompressed D-PSGD only; use mixing='gossip' with "
+               "compression")
+
+    def __init__(self, comm, *, alpha: float = 0.5, eta: float = 0.5) -> None:
+        super().__init__(comm)
+        self.__dict__["alpha"], self.__dict__["eta"] = check_nonlinear(comm.topology, alpha, eta)
+        self.__dict__["_spare_rows"] = None
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
-        if self._spare is None or self._spare.shape != X.shape:
-            self._spare = np.empty_like(X)
-        out = nonlinear_gossip(self.mixing, X, self.alpha, self.eta, t, out=self._spare)
-        self._spare = X
-        self.count(t, X.shape[1] * FLOAT32_BYTES)
+        comm = self.comm
+        plan = comm.plan(t)
+        halo = comm.halo_rows(X, plan, f"nonlinear mix of round {t}")
+        dst, src = edges_of(comm.mixing, t)
+        lo, n = comm.peer0, comm.n_peers
+        keep = (dst >= lo) & (dst < lo + n)
+        dst, src = dst[keep], src[keep]
+        w = (np.asarray(round_matrix(comm.mixing, t)[dst, src]).ravel().astype(np.float32)
+             if dst.size else np.zeros(0, dtype=np.float32))  # every link of the block dropped
+        order = np.lexsort((src, dst))
+        dst, src, w = dst[order], src[order], w[order]
+        inside = (src >= lo) & (src < lo + n)
+        col = np.where(inside, src - lo, n + np.searchsorted(plan.halo_peers, src))
+        spare = self._spare_rows
+        if spare is None or spare.shape != X.shape:
+            spare = np.empty_like(X)
+        out = nonlinear_step(halo, dst - lo, col, w, self.alpha, self.eta, spare)
+        self._spare_rows = X  # the caller's old rows become the next result's buffer
+        comm.count(t, X.shape[1] * FLOAT32_BYTES)
         return out
-
-    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
-        raise ValueError("mixing='nonlinear' supports uncompressed D-PSGD only; use "
-                         "mixing='gossip' with compression")
-
-    def exchange(self, compressor, payload, t: int) -> np.ndarray:
-        raise ValueError("mixing='nonlinear' supports uncompressed D-PSGD only; use "
-                         "mixing='gossip' with compression")

@@ -22,33 +22,9 @@ import heapq
 import numpy as np
 
 from decentlearn.comm import FLOAT32_BYTES
-from decentlearn.mpi.comm import MPIComm
 from decentlearn.algorithms.adpsgd import ADPSGD
-from decentlearn.comm import EventComm
 
-__all__ = ["MPIADPSGD", "MPIEventComm"]
-
-
-class MPIEventComm(MPIComm):
-    """``EventComm`` on ranks: the event clock (replicated: every rank replays the schedule),
-    this rank's rows of the byte counters."""
-
-    def __init__(self, topology, world=None, n_threads: int | None = None, *, network,
-                 **kwargs) -> None:
-        super().__init__(topology, world, n_threads, **kwargs)  # no SyncClock: events time it
-        self.event_network = network
-        self.event_seconds = 0.0
-        self.round_seconds: list[float] = []
-        self._last = 0.0
-
-    state_attrs = MPIComm.state_attrs + ("event_seconds", "round_seconds", "_last")
-    replicated_prefixes = MPIComm.replicated_prefixes + ("event_seconds", "round_seconds",
-                                                         "_last")
-
-    round_done = EventComm.round_done
-    sim_seconds = EventComm.sim_seconds
-    network_metrics = EventComm.network_metrics
-    network_summary = EventComm.network_summary
+__all__ = ["MPIADPSGD"]
 
 
 class MPIADPSGD(ADPSGD):
@@ -79,7 +55,7 @@ class MPIADPSGD(ADPSGD):
         sends = {r: np.ascontiguousarray(X[here[where == r] - lo]) for r in ranks}
         recvs = {r: np.empty((int(np.count_nonzero(where == r)), X.shape[1]), dtype=X.dtype)
                  for r in ranks}
-        comm._swap(sends, recvs, f"asynchronous averaging of round {t}")
+        comm.swap(sends, recvs, f"asynchronous averaging of round {t}")
         ids = [far[where == r] for r in ranks]
         rows = [recvs[r] for r in ranks]
         return (np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64),

@@ -25,10 +25,9 @@ import numpy as np
 
 from decentlearn import algorithms
 from decentlearn.errors import CheckpointError
-from decentlearn.mpi.asynchronous import MPIADPSGD, MPIEventComm
-from decentlearn.mpi.comm import (DEFAULT_TIMEOUT, MPICliqueAveraging, MPIComm,
-                                  MPIFiniteTimeComm, MPINonlinearGossipComm, MPITimeoutError,
-                                  import_mpi)
+from decentlearn.mpi.asynchronous import MPIADPSGD
+from decentlearn.comm import CliqueAveraging
+from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, MPITimeoutError, import_mpi
 
 __all__ = ["HANDLED", "MPIBackend", "check_supported"]
 
@@ -129,20 +128,10 @@ class MPIBackend:
     def _comm_kwargs(self, n_threads) -> dict:
         return dict(n_threads=n_threads, timeout=self.timeout, transport=self.transport)
 
-    def make_comm(self, topology, *, kind: str, alpha, eta, n_threads, network,
-                  samples_per_round: float, mixing_kind):
-        kwargs = dict(self._comm_kwargs(n_threads), network=network,
-                      samples_per_round=samples_per_round)
-        if kind == "finite-time":
-            return MPIFiniteTimeComm(topology, self.world, **kwargs)
-        if kind == "nonlinear":
-            return MPINonlinearGossipComm(topology, self.world, alpha=alpha, eta=eta, **kwargs)
-        return MPIComm(topology, self.world, mixing_kind=mixing_kind, **kwargs)
-
-    def make_event_comm(self, topology, *, n_threads, network):
-        kwargs = self._comm_kwargs(n_threads)
-        return MPIEventComm(topology, self.world, kwargs.pop("n_threads"), network=network,
-                            **kwargs)
+    def make_comm(self, topology, *, n_threads, network, samples_per_round: float, mixing_kind):
+        """This rank's communicator (the runner wraps it in the run's mixing rule)."""
+        return MPIComm(topology, self.world, network=network, samples_per_round=samples_per_round,
+                       mixing_kind=mixing_kind, **self._comm_kwargs(n_threads))
 
     def async_class(self, cls):
         if cls is not algorithms.ADPSGD:
@@ -154,7 +143,7 @@ class MPIBackend:
         return _TimedCompressor(compressor, comm.seconds)
 
     def clique_averaging(self, groups, comm):
-        return MPICliqueAveraging(groups, comm)  # gradients cross ranks
+        return CliqueAveraging(groups, comm)  # gradients cross ranks
 
     def report_problems(self, problems: list[str]) -> None:
         """Nothing: summary.json lists them (rank 0 writes it); a warning per rank would repeat."""

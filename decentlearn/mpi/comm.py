@@ -38,6 +38,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.comm import FLOAT32_BYTES, SimComm, attach_network
+from decentlearn.comm.plan import RoundPlan
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
 #: Default seconds a rank waits for any message before declaring its sender dead.
@@ -70,43 +71,6 @@ def block_bounds(n_peers: int, n_ranks: int) -> np.ndarray:
     sizes = np.full(n_ranks, n_peers // n_ranks, dtype=np.int64)
     sizes[:n_peers % n_ranks] += 1
     return np.concatenate(([0], np.cumsum(sizes)))
-
-
-class _Plan:
-    """Who sends which rows to whom in one round, and the rank's rows of W_t renumbered into the
-    halo buffer [local rows, received rows in increasing peer order]."""
-
-    def __init__(self, indptr, indices, data, bounds: np.ndarray, rank: int) -> None:
-        lo, hi = int(bounds[rank]), int(bounds[rank + 1])
-        n = len(indptr) - 1
-        owner = np.searchsorted(bounds, np.arange(n), side="right") - 1
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        cols = indices.astype(np.int64)
-        row_owner, col_owner = owner[rows], owner[cols]
-        # What this rank receives: the foreign columns of its own rows.
-        mine = row_owner == rank
-        foreign = np.unique(cols[mine & (col_owner != rank)])
-        self.halo_peers = foreign
-        self.recv = {int(s): foreign[owner[foreign] == s] for s in np.unique(owner[foreign])}
-        # What it sends: its peers that other ranks' rows reference.
-        out = (col_owner == rank) & (row_owner != rank)
-        pairs = np.unique(np.stack([row_owner[out], cols[out]], axis=1), axis=0) \
-            if out.any() else np.empty((0, 2), dtype=np.int64)
-        self.send = {int(d): pairs[pairs[:, 0] == d, 1] - lo for d in np.unique(pairs[:, 0])}
-        # The local CSR (entries in stored order), columns renumbered into the halo buffer.
-        a, b = int(indptr[lo]), int(indptr[hi])
-        self.indptr = (indptr[lo:hi + 1] - indptr[lo]).astype(np.int64)
-        local_cols = cols[a:b]
-        inside = (local_cols >= lo) & (local_cols < hi)
-        renum = np.where(inside, local_cols - lo,
-                         (hi - lo) + np.searchsorted(foreign, local_cols))
-        self.indices = renum.astype(np.int32)
-        self.data = np.ascontiguousarray(data[a:b], dtype=np.float32)
-        self.n_cols = (hi - lo) + foreign.size
-        #: Out-neighbour counts of the local peers (bytes = counts · payload size).
-        self.send_counts = None
-        #: The distributed-graph communicator of this round's exchange (transport "neighbor").
-        self.graph_comm = None
 
 
 class MPIComm:
@@ -147,7 +111,7 @@ class MPIComm:
         #: clock and faulty W_t are computed whole, identically, on every rank.
         self.network = network
         self.clock, self.mixing = attach_network(topology, network, samples_per_round, mixing_kind)
-        self._plans: dict[int, _Plan] = {}
+        self._plans: dict[int, RoundPlan] = {}
         self._seq = 0
         self._halo: np.ndarray | None = None
         self._spare: np.ndarray | None = None
@@ -173,14 +137,15 @@ class MPIComm:
     def static(self) -> bool:
         return self.mixing.period == 1
 
-    def _plan(self, t: int) -> _Plan:
+    def plan(self, t: int) -> RoundPlan:
+        """The exchange plan of round t (cached over the topology's period)."""
         period = self.mixing.period
         key = t % period if period is not None else t
         plan = self._plans.get(key)
         if plan is None:
             if period is None:  # aperiodic: keep only the current round's plan
                 self.close()
-            plan = _Plan(*self.mixing.csr(t), self.bounds, self.rank)
+            plan = RoundPlan(*self.mixing.csr(t), self.bounds, self.rank)
             plan.send_counts = np.array(self.mixing.send_counts(t)[self.peers])
             if self.transport == "neighbor":
                 plan.graph_comm = self.world.Create_dist_graph_adjacent(
@@ -190,7 +155,7 @@ class MPIComm:
 
     # ---- transport -----------------------------------------------------------------------------
 
-    def _free(self, plan: _Plan) -> None:
+    def _free(self, plan: RoundPlan) -> None:
         if plan.graph_comm is not None:
             plan.graph_comm.Free()
             plan.graph_comm = None
@@ -232,10 +197,10 @@ class MPIComm:
         finally:
             self.seconds["wait"] += time.perf_counter() - t0
 
-    def _swap(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray], what: str,
+    def swap(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray], what: str,
               tag: int | None = None) -> None:
         """Sends every ``sends[rank]`` buffer and fills every ``recvs[rank]`` buffer (known sizes).
-        Every rank must make the same sequence of _swap calls, or pass one ``tag`` for all the
+        Every rank must make the same sequence of swap calls, or pass one ``tag`` for all the
         calls of an operation."""
         t0 = time.perf_counter()
         tag = self._tag() if tag is None else tag
@@ -254,14 +219,14 @@ class MPIComm:
         """Sends byte strings of any length; returns what each rank in ``sources`` sent (sizes
         first, then the bytes: two messages per pair)."""
         sizes = {s: np.zeros(1, dtype=np.int64) for s in sources}
-        self._swap({d: np.array([len(b)], dtype=np.int64) for d, b in sends.items()}, sizes,
+        self.swap({d: np.array([len(b)], dtype=np.int64) for d, b in sends.items()}, sizes,
                    what)
         bufs = {s: bytearray(int(sizes[s][0])) for s in sources}
-        self._swap({d: np.frombuffer(b, dtype=np.uint8) if b else np.zeros(0, np.uint8)
+        self.swap({d: np.frombuffer(b, dtype=np.uint8) if b else np.zeros(0, np.uint8)
                     for d, b in sends.items()}, bufs, what)
         return {s: bytes(b) for s, b in bufs.items()}
 
-    def _halo_rows(self, X: np.ndarray, plan: _Plan, what: str) -> np.ndarray:
+    def halo_rows(self, X: np.ndarray, plan: RoundPlan, what: str) -> np.ndarray:
         """The halo buffer [X's rows, the neighbour rows plan.halo_peers] (float32, C order)."""
         n, dim = X.shape
         if n != self._n_local:
@@ -280,7 +245,7 @@ class MPIComm:
             start += peers.size
         self.seconds["communicate"] += time.perf_counter() - t0
         if plan.graph_comm is None:
-            self._swap(sends, recvs, what)
+            self.swap(sends, recvs, what)
             return halo
         t0 = time.perf_counter()
         MPI = self._MPI
@@ -297,19 +262,15 @@ class MPIComm:
         self._wait([req], [-1], what + f" (neighbours {sorted(recvs)})")
         return halo
 
-    def _local_gossip(self, plan: _Plan, halo: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-        return ops.gossip((plan.indptr, plan.indices, plan.data), halo, out=out,
-                          n_threads=self.n_threads, n_cols=plan.n_cols)
-
     # ---- the operations of SimComm -------------------------------------------------------------
 
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """W_t X on this rank's rows; the result buffer is recycled as in ``SimComm.mix``."""
-        plan = self._plan(t)
-        halo = self._halo_rows(X, plan, f"mix of round {t}")
+        plan = self.plan(t)
+        halo = self.halo_rows(X, plan, f"mix of round {t}")
         if self._spare is None or self._spare.shape != X.shape:
             self._spare = np.empty_like(X)
-        out = self._local_gossip(plan, halo, self._spare)
+        out = plan.gossip(halo, self._spare, self.n_threads)
         self._spare = X
         self.count(t, X.shape[1] * FLOAT32_BYTES)
         return out
@@ -317,15 +278,15 @@ class MPIComm:
     def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """W_t X over replicas the peers already hold: no bytes counted. The rank fetches its
         neighbours' rows of X (equal to the replicas a deployment would keep) to apply W_t."""
-        plan = self._plan(t)
-        halo = self._halo_rows(X, plan, f"combine of round {t}")
-        return self._local_gossip(plan, halo, out)
+        plan = self.plan(t)
+        halo = self.halo_rows(X, plan, f"combine of round {t}")
+        return plan.gossip(halo, out, self.n_threads)
 
     def exchange(self, compressor, payload, t: int) -> np.ndarray:
         """Sends each local peer's message, as wire bytes, to the ranks of its out-neighbours;
         receivers parse them with ``from_bytes`` (bounds-checked) and decode them into
         ``received``. Returns the local peers' decoded rows. Bytes as ``SimComm.exchange``."""
-        plan = self._plan(t)
+        plan = self.plan(t)
         if payload.n_rows != self._n_local:
             raise ValueError(f"payload must have one row per peer of this rank "
                              f"({self._n_local}), got {payload.n_rows}")
@@ -350,7 +311,7 @@ class MPIComm:
         """Adds one send of ``payload_nbytes`` (scalar or per local peer) per out-neighbour;
         with a network model, delivers every peer's messages on the (replicated) clock."""
         nbytes = np.asarray(payload_nbytes, dtype=np.int64)
-        self.bytes_sent += self._plan(t).send_counts * nbytes
+        self.bytes_sent += self.plan(t).send_counts * nbytes
         if self.clock is not None:
             if nbytes.ndim:  # per-peer sizes: the clock needs every peer's
                 nbytes = self.allgather_peers(np.ascontiguousarray(nbytes))
@@ -365,21 +326,21 @@ class MPIComm:
         n, dim = X.shape
         N = self.n_global
         what = f"allreduce of round {t}"
-        tag = self._tag()  # ranks make one or two _swap calls here: one tag for all
+        tag = self._tag()  # ranks make one or two swap calls here: one tag for all
         if self.rank == 0:
             acc = np.add.reduce(X, axis=0, dtype=np.float64)
         else:
             prev = np.empty(dim, dtype=np.float64)
-            self._swap({}, {self.rank - 1: prev}, what, tag)
+            self.swap({}, {self.rank - 1: prev}, what, tag)
             acc = np.add.reduce(np.concatenate([prev[None], X.astype(np.float64)]), axis=0)
         mean = np.empty(dim, dtype=np.float32)
         last = self.n_ranks - 1
         if self.rank < last:
-            self._swap({self.rank + 1: acc}, {last: mean}, what, tag)
+            self.swap({self.rank + 1: acc}, {last: mean}, what, tag)
         else:
             np.divide(acc, N, out=acc)
             mean[...] = acc.astype(np.float32)
-            self._swap({r: mean for r in range(last)}, {}, what, tag)
+            self.swap({r: mean for r in range(last)}, {}, what, tag)
         if out is None:
             out = np.empty_like(X)
         out[...] = mean
@@ -482,7 +443,7 @@ class MPIComm:
                             f"{type(value).__name__}")
         mine = np.array([int(value)], dtype=np.int64)
         parts = {r: np.zeros(1, dtype=np.int64) for r in range(self.n_ranks) if r != self.rank}
-        self._swap({r: mine for r in parts}, parts, "total")
+        self.swap({r: mine for r in parts}, parts, "total")
         parts[self.rank] = mine
         return int(sum(int(parts[r][0]) for r in range(self.n_ranks)))
 
@@ -531,8 +492,8 @@ class MPIComm:
     def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
         """The rows X[sender(e)] of this rank's in-edges e (``_in_edges``), from the halo
         exchange of ``mix``. Bytes as ``mix``."""
-        plan = self._plan(t)
-        halo = self._halo_rows(X, plan, f"neighbor_rows of round {t}")
+        plan = self.plan(t)
+        halo = self.halo_rows(X, plan, f"neighbor_rows of round {t}")
         recv, send, _ = self.edges(t)
         e0, e1 = self._in_edges(recv)
         lo, n = self.peer0, self._n_local
@@ -605,7 +566,7 @@ class MPIComm:
             sel = d[src_owner[d] == self.rank]
             if sel.size:
                 sends[r] = np.ascontiguousarray(X[source[sel] - lo])
-        self._swap(sends, recvs, f"shift of round {t}")
+        self.swap(sends, recvs, f"shift of round {t}")
         for s, rows in places.items():
             out[rows] = recvs[s]
         moved = source[source != np.arange(N)]
@@ -625,13 +586,13 @@ class MPIComm:
                              f"got shape {X.shape}")
         what = "gather_rows"
         if self.rank != root:
-            self._swap({root: X}, {}, what)
+            self.swap({root: X}, {}, what)
             return None
         full = np.empty((self.n_global, *X.shape[1:]), dtype=X.dtype)
         recvs = {r: full[self.bounds[r]:self.bounds[r + 1]] for r in range(self.n_ranks)
                  if r != root}
         full[self.peers] = X
-        self._swap({}, recvs, what)
+        self.swap({}, recvs, what)
         return full
 
     def gather_blocks(self, X: np.ndarray, root: int = 0) -> np.ndarray | None:
@@ -640,16 +601,16 @@ class MPIComm:
         X = np.ascontiguousarray(X)
         what = "gather_blocks"
         if self.rank != root:
-            self._swap({root: np.array([X.shape[0]], dtype=np.int64)}, {}, what)
-            self._swap({root: X}, {}, what)
+            self.swap({root: np.array([X.shape[0]], dtype=np.int64)}, {}, what)
+            self.swap({root: X}, {}, what)
             return None
         sizes = {r: np.zeros(1, dtype=np.int64) for r in range(self.n_ranks) if r != root}
-        self._swap({}, sizes, what)
+        self.swap({}, sizes, what)
         counts = [X.shape[0] if r == root else int(sizes[r][0]) for r in range(self.n_ranks)]
         cuts = np.concatenate(([0], np.cumsum(counts)))
         full = np.empty((int(cuts[-1]), *X.shape[1:]), dtype=X.dtype)
         full[cuts[root]:cuts[root + 1]] = X
-        self._swap({}, {r: full[cuts[r]:cuts[r + 1]] for r in sizes}, what)
+        self.swap({}, {r: full[cuts[r]:cuts[r + 1]] for r in sizes}, what)
         return full
 
     def scatter_rows(self, full: np.ndarray | None, root: int = 0) -> np.ndarray:
@@ -668,10 +629,10 @@ class MPIComm:
         mine = np.empty((self._n_local, *tail), dtype=np.dtype(dtype))
         if self.rank == root:
             mine[...] = full[self.peers]
-            self._swap({r: full[self.bounds[r]:self.bounds[r + 1]] for r in range(self.n_ranks)
+            self.swap({r: full[self.bounds[r]:self.bounds[r + 1]] for r in range(self.n_ranks)
                         if r != root}, {}, what)
         else:
-            self._swap({}, {root: mine}, what)
+            self.swap({}, {root: mine}, what)
         return mine
 
     def allgather_peers(self, v: np.ndarray) -> np.ndarray:
@@ -680,9 +641,9 @@ class MPIComm:
         full = self.gather_rows(v, root=0)
         if self.rank != 0:
             full = np.empty((self.n_global, *v.shape[1:]), dtype=v.dtype)
-            self._swap({}, {0: full}, "allgather_peers")
+            self.swap({}, {0: full}, "allgather_peers")
         else:
-            self._swap({r: full for r in range(1, self.n_ranks)}, {}, "allgather_peers")
+            self.swap({r: full for r in range(1, self.n_ranks)}, {}, "allgather_peers")
         return full
 
     def bcast_json(self, obj=None, root: int = 0):
@@ -699,150 +660,3 @@ class MPIComm:
     def abort(self, code: int = 1) -> None:
         """Ends every rank of the job (MPI_Abort)."""
         self.world.Abort(code)
-
-
-# ---- the other mixing rules (``--mixing``) and Clique Averaging --------------------------------
-
-class MPIFiniteTimeComm(MPIComm):
-    """``decentlearn.comm.FiniteTimeComm`` on ranks: the K steps of the minimal-polynomial schedule
-    of a static symmetric W, each one halo exchange and the same C gossip kernel on the rank's
-    rows, then the same float32 arithmetic; bit-identical to one process. Bytes: K gossip steps."""
-
-    def __init__(self, topology: Topology, world=None, n_threads: int | None = None,
-                 **kwargs) -> None:
-        from decentlearn.comm.mixing import minimal_polynomial_schedule
-        super().__init__(topology, world, n_threads, **kwargs)
-        self.schedule = minimal_polynomial_schedule(topology)
-        self._work: list[np.ndarray] = []  # comm.apply_schedule's buffers
-
-    @property
-    def steps(self) -> int:
-        """K: gossip exchanges per ``mix``."""
-        return int(self.schedule.size)
-
-    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
-        """The K-step schedule applied to X (not modified); returns a new array."""
-        from decentlearn.comm.mixing import apply_schedule
-        plan = self._plan(0)
-
-        def gossip(k: int, y: np.ndarray, out: np.ndarray) -> None:
-            halo = self._halo_rows(y, plan, f"finite-time step {k} of round {t}")
-            self._local_gossip(plan, halo, out)
-            self.count(0, X.shape[1] * FLOAT32_BYTES)
-
-        return apply_schedule(self, X, gossip)
-
-    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
-        from decentlearn.comm.mixing import FiniteTimeComm
-        return FiniteTimeComm.combine(self, X, t, out)
-
-    def exchange(self, compressor, payload, t: int) -> np.ndarray:
-        from decentlearn.comm.mixing import FiniteTimeComm
-        return FiniteTimeComm.exchange(self, compressor, payload, t)
-
-
-class MPINonlinearGossipComm(MPIComm):
-    """``decentlearn.comm.NonlinearGossipComm`` on ranks: the halo exchange of ``mix`` brings the
-    in-neighbours' rows; the rank applies ``nonlinear_step`` to its rows with the edges of W_t
-    (the faulty W_t with a network model) renumbered into the halo, in the same (receiver,
-    sender) order: bit-identical to one process. Bytes as a gossip step."""
-
-    def __init__(self, topology, world=None, n_threads: int | None = None, *,
-                 alpha: float = 0.5, eta: float = 0.5, **kwargs) -> None:
-        from decentlearn.comm.mixing import check_nonlinear
-        super().__init__(topology, world, n_threads, **kwargs)
-        self.alpha, self.eta = check_nonlinear(topology, alpha, eta)
-
-    def mix(self, X: np.ndarray, t: int) -> np.ndarray:
-        from decentlearn.comm.mixing import nonlinear_step
-        from decentlearn.topology import round_matrix
-        plan = self._plan(t)
-        halo = self._halo_rows(X, plan, f"nonlinear mix of round {t}")
-        dst, src = edges_of(self.mixing, t)
-        lo, n = self.peer0, self._n_local
-        keep = (dst >= lo) & (dst < lo + n)
-        dst, src = dst[keep], src[keep]
-        w = (np.asarray(round_matrix(self.mixing, t)[dst, src]).ravel().astype(np.float32)
-             if dst.size else np.zeros(0, dtype=np.float32))  # every link of the rank dropped
-        order = np.lexsort((src, dst))
-        dst, src, w = dst[order], src[order], w[order]
-        inside = (src >= lo) & (src < lo + n)
-        col = np.where(inside, src - lo, n + np.searchsorted(plan.halo_peers, src))
-        if self._spare is None or self._spare.shape != X.shape:
-            self._spare = np.empty_like(X)
-        out = nonlinear_step(halo, dst - lo, col, w, self.alpha, self.eta, self._spare)
-        self._spare = X
-        self.count(t, X.shape[1] * FLOAT32_BYTES)
-        return out
-
-    def combine(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
-        from decentlearn.comm.mixing import NonlinearGossipComm
-        return NonlinearGossipComm.combine(self, X, t, out)
-
-    def exchange(self, compressor, payload, t: int) -> np.ndarray:
-        from decentlearn.comm.mixing import NonlinearGossipComm
-        return NonlinearGossipComm.exchange(self, compressor, payload, t)
-
-
-class MPICliqueAveraging:
-    """``comm.CliqueAveraging`` on ranks (a ``gradient_transform``): each rank receives
-    the gradient rows of the other members of its peers' cliques (one message per pair of ranks
-    that share a clique, sizes known in advance), then averages each clique exactly as one
-    process does (the members' rows in increasing peer order, one ``add.reduceat``, times
-    1/|C| in float32): bit-identical. The exchange is part of the local step and, as in one
-    process, not counted in the byte counts."""
-
-    def __init__(self, groups: np.ndarray, comm: MPIComm) -> None:
-        from decentlearn.comm import CliqueAveraging
-        whole = CliqueAveraging(groups)  # checks groups
-        if whole.groups.size != comm.n_global:
-            raise ValueError(f"groups must have one clique id per peer ({comm.n_global}), got "
-                             f"{whole.groups.size}")
-        self.groups, self.comm = whole.groups, comm
-        lo, n = comm.peer0, comm.n_peers
-        owner = comm._owner(np.arange(comm.n_global))
-        mine = np.unique(self.groups[lo:lo + n])  # the cliques of this rank's peers
-        members = np.flatnonzero(np.isin(self.groups, mine))  # increasing peer order
-        foreign = members[(members < lo) | (members >= lo + n)]
-        #: Where the received rows go: [own rows, foreign members in increasing peer order].
-        self._recv = {int(r): int(np.count_nonzero(owner[foreign] == r))
-                      for r in np.unique(owner[foreign])}
-        # What this rank sends: its peers in a clique of another rank's peers.
-        self._send = {}
-        for r in range(comm.n_ranks):
-            if r == comm.rank:
-                continue
-            a, b = int(comm.bounds[r]), int(comm.bounds[r + 1])
-            theirs = np.flatnonzero(np.isin(self.groups[lo:lo + n],
-                                            np.unique(self.groups[a:b])))
-            if theirs.size:
-                self._send[r] = theirs
-        where = np.where((members >= lo) & (members < lo + n), members - lo,
-                         n + np.searchsorted(foreign, members))
-        order = np.argsort(self.groups[members], kind="stable")  # by clique, then peer
-        self._rows = where[order]
-        counts = np.bincount(self.groups[members[order]])
-        ids = np.flatnonzero(counts)
-        self._starts = np.concatenate(([0], np.cumsum(counts[ids])[:-1]))
-        self._inv_sizes = (1.0 / np.bincount(self.groups)[ids]).astype(np.float32)[:, None]
-        self._slot = np.searchsorted(ids, self.groups[lo:lo + n])
-        self._n_foreign = foreign.size
-
-    def __repr__(self) -> str:
-        return f"MPICliqueAveraging(peers={self.comm.n_peers} of {self.groups.size})"
-
-    def __call__(self, grad: np.ndarray) -> None:
-        n = self.comm.n_peers
-        if grad.ndim != 2 or grad.shape[0] != n:
-            raise ValueError(f"grad must have shape ({n}, dim), got {grad.shape}")
-        buf = np.empty((n + self._n_foreign, grad.shape[1]), dtype=grad.dtype)
-        buf[:n] = grad
-        recvs, start = {}, n
-        for r, k in self._recv.items():  # owners in increasing order = buffer order
-            recvs[r] = buf[start:start + k]
-            start += k
-        sends = {r: np.ascontiguousarray(grad[rows]) for r, rows in self._send.items()}
-        self.comm._swap(sends, recvs, "clique averaging")
-        means = np.add.reduceat(buf[self._rows], self._starts, axis=0)
-        means *= self._inv_sizes
-        grad[...] = means[self._slot]

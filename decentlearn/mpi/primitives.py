@@ -111,9 +111,9 @@ def neighbor_allreduce(x, t: int = 0, *, compress: str | None = None, seed: int 
     if c.backend == "inprocess":
         return _shape_back(comm.combine(decoded, t), vector)
     # The neighbours' decoded messages arrived with the exchange: mix over them, no more traffic.
-    plan = comm._plan(t)
+    plan = comm.plan(t)
     halo = np.concatenate([decoded, comm.received])
-    return _shape_back(comm._local_gossip(plan, halo, None), vector)
+    return _shape_back(plan.gossip(halo, None, comm.n_threads), vector)
 
 
 def neighbor_allgather(x, t: int = 0, *, ctx: Context | None = None
@@ -132,8 +132,8 @@ def neighbor_allgather(x, t: int = 0, *, ctx: Context | None = None
     if c.backend == "inprocess":
         comm.count(t, X.shape[1] * 4)
         return rows, senders, X[senders]
-    plan = comm._plan(t)
-    halo = comm._halo_rows(X, plan, f"neighbor_allgather of round {t}")
+    plan = comm.plan(t)
+    halo = comm.halo_rows(X, plan, f"neighbor_allgather of round {t}")
     comm.count(t, X.shape[1] * 4)
     inside = (senders >= lo) & (senders < hi)
     where = np.where(inside, senders - lo, c.n_local + np.searchsorted(plan.halo_peers, senders))
@@ -162,9 +162,9 @@ def broadcast(x, root: int = 0, *, ctx: Context | None = None) -> np.ndarray:
         row = np.empty(X.shape[1], dtype=np.float32)
         if comm.rank == owner:
             row[...] = X[root - c.peer0]
-            comm._swap({r: row for r in range(comm.n_ranks) if r != owner}, {}, "broadcast")
+            comm.swap({r: row for r in range(comm.n_ranks) if r != owner}, {}, "broadcast")
         else:
-            comm._swap({}, {owner: row}, "broadcast")
+            comm.swap({}, {owner: row}, "broadcast")
     out = np.empty_like(X)
     out[...] = row
     return _shape_back(out, vector)

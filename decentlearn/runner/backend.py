@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from decentlearn.comm import (CliqueAveraging, EventComm, FiniteTimeComm, NonlinearGossipComm,
-                              SimComm)
+from decentlearn.comm import CliqueAveraging, SimComm
 from decentlearn.runner.config import SetupWarning
 
 __all__ = ["LocalBackend"]
@@ -32,19 +31,10 @@ class LocalBackend:
         """Threads of this process's kernels: the configuration's (None: the default)."""
         return config.threads
 
-    def make_comm(self, topology, *, kind: str, alpha, eta, n_threads, network,
-                  samples_per_round: float, mixing_kind):
-        """The communicator of mixing rule ``kind`` ("linear", "finite-time", "nonlinear")."""
-        if kind == "finite-time":
-            return FiniteTimeComm(topology, n_threads=n_threads)
-        kwargs = dict(n_threads=n_threads, network=network, samples_per_round=samples_per_round)
-        if kind == "nonlinear":
-            return NonlinearGossipComm(topology, alpha=alpha, eta=eta, **kwargs)
-        return SimComm(topology, mixing_kind=mixing_kind, **kwargs)
-
-    def make_event_comm(self, topology, *, n_threads, network):
-        """The communicator of event-driven asynchronous gossip."""
-        return EventComm(topology, n_threads, network)
+    def make_comm(self, topology, *, n_threads, network, samples_per_round: float, mixing_kind):
+        """The communicator of every peer (the runner wraps it in the run's mixing rule)."""
+        return SimComm(topology, n_threads=n_threads, network=network,
+                       samples_per_round=samples_per_round, mixing_kind=mixing_kind)
 
     def async_class(self, cls):
         """The class that runs the asynchronous form ``cls`` here (itself)."""
@@ -54,7 +44,7 @@ class LocalBackend:
         return compressor
 
     def clique_averaging(self, groups, comm):
-        return CliqueAveraging(groups)
+        return CliqueAveraging(groups, comm)
 
     def report_problems(self, problems: list[str]) -> None:
         """Each setup problem as a SetupWarning (the summary lists them too)."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from decentlearn import algorithms, compress, metrics
 from decentlearn._core import NonFiniteError
+from decentlearn.comm import EventComm, FiniteTimeComm, NonlinearGossipComm
 from decentlearn.data import Dataset, load_dataset, make_partition
 from decentlearn.errors import CheckpointError
 from decentlearn.network import NetworkModel, OfflineHook
@@ -84,11 +85,15 @@ class Runner:
         threads = backend.threads(c)
         #: The communicator: the only seam between the algorithms and where the peers run. It
         #: hosts peers [comm.peer0, comm.peer0 + comm.n_peers) (all of them in process).
-        kind, alpha, eta = mixing_rule(c)
         self.comm = backend.make_comm(
-            self.topology, kind=kind, alpha=alpha, eta=eta, n_threads=threads,
-            network=self.network, samples_per_round=c.local_steps * c.batch_size,
+            self.topology, n_threads=threads, network=self.network,
+            samples_per_round=c.local_steps * c.batch_size,
             mixing_kind="column" if "column" in accepted else None)
+        kind, alpha, eta = mixing_rule(c)
+        if kind == "finite-time":  # the mixing rule, written once over any communicator
+            self.comm = FiniteTimeComm(self.comm)
+        elif kind == "nonlinear":
+            self.comm = NonlinearGossipComm(self.comm, alpha=alpha, eta=eta)
         lo, n = self.comm.peer0, self.comm.n_peers
         self.model = make_model(c.model, d.input_shape, d.n_classes, precision=c.precision,
                                 seed=stream_seed(c.seed, STREAM_LOWP))
@@ -122,9 +127,10 @@ class Runner:
         backend.report_problems(self.problems)
         seed = stream_seed(c.seed, STREAM_COMPRESS)
         if c.asynchronous:  # event-driven asynchronous gossip replaces both
-            self.comm.close()
-            self.comm = backend.make_event_comm(self.topology, n_threads=threads,
-                                                network=self.network)
+            self.comm.close()  # the event clock times it, not a synchronous clock
+            self.comm = EventComm(backend.make_comm(self.topology, n_threads=threads,
+                                                    network=None, samples_per_round=0.0,
+                                                    mixing_kind=None), self.network)
             async_cls = backend.async_class(cls.async_form)
             self.algorithm = async_cls(**self._async_args(params, c.optimizer_config(), seed,
                                                           segments, frozen))
