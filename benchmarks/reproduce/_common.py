@@ -26,17 +26,17 @@ def run(label: str, config: RunConfig, log=print) -> dict:
     start = time.perf_counter()
     sim = Simulator(config)
     result = sim.run()
-    stats = sim.algorithm.stats() if hasattr(sim.algorithm, "stats") else {}
-    server = int(getattr(sim.comm, "server_bytes_sent", 0))
+    stats = sim.algorithm.report()
+    server = int(result.summary.get("bytes_sent_server", 0))  # in bytes_sent_total already
     out = {
         "label": label,
         "config": config.to_dict(),
         "history": result.history,
         "final_accuracy_mean": result.summary["test_accuracy_mean"],
         "final_accuracy_avg_model": result.summary["test_accuracy_avg_model"],
-        "peer_bytes": int(result.summary["bytes_sent_total"]),
+        "peer_bytes": int(result.summary["bytes_sent_total"]) - server,
         "server_bytes": server,
-        "total_bytes": int(result.summary["bytes_sent_total"]) + server,
+        "total_bytes": int(result.summary["bytes_sent_total"]),
         "stats": stats,
         "seconds": time.perf_counter() - start,
     }
