@@ -36,6 +36,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.comm.plan import RoundPlan
+from decentlearn.state import load_attrs, nest, state_of, subtree
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
 FLOAT32_BYTES = 4
@@ -56,7 +57,92 @@ def attach_network(topology, network, samples_per_round, mixing_kind=None):
     return SyncClock(network, samples_per_round), mixing
 
 
-class SimComm:
+class CommState:
+    """What every communicator (``SimComm`` here, ``decentlearn.mpi.MPIComm`` on MPI ranks) keeps
+    between rounds and reports about the simulated clock, written once: the byte counters (this
+    process's rows of the per-peer counters, the server's total), and with a network model the
+    clock and the fault counters, which every process keeps whole. A subclass sets
+    ``bytes_sent``, ``server_bytes_sent``, ``clock`` and ``mixing``."""
+
+    #: State kept between rounds (checkpoints, decentlearn.runner.checkpoint).
+    state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+
+    def state_kinds(self) -> dict[str, str]:
+        """``state_dict()``'s entries by kind: the bytes each hosted peer sent are per-peer rows;
+        the server's bytes, the clock and the fault counters are the same on every process."""
+        return {k: ("row" if k == "bytes_sent" else "replicated") for k in self.state_dict()}
+
+    def state_dict(self) -> dict:
+        """Byte counters, and with a network model the clock and the fault counters."""
+        out = state_of(self, self.state_attrs)
+        for name in ("clock", "mixing"):
+            obj = getattr(self, name)
+            if hasattr(obj, "state_dict"):
+                out.update(nest(name, obj.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        load_attrs(self, self.state_attrs, state, "comm.")
+        for name in ("clock", "mixing"):
+            obj = getattr(self, name)
+            if hasattr(obj, "load_state_dict"):
+                obj.load_state_dict(subtree(name, state))
+
+    # Simulated time (a network model) --------------------------------------------------------
+
+    def round_done(self, t: int) -> None:
+        """Closes round t on the simulated clock (training time counts even without traffic)."""
+        if self.clock is not None:
+            self.clock.finish(t)
+
+    @property
+    def sim_seconds(self) -> float | None:
+        """Simulated seconds since the start (None without a network model)."""
+        return None if self.clock is None else self.clock.sim_seconds
+
+    def network_metrics(self) -> dict:
+        """Columns for metrics.csv: sim_seconds and, under faults, the drop/offline/straggler
+        rates so far (empty without a network model)."""
+        if self.clock is None:
+            return {}
+        row = {"sim_seconds": self.clock.sim_seconds}
+        if hasattr(self.mixing, "stats"):
+            row.update(self.mixing.stats())
+        return row
+
+    def network_summary(self) -> dict:
+        """``network_metrics()`` plus ``sim_round_seconds``, the simulated duration of every
+        round, for summary.json (empty without a network model)."""
+        if self.clock is None:
+            return {}
+        return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}
+
+    # The server's messages and the edge list, as every communicator counts and gives them.
+
+    def broadcast(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+        """The server sends one message (a one-row payload) to each of ``clients``; returns the
+        decoded (1, dim) row. Counted in ``server_bytes_sent``: len(clients) · payload.nbytes."""
+        if payload.n_rows != 1:
+            raise ValueError(f"a broadcast payload must have one row, got {payload.n_rows}")
+        self.server_bytes_sent += int(np.asarray(clients).size) * payload.nbytes
+        return compressor.decompress(payload, n_threads=self.n_threads).reshape(1, -1)
+
+    def count_server(self, t: int, nbytes: int) -> None:
+        """Adds ``nbytes`` sent by the server (messages whose size the caller computed; the same
+        value on every process, e.g. a ``total``)."""
+        self.server_bytes_sent += int(nbytes)
+
+    def edges(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The directed edges of round t in CSR order, self loops excluded: (receiver i, sender j,
+        w_ij) as int64, int64, float32 arrays of length E. ``neighbor_rows`` and ``reply`` use
+        this order; ``self_weights`` gives the diagonal."""
+        indptr, indices, data = self.mixing.csr(t)
+        rows = np.repeat(np.arange(self.n_global, dtype=np.int64), np.diff(indptr))
+        off = indices != rows
+        return rows[off], indices[off].astype(np.int64), data[off]
+
+
+class SimComm(CommState):
     """All peers in one process; ``mix`` is one call of the C gossip kernel on the whole matrix."""
 
     def __init__(self, topology: Topology | RoundTopology, n_threads: int | None = None, *,
@@ -149,32 +235,6 @@ class SimComm:
         and tallies of replicated state."""
         return value
 
-    #: State kept between rounds (checkpoints, decentlearn.runner.checkpoint).
-    state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
-
-    def state_kinds(self) -> dict[str, str]:
-        """``state_dict()``'s entries by kind: the bytes each hosted peer sent are per-peer rows;
-        the server's bytes, the clock and the fault counters are the same on every process."""
-        return {k: ("row" if k == "bytes_sent" else "replicated") for k in self.state_dict()}
-
-    def state_dict(self) -> dict:
-        """Byte counters, and with a network model the clock and the fault counters."""
-        from decentlearn.state import nest, state_of
-        out = state_of(self, self.state_attrs)
-        for name in ("clock", "mixing"):
-            obj = getattr(self, name)
-            if hasattr(obj, "state_dict"):
-                out.update(nest(name, obj.state_dict()))
-        return out
-
-    def load_state_dict(self, state: dict) -> None:
-        from decentlearn.state import load_attrs, subtree
-        load_attrs(self, self.state_attrs, state, "comm.")
-        for name in ("clock", "mixing"):
-            obj = getattr(self, name)
-            if hasattr(obj, "load_state_dict"):
-                obj.load_state_dict(subtree(name, state))
-
     def mix(self, X: np.ndarray, t: int) -> np.ndarray:
         """Returns W_t X, each peer having sent its row (dim float32 values) to its out-neighbours.
 
@@ -207,36 +267,6 @@ class SimComm:
         if self.clock is not None:
             dst, src = edges_of(self.mixing, t)
             self.clock.send(t, dst, src, nbytes)
-
-    # Simulated time (a network model) --------------------------------------------------------
-
-    def round_done(self, t: int) -> None:
-        """Closes round t on the simulated clock (training time counts even without traffic)."""
-        if self.clock is not None:
-            self.clock.finish(t)
-
-    @property
-    def sim_seconds(self) -> float | None:
-        """Simulated seconds since the start (None without a network model)."""
-        return None if self.clock is None else self.clock.sim_seconds
-
-    def network_metrics(self) -> dict:
-        """Columns for metrics.csv: sim_seconds and, under faults, the drop/offline/straggler
-        rates so far (empty without a network model)."""
-        if self.clock is None:
-            return {}
-        row = {"sim_seconds": self.clock.sim_seconds}
-        if hasattr(self.mixing, "stats"):
-            row.update(self.mixing.stats())
-        return row
-
-    def network_summary(self) -> dict:
-        """``network_metrics()`` plus ``sim_round_seconds``, the simulated duration of every
-        round, for summary.json (empty without a network model)."""
-        if self.clock is None:
-            return {}
-        return {**self.network_metrics(), "sim_round_seconds": list(self.clock.round_seconds)}
-
 
     # ---- operations of the non-IID algorithms and server baselines (decentlearn.algorithms and
     # decentlearn.algorithms.server). Each counts its bytes exactly; an MPI backend implements the
@@ -313,28 +343,6 @@ class SimComm:
                              f"got {payload.n_rows}")
         np.add.at(self.bytes_sent, clients, np.asarray(payload.row_nbytes, dtype=np.int64))
         return compressor.decompress(payload, n_threads=self.n_threads)
-
-    def broadcast(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
-        """The server sends one message (a one-row payload) to each of ``clients``; returns the
-        decoded (1, dim) row. Counted in ``server_bytes_sent``: len(clients) · payload.nbytes."""
-        if payload.n_rows != 1:
-            raise ValueError(f"a broadcast payload must have one row, got {payload.n_rows}")
-        self.server_bytes_sent += int(np.asarray(clients).size) * payload.nbytes
-        return compressor.decompress(payload, n_threads=self.n_threads).reshape(1, -1)
-
-    def count_server(self, t: int, nbytes: int) -> None:
-        """Adds ``nbytes`` sent by the server (messages whose size the caller computed; the same
-        value on every process, e.g. a ``total``)."""
-        self.server_bytes_sent += int(nbytes)
-
-    def edges(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The directed edges of round t in CSR order, self loops excluded: (receiver i, sender j,
-        w_ij) as int64, int64, float32 arrays of length E. ``neighbor_rows`` and ``reply`` use
-        this order; ``self_weights`` gives the diagonal."""
-        indptr, indices, data = self.mixing.csr(t)
-        rows = np.repeat(np.arange(self.n_global, dtype=np.int64), np.diff(indptr))
-        off = indices != rows
-        return rows[off], indices[off].astype(np.int64), data[off]
 
     def self_weights(self, t: int) -> np.ndarray:
         """w_ii of round t for the hosted peers, float32 (n_peers,)."""

@@ -25,7 +25,6 @@ import numpy as np
 
 from decentlearn import algorithms
 from decentlearn.errors import CheckpointError
-from decentlearn.mpi.asynchronous import MPIADPSGD
 from decentlearn.comm import CliqueAveraging
 from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, MPITimeoutError, import_mpi
 
@@ -132,11 +131,6 @@ class MPIBackend:
         """This rank's communicator (the runner wraps it in the run's mixing rule)."""
         return MPIComm(topology, self.world, network=network, samples_per_round=samples_per_round,
                        mixing_kind=mixing_kind, **self._comm_kwargs(n_threads))
-
-    def async_class(self, cls):
-        if cls is not algorithms.ADPSGD:
-            raise ValueError(f"{cls.__name__} has no MPI form")
-        return MPIADPSGD
 
     def wrap_compressor(self, compressor, comm):
         """The compressor, its seconds added to the rank's ``compress`` phase."""

@@ -37,7 +37,8 @@ import time
 import numpy as np
 
 from decentlearn import ops
-from decentlearn.comm import FLOAT32_BYTES, SimComm, attach_network
+from decentlearn.comm import FLOAT32_BYTES, attach_network
+from decentlearn.comm.local import CommState
 from decentlearn.comm.plan import RoundPlan
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
@@ -73,7 +74,7 @@ def block_bounds(n_peers: int, n_ranks: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(sizes)))
 
 
-class MPIComm:
+class MPIComm(CommState):
     """The peers ``[peer0, peer0 + n_peers)`` of one MPI rank; same operations as ``SimComm``.
 
     ``topology``: the whole graph (every rank builds it from the seed). ``world``: an mpi4py
@@ -410,23 +411,6 @@ class MPIComm:
         out = np.concatenate(rows).reshape(1, n * c)
         return np.ascontiguousarray(out[:, :dim])
 
-    #: State kept between rounds (checkpoints): the same names as ``SimComm``'s, this rank's
-    #: rows of the per-peer byte counters; with a network model the clock and the fault counters
-    #: (replicated: the same on every rank).
-    state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
-    #: Prefixes of the replicated network state in ``state_dict`` (never cut into rows).
-    replicated_prefixes = ("clock.", "mixing.")
-
-    state_dict = SimComm.state_dict
-    state_kinds = SimComm.state_kinds
-    load_state_dict = SimComm.load_state_dict
-
-    # The simulated clock of a network model (decentlearn.network): every rank keeps the whole
-    # clock, fed with every peer's message sizes, so every rank computes the same times.
-    round_done = SimComm.round_done
-    sim_seconds = SimComm.sim_seconds
-    network_metrics = SimComm.network_metrics
-    network_summary = SimComm.network_summary
 
     # ---- operations of the server baselines and the non-IID algorithms -------------------------
     # Peers named in arguments (clients, permutations) and ``edges`` are global; row arrays are
@@ -475,10 +459,6 @@ class MPIComm:
                 parts.append(compressor.decompress(part, n_threads=self.n_threads)
                              .reshape(k, dim))
         return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
-
-    broadcast = SimComm.broadcast
-    count_server = SimComm.count_server
-    edges = SimComm.edges
 
     def self_weights(self, t: int) -> np.ndarray:
         """w_ii of round t for this rank's peers, float32 (n_peers,)."""

@@ -36,10 +36,6 @@ class LocalBackend:
         return SimComm(topology, n_threads=n_threads, network=network,
                        samples_per_round=samples_per_round, mixing_kind=mixing_kind)
 
-    def async_class(self, cls):
-        """The class that runs the asynchronous form ``cls`` here (itself)."""
-        return cls
-
     def wrap_compressor(self, compressor, comm):
         return compressor
 

@@ -131,8 +131,7 @@ class Runner:
             self.comm = EventComm(backend.make_comm(self.topology, n_threads=threads,
                                                     network=None, samples_per_round=0.0,
                                                     mixing_kind=None), self.network)
-            async_cls = backend.async_class(cls.async_form)
-            self.algorithm = async_cls(**self._async_args(params, c.optimizer_config(), seed,
+            self.algorithm = cls.async_form(**self._async_args(params, c.optimizer_config(), seed,
                                                           segments, frozen))
         else:
             self.algorithm = cls(model=self.model, comm=self.comm, optimizer=optimizer,
