@@ -7,7 +7,7 @@ was imported before. Where is NGC? ``decentlearn/algorithms/ngc.py``. The server
 """
 
 from decentlearn.algorithms.base import (Algorithm, NoOptions, Sampler, available, get, make,
-                                         mixing_hints, option, register)
+                                         mixing_hints, option, option_fields, register)
 from decentlearn.algorithms import (  # noqa: F401 - each registers itself
     adpsgd,
     choco,
@@ -41,5 +41,6 @@ from decentlearn.algorithms.skewscout import SkewScout
 __all__ = [
     "ADPSGD", "CHOCO", "D2", "DACFL", "DPSGD", "DSGT", "NGC", "STCFL", "Algorithm", "AllReduce",
     "CompNGC", "EpidemicLearning", "FedAvg", "FedHiSyn", "NoOptions", "PushSum", "Sampler",
-    "SkewScout", "available", "get", "make", "mixing_hints", "option", "register",
+    "SkewScout", "available", "get", "make", "mixing_hints", "option", "option_fields",
+    "register",
 ]

@@ -31,7 +31,7 @@ from decentlearn.registry import Registry
 from decentlearn.state import StateSpec, load_attrs, nest, row, state_of, subtree
 
 __all__ = ["Algorithm", "NoOptions", "Sampler", "available", "get", "make", "mixing_hints",
-           "register"]
+           "option_fields", "register"]
 
 #: A function returning one minibatch per peer: x (P, B, *input_shape), y (P, B).
 Sampler = Callable[[], tuple[np.ndarray, np.ndarray]]
@@ -57,6 +57,17 @@ def available() -> list[str]:
 def get(name: str) -> type[Algorithm]:
     """The registered algorithm class ``name`` (ValueError naming the closest name if unknown)."""
     return REGISTRY.get(name)
+
+
+def option_fields() -> dict[str, tuple[dataclasses.Field, list[str]]]:
+    """Every option of every registered algorithm: name -> (its ``Options`` field, the
+    algorithms that take it), in registry order. Config keys, CLI flags and the error naming an
+    option's owner all read this."""
+    found: dict[str, tuple[dataclasses.Field, list[str]]] = {}
+    for name in available():
+        for f in dataclasses.fields(get(name).Options):
+            found.setdefault(f.name, (f, []))[1].append(name)
+    return found
 
 
 def mixing_hints() -> dict[str, str]:

@@ -106,21 +106,12 @@ def add_algorithm_options(parser: argparse.ArgumentParser) -> list[argparse._Arg
     """The flags of the algorithms' own options, generated from each registered algorithm's
     ``Options``: one help group per set of algorithms that share them ("choco options",
     "fedavg, fedhisyn, stc-fl options"), with each option's help and default."""
-    import dataclasses
-
     from decentlearn import algorithms
-    owners: dict[str, list[str]] = {}
-    fields: dict[str, dataclasses.Field] = {}
-    for name in algorithms.available():
-        for f in dataclasses.fields(algorithms.get(name).Options):
-            owners.setdefault(f.name, []).append(name)
-            fields.setdefault(f.name, f)
     groups: dict[tuple[str, ...], argparse._ArgumentGroup] = {}
-    for option, names in owners.items():
+    for option, (f, names) in algorithms.option_fields().items():
         key = tuple(names)
         if key not in groups:
             groups[key] = parser.add_argument_group(f"{', '.join(names)} options")
-        f = fields[option]
         default = "unset" if f.default is None else f.default
         groups[key].add_argument("--" + option.replace("_", "-"), type=_option_type(f),
                                  metavar=f.metadata.get("metavar"),

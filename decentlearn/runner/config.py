@@ -221,11 +221,10 @@ class RunConfig:
             name = plain.get("algorithm", cls.algorithm)
             alg = algorithms.get(name) if isinstance(name, str) else None
             known = [f.name for f in dataclasses.fields(alg.Options)] if alg else []
-            others = config_keys()
+            others = algorithms.option_fields()
             for key in rest:
                 if key in others and key not in known and alg is not None:
-                    owners = [n for n in algorithms.available() if key in
-                              [f.name for f in dataclasses.fields(algorithms.get(n).Options)]]
+                    owners = others[key][1]
                     takes = (f"its options are {', '.join(known)}" if known
                              else "it takes no options")
                     raise ValueError(f"option {key!r} is not an option of algorithm {name!r} "
@@ -335,9 +334,8 @@ def config_keys() -> dict[str, dataclasses.Field]:
     """Every key a flat configuration may hold (config files, CLI flags, sweep grids): the fields
     of RunConfig but ``options``, then every registered algorithm's option fields."""
     keys = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "options"}
-    for name in algorithms.available():
-        for f in dataclasses.fields(algorithms.get(name).Options):
-            keys.setdefault(f.name, f)
+    for name, (f, _) in algorithms.option_fields().items():
+        keys.setdefault(name, f)
     return keys
 
 
