@@ -1,6 +1,7 @@
 """``decentlearn run --backend mpi``: the run command on MPI ranks (started by mpiexec).
 
-Every rank builds its share (``Runner`` with an ``MPIBackend``); rank 0 checks and prepares ``--out``, writes the
+Every rank builds its share (a ``Runner`` with an ``MPIBackend``); rank 0 checks and prepares
+``--out``, writes the
 same files as the in-process run (config.toml, metrics.csv, summary.json with an ``mpi`` section
 holding every rank's timings, curves.png) and prints the table. Setup mistakes are found alike on
 every rank: rank 0 prints the one-line error and every rank exits with status 2. A failure during
