@@ -8,7 +8,9 @@ A failure during the run (a rank that died or stopped answering: ``MPITimeoutErr
 timeout`` seconds) is printed in one line by the rank that saw it, which then aborts the whole job
 (MPI_Abort), so no rank is left waiting. ``--checkpoint-every N`` saves collectively (rank 0 writes
 RUN_DIR/checkpoint.npz), and on SIGTERM the ranks finish the round in progress, save it and exit
-with status 143 (``checkpoint.stop_at_round_end``); ``--resume RUN_DIR`` is read by every rank. """
+with status 143 (``runner.checkpoint.stop_at_round_end``); ``--resume RUN_DIR`` is read by every
+rank.
+"""
 
 from __future__ import annotations
 
