@@ -4,12 +4,12 @@ Every rank builds its share (a ``Runner`` with an ``MPIBackend``); rank 0 checks
 ``--out``, writes the same files as the in-process run (config.toml, metrics.csv, summary.json with
 an ``mpi`` section holding every rank's timings, curves.png) and prints the table. Setup mistakes
 are found alike on every rank: rank 0 prints the one-line error and every rank exits with status 2.
-A failure during the run (a rank that died or stopped answering: ``MPITimeoutError`` after ``--mpi-
-timeout`` seconds) is printed in one line by the rank that saw it, which then aborts the whole job
-(MPI_Abort), so no rank is left waiting. ``--checkpoint-every N`` saves collectively (rank 0 writes
-RUN_DIR/checkpoint.npz), and on SIGTERM the ranks finish the round in progress, save it and exit
-with status 143 (``runner.checkpoint.stop_at_round_end``); ``--resume RUN_DIR`` is read by every
-rank.
+A failure during the run (a rank that died or stopped answering: ``MPITimeoutError`` after
+``--mpi-timeout`` seconds) is printed in one line by the rank that saw it, which then aborts the
+whole job (MPI_Abort), so no rank is left waiting. ``--checkpoint-every N`` saves collectively
+(rank 0 writes RUN_DIR/checkpoint.npz), and on SIGTERM the ranks finish the round in progress, save
+it and exit with status 143 (``runner.checkpoint.stop_at_round_end``); ``--resume RUN_DIR`` is read
+by every rank.
 """
 
 from __future__ import annotations
