@@ -137,7 +137,7 @@ class Runner:
             self.algorithm = cls(model=self.model, comm=self.comm, optimizer=optimizer,
                                  params=params, local_steps=c.local_steps,
                                  compressor=backend.wrap_compressor(compressor, self.comm),
-                                 seed=seed, frozen=frozen, **algorithm_kwargs(cls, c))
+                                 seed=seed, frozen=frozen, variant=c.variant, **c.options)
         if c.clique_averaging:
             self.algorithm.gradient_transform = backend.clique_averaging(self.topology.groups,
                                                                          self.comm)
@@ -559,9 +559,3 @@ class Runner:
         runner = cls(config, dataset=dataset, backend=backend)
         runner.load_checkpoint(path)
         return runner
-
-
-def algorithm_kwargs(cls, config: RunConfig) -> dict:
-    """The keyword arguments of algorithm class ``cls`` from ``config``: the run's ``variant``
-    and the algorithm's own options."""
-    return {"variant": config.variant, **config.options}
