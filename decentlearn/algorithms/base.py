@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from decentlearn.registry import Registry
-from decentlearn.state import StateSpec, load_attrs, nest, row, state_of, subtree
+from decentlearn.state import (StateSpec, declared_scratch, load_attrs, nest, row, state_of,
+                               subtree)
 
 __all__ = ["Algorithm", "NoOptions", "Sampler", "available", "get", "make", "mixing_hints",
            "option_fields", "register"]
@@ -143,8 +144,12 @@ class Algorithm(ABC):
     #: State kept between rounds, added to that of the base classes (scratch buffers overwritten
     #: before use are not state).
     state: ClassVar[tuple[StateSpec, ...]] = row("params")
-    #: Attributes holding objects with their own ``state_dict()`` (None or stateless ones skip).
+    #: Attributes holding objects with their own ``state_dict()`` and ``state_kinds()`` (None or
+    #: stateless ones skip).
     state_objects: ClassVar[tuple[str, ...]] = ("optimizer", "compressor")
+    #: Work arrays kept between rounds but overwritten before use: not state, but memory (the
+    #: memory estimate counts them; see decentlearn.state.declared_scratch).
+    scratch: ClassVar[tuple[str, ...]] = ("_grad",)
 
     def __init__(self, *, model, comm, optimizer, params: np.ndarray,
                  local_steps: int = 1, compressor=None, seed: int = 0,
@@ -244,20 +249,32 @@ class Algorithm(ABC):
 
     def state_kinds(self) -> dict[str, str]:
         """Every entry of ``state_dict()`` -> its kind ("row", "edge" or "replicated"): the
-        declared attributes, and the entries of the state objects (per-peer rows unless the
-        object declares otherwise with its own ``state_kinds()``)."""
+        declared attributes, and the entries of the state objects as each object declares them
+        (its ``state_kinds()``; an algorithm that holds an object in another role, such as a
+        server's compressor, overrides this to say so)."""
         kinds = {s.name: s.kind for s in self.declared_state()}
         for name in self.declared_objects():
             obj = getattr(self, name, None)
             if hasattr(obj, "state_dict"):
-                own = obj.state_kinds() if hasattr(obj, "state_kinds") else {}
-                for key, value in obj.state_dict().items():
-                    kind = own.get(key)
-                    if kind is None:  # an object that declares nothing: its (n_peers, ...) arrays
-                        kind = ("row" if isinstance(value, np.ndarray) and value.ndim >= 1
-                                and value.shape[0] == self.comm.n_peers else "replicated")
-                    kinds[f"{name}.{key}"] = kind
+                if not hasattr(obj, "state_kinds"):
+                    raise TypeError(f"{type(self).__name__}.{name} ({type(obj).__name__}) has "
+                                    "state but does not declare its kinds (state_kinds())")
+                own = obj.state_kinds()
+                missing = set(obj.state_dict()) - set(own)
+                if missing:
+                    raise TypeError(f"{type(self).__name__}.{name} ({type(obj).__name__}) does "
+                                    f"not declare the kind of its state {sorted(missing)}")
+                kinds.update({f"{name}.{key}": own[key] for key in obj.state_dict()})
         return kinds
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        """The work arrays of the algorithm and of its state objects (``scratch``), by name."""
+        out = declared_scratch(self)
+        for name in self.declared_objects():
+            obj = getattr(self, name, None)
+            if hasattr(obj, "scratch_arrays"):
+                out.update(nest(name, obj.scratch_arrays()))
+        return out
 
     def state_dict(self) -> dict:
         """The algorithm's state at a round boundary: its declared ``state`` and the state of its

@@ -36,7 +36,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.comm.plan import RoundPlan
-from decentlearn.state import load_attrs, nest, state_of, subtree
+from decentlearn.state import declared_scratch, load_attrs, nest, state_of, subtree
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
 FLOAT32_BYTES = 4
@@ -71,6 +71,10 @@ class CommState:
         """``state_dict()``'s entries by kind: the bytes each hosted peer sent are per-peer rows;
         the server's bytes, the clock and the fault counters are the same on every process."""
         return {k: ("row" if k == "bytes_sent" else "replicated") for k in self.state_dict()}
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        """The work arrays (the class's ``scratch`` names), for the memory estimate."""
+        return declared_scratch(self)
 
     def state_dict(self) -> dict:
         """Byte counters, and with a network model the clock and the fault counters."""
@@ -144,6 +148,9 @@ class CommState:
 
 class SimComm(CommState):
     """All peers in one process; ``mix`` is one call of the C gossip kernel on the whole matrix."""
+
+    #: The gossip output buffer (the caller's previous rows, reused).
+    scratch = ("_spare",)
 
     def __init__(self, topology: Topology | RoundTopology, n_threads: int | None = None, *,
                  network=None, samples_per_round: float = 0.0,

@@ -81,6 +81,9 @@ class MPIComm(CommState):
     communicator (default ``MPI.COMM_WORLD``). ``timeout``: seconds any wait may last.
     """
 
+    #: The gossip output buffer and the received halo rows.
+    scratch = ("_spare", "_halo")
+
     def __init__(self, topology: Topology | RoundTopology, world=None,
                  n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  transport: str = "p2p", network=None, samples_per_round: float = 0.0,

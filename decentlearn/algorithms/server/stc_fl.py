@@ -73,6 +73,12 @@ class STCFL(ServerAlgorithm):
         self.synced_round = np.zeros(n, dtype=np.int64)
         self._last_down_nbytes = 0
 
+    def state_kinds(self) -> dict[str, str]:
+        """The server's compressor compresses the server's (1, dim) update: its state (an error
+        feedback residual) is the same on every process."""
+        return {k: ("replicated" if k.startswith("server_compressor.") else kind)
+                for k, kind in super().state_kinds().items()}
+
     def _download(self, clients: np.ndarray, t: int) -> None:
         """Counts the server's messages to this process's ``clients`` (local rows), summed over
         all processes, and records the clients as up to date."""
