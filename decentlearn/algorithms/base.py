@@ -148,7 +148,8 @@ class Algorithm(ABC):
 
     def __init__(self, *, model, comm, optimizer, params: np.ndarray,
                  local_steps: int = 1, compressor=None, seed: int = 0,
-                 frozen: np.ndarray | None = None) -> None:
+                 frozen: np.ndarray | None = None,
+                 sample_counts: np.ndarray | None = None) -> None:
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
         if params.ndim != 2 or params.shape != (comm.n_peers, model.dim):
@@ -175,6 +176,18 @@ class Algorithm(ABC):
             cuts = {int(k): model.frozen_cut(int(k)) for k in np.unique(frozen)}
             self.frozen = frozen
             self._frozen_cut = np.array([cuts[int(k)] for k in frozen], dtype=np.int64)
+        #: Training samples held by every peer of the run (global ids, int64 (n_global,)), as the
+        #: data partition gives them; None when unknown (every peer then counts the same). The
+        #: server baselines weight their clients by them (FedAvg's n_k / n).
+        self.sample_counts: np.ndarray | None = None
+        if sample_counts is not None:
+            counts = np.asarray(sample_counts)
+            n_global = getattr(comm, "n_global", comm.n_peers)
+            if (counts.shape != (n_global,) or not np.issubdtype(counts.dtype, np.integer)
+                    or (counts < 0).any()):
+                raise ValueError(f"sample_counts must be {n_global} non-negative ints (one per "
+                                 f"peer of the run), got {counts.dtype} of shape {counts.shape}")
+            self.sample_counts = counts.astype(np.int64)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(peers={self.comm.n_peers}, dim={self.model.dim})"
