@@ -58,8 +58,9 @@ class FedHiSyn(ServerAlgorithm):
     (members ordered by speed). Then every participant uploads its model (4·dim bytes) and the
     server takes their average weighted as FedAvg's, x = sum_k w_k x_k with w_k = n_k / sum_j
     n_j (n_k: the uploading device's training samples; ``weighting="uniform"``: 1/m), which the
-    next round's participants download (4·dim bytes). Bytes per round: participants · 4·dim · (2 + hops - 1)
-    at most. Only ring passes within a category are peer-to-peer (``comm.shift``).
+    next round's participants download (4·dim bytes). Bytes per round and participant: 4·dim
+    down, 4·dim up, 4·dim · (hops - 1) to peers: only ring passes within a category are
+    peer-to-peer (``comm.shift``).
     """
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
