@@ -320,6 +320,10 @@ def test_byte_columns_closed_form(tmp_path):
     report = s["algorithm_report"]
     assert report["communications"] == 4 and report["probe_bytes"] == 4 * 8 * row
     assert report["bytes_saved_vs_every_round"] == -4 * 8 * row
+    # Its own columns in metrics.csv: the probes so far, and no gossip skipped.
+    assert _columns(rows, "probe_bytes") == [2 * 8 * row, 4 * 8 * row]
+    assert _columns(rows, "bytes_saved_vs_every_round") == [-2 * 8 * row, -4 * 8 * row]
+    assert _columns(rows, "comm_period") == [1, 1]
     assert s["bytes_sent_total"] == s["bytes_peer"] == 4 * 24 * row
 
 
@@ -327,8 +331,8 @@ def test_skewscout_saved_bytes_closed_form(tmp_path):
     """SkewScout with one probe at round 2 that lets the period grow: the bytes saved are the
     gossips skipped (16 rows each on the 8-peer ring) minus the probes' rows (8 each), and the
     peer bytes are the gossips made plus the probes."""
-    s, _ = _run_dir(tmp_path, "skew", "--algorithm", "skewscout", "--skew-probe-every", "2",
-                    "--skew-target", "1.0", "--skew-period-max", "4")
+    s, rows = _run_dir(tmp_path, "skew", "--algorithm", "skewscout", "--skew-probe-every", "2",
+                       "--skew-target", "1.0", "--skew-period-max", "4")
     row = 4 * DIM
     report = s["algorithm_report"]
     made = report["communications"]
@@ -337,6 +341,7 @@ def test_skewscout_saved_bytes_closed_form(tmp_path):
     assert report["probe_bytes"] == probes * 8 * row
     assert report["bytes_saved_vs_every_round"] == (4 - made) * 16 * row - probes * 8 * row
     assert s["bytes_peer"] == made * 16 * row + probes * 8 * row == s["bytes_sent_total"]
+    assert int(rows[-1]["bytes_saved_vs_every_round"]) == report["bytes_saved_vs_every_round"]
 
 
 def test_compare_shows_byte_columns(tmp_path, capsys):

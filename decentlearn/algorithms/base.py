@@ -14,7 +14,8 @@ Each algorithm says once, on its class, everything the rest of the package needs
   estimate read; ``state_objects`` names attributes whose objects have their own state;
 * its constraints: ``mixing`` (the stochastic kinds of W it handles), ``simulated_time`` (the
   network model can time its messages), ``async_form`` (its event-driven form, if any);
-* ``report()``: its own figures for summary.json (server bytes, bytes saved, ...).
+* ``report()``: its own figures for summary.json (server bytes, bytes saved, ...), and
+  ``columns()``: those that join every metrics.csv row.
 """
 
 from __future__ import annotations
@@ -233,6 +234,12 @@ class Algorithm(ABC):
     def report(self) -> dict:
         """The algorithm's own figures for summary.json (empty by default): bytes sent by a server,
         bytes saved, counters. Values are JSON; byte counts are totals over all peers."""
+        return {}
+
+    def columns(self) -> dict:
+        """The algorithm's own columns of every metrics.csv row (empty by default): numbers that
+        change during the run, such as SkewScout's bytes saved. Called on the process that
+        writes the results only, so the values must be replicated state (no collective)."""
         return {}
 
     # ---- state (checkpoints, MPI gather/scatter, churn) -----------------------------------------

@@ -268,6 +268,7 @@ class Runner:
             "bytes_server_to_client": int(self.comm.server_bytes_sent),
         }
         row["bytes_sent_total"] = sum(row[k] for k in metrics.BYTE_COLUMNS)
+        row.update(self.algorithm.columns())  # its own figures (SkewScout's bytes saved)
         # Network hook: sim_seconds and fault rates with --network (nothing otherwise).
         row.update(self.comm.network_metrics())
         return row
