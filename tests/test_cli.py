@@ -485,7 +485,7 @@ def test_algorithm_options_have_their_own_help_group(capsys):
     # One group per set of algorithms sharing the options, generated from their Options.
     assert groups["choco options"] == {"--gamma"}
     assert groups["compngc, ngc options"] == {"--ngc-alpha"}
-    assert groups["fedavg, fedhisyn, stc-fl options"] == {"--participation"}
+    assert groups["fedavg, fedhisyn, stc-fl options"] == {"--participation", "--weighting"}
     assert groups["fedhisyn options"] == {"--categories", "--speeds", "--hops-max"}
     assert groups["stc-fl options"] == {"--server-compress"}
     assert groups["skewscout options"] == {"--skew-target", "--skew-probe-every",

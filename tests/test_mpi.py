@@ -110,7 +110,8 @@ def _sim(config: RunConfig):
 
 COMPARED = ("test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
             "test_accuracy_avg_model", "test_loss_avg_model", "consensus_distance",
-            "bytes_sent_total", "bytes_sent_max_peer", "final_train_loss", "n_params",
+            "bytes_sent_total", "bytes_sent_max_peer", "bytes_peer", "bytes_client_to_server",
+            "bytes_server_to_client", "final_train_loss", "n_params",
             "spectral_gap", "rounds")
 
 

@@ -14,7 +14,8 @@ Each algorithm says once, on its class, everything the rest of the package needs
   estimate read; ``state_objects`` names attributes whose objects have their own state;
 * its constraints: ``mixing`` (the stochastic kinds of W it handles), ``simulated_time`` (the
   network model can time its messages), ``async_form`` (its event-driven form, if any);
-* ``report()``: its own figures for summary.json (server bytes, bytes saved, ...).
+* ``report()``: its own figures for summary.json (server bytes, bytes saved, ...), and
+  ``columns()``: those that join every metrics.csv row.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ class Algorithm(ABC):
 
     def __init__(self, *, model, comm, optimizer, params: np.ndarray,
                  local_steps: int = 1, compressor=None, seed: int = 0,
-                 frozen: np.ndarray | None = None) -> None:
+                 frozen: np.ndarray | None = None,
+                 sample_counts: np.ndarray | None = None) -> None:
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
         if params.ndim != 2 or params.shape != (comm.n_peers, model.dim):
@@ -180,6 +182,18 @@ class Algorithm(ABC):
             cuts = {int(k): model.frozen_cut(int(k)) for k in np.unique(frozen)}
             self.frozen = frozen
             self._frozen_cut = np.array([cuts[int(k)] for k in frozen], dtype=np.int64)
+        #: Training samples held by every peer of the run (global ids, int64 (n_global,)), as the
+        #: data partition gives them; None when unknown (every peer then counts the same). The
+        #: server baselines weight their clients by them (FedAvg's n_k / n).
+        self.sample_counts: np.ndarray | None = None
+        if sample_counts is not None:
+            counts = np.asarray(sample_counts)
+            n_global = getattr(comm, "n_global", comm.n_peers)
+            if (counts.shape != (n_global,) or not np.issubdtype(counts.dtype, np.integer)
+                    or (counts < 0).any()):
+                raise ValueError(f"sample_counts must be {n_global} non-negative ints (one per "
+                                 f"peer of the run), got {counts.dtype} of shape {counts.shape}")
+            self.sample_counts = counts.astype(np.int64)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(peers={self.comm.n_peers}, dim={self.model.dim})"
@@ -225,6 +239,12 @@ class Algorithm(ABC):
     def report(self) -> dict:
         """The algorithm's own figures for summary.json (empty by default): bytes sent by a server,
         bytes saved, counters. Values are JSON; byte counts are totals over all peers."""
+        return {}
+
+    def columns(self) -> dict:
+        """The algorithm's own columns of every metrics.csv row (empty by default): numbers that
+        change during the run, such as SkewScout's bytes saved. Called on the process that
+        writes the results only, so the values must be replicated state (no collective)."""
         return {}
 
     # ---- state (checkpoints, MPI gather/scatter, churn) -----------------------------------------

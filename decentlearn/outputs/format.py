@@ -52,6 +52,12 @@ def format_summary(summary: dict) -> str:
         ("rounds", str(summary["rounds"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
     ]
+    if summary.get("bytes_client_to_server") or summary.get("bytes_server_to_client"):
+        at = [k for k, _ in rows].index("bytes sent, busiest peer")  # the split after the total
+        rows[at:at] = [(f"  {label}", format_bytes(summary.get(key, 0)))
+                       for label, key in (("peer to peer", "bytes_peer"),
+                                          ("client to server", "bytes_client_to_server"),
+                                          ("server to client", "bytes_server_to_client"))]
     if summary.get("sim_seconds") is not None:  # --network: the simulated clock
         rows.append(("simulated time", f"{summary['sim_seconds']:.4g} s"))
     width = max(len(k) for k, _ in rows)
@@ -89,6 +95,9 @@ COMPARE_COLUMNS = (
     ("avg model", "test_accuracy_avg_model", "{:.4f}"),
     ("consensus", "consensus_distance", "{:.3g}"),
     ("bytes sent", "bytes_sent_total", "bytes"),
+    ("peer bytes", "bytes_peer", "bytes"),
+    ("up bytes", "bytes_client_to_server", "bytes"),
+    ("down bytes", "bytes_server_to_client", "bytes"),
     ("sim s", "sim_seconds", "{:.4g}"),
     ("wall s", "wall_seconds", "{:.1f}"),
 )

@@ -137,7 +137,8 @@ class Runner:
             self.algorithm = cls(model=self.model, comm=self.comm, optimizer=optimizer,
                                  params=params, local_steps=c.local_steps,
                                  compressor=backend.wrap_compressor(compressor, self.comm),
-                                 seed=seed, frozen=frozen, variant=c.variant, **c.options)
+                                 seed=seed, frozen=frozen, variant=c.variant,
+                                 sample_counts=self.partition.sizes, **c.options)
         if c.clique_averaging:
             self.algorithm.gradient_transform = backend.clique_averaging(self.topology.groups,
                                                                          self.comm)
@@ -227,20 +228,26 @@ class Runner:
         acc, _ = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
         if comm.n_peers == comm.n_global:
             self.last_accuracy = acc
-            row = self._eval_row(self.params, acc, comm.bytes_sent, final)
+            row = self._eval_row(self.params, acc, comm.bytes_sent, comm.upload_bytes, final)
         else:
             self.last_accuracy = comm.allgather_peers(np.asarray(acc, dtype=np.float64))
             X = comm.gather_rows(self.params)
             sent = comm.gather_rows(comm.bytes_sent)
-            row = (self._eval_row(X, self.last_accuracy, sent, final) if comm.rank == 0
+            up = comm.gather_rows(comm.upload_bytes)
+            row = (self._eval_row(X, self.last_accuracy, sent, up, final) if comm.rank == 0
                    else None)
             row = comm.bcast_json(row)
         self.eval_seconds += time.perf_counter() - t0
         return row
 
-    def _eval_row(self, X: np.ndarray, acc: np.ndarray, sent: np.ndarray, final: bool) -> dict:
-        """The evaluation row from all peers' parameters ``X``, accuracies and bytes sent: the
-        average model is evaluated here."""
+    def _eval_row(self, X: np.ndarray, acc: np.ndarray, sent: np.ndarray, up: np.ndarray,
+                  final: bool) -> dict:
+        """The evaluation row from all peers' parameters ``X``, accuracies and bytes sent (to
+        peers ``sent``, to the server ``up``, per peer): the average model is evaluated here.
+
+        Bytes, cumulative since round 0: ``bytes_peer`` (peer to peer), ``bytes_client_to_server``
+        and ``bytes_server_to_client``; ``bytes_sent_total`` is their sum and
+        ``bytes_sent_max_peer`` the most one peer sent (to peers and to the server)."""
         avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
         if final or self.eval_avg_samples >= len(self.y_eval):
             x_avg, y_avg = self.x_eval, self.y_eval
@@ -254,13 +261,14 @@ class Runner:
             "test_accuracy_avg_model": float(acc_avg[0]),
             "test_loss_avg_model": float(loss_avg[0]),
             "consensus_distance": metrics.consensus_distance(X),
-            "bytes_sent_total": int(sent.sum()),
-            "bytes_sent_max_peer": int(sent.max()),
+            "bytes_sent_total": 0,
+            "bytes_sent_max_peer": int((sent + up).max()),
+            "bytes_peer": int(sent.sum()),
+            "bytes_client_to_server": int(up.sum()),
+            "bytes_server_to_client": int(self.comm.server_bytes_sent),
         }
-        if self.algorithm.has_server:  # what the server sent joins the total
-            server = int(self.comm.server_bytes_sent)
-            row["bytes_sent_total"] += server
-            row["bytes_sent_server"] = server
+        row["bytes_sent_total"] = sum(row[k] for k in metrics.BYTE_COLUMNS)
+        row.update(self.algorithm.columns())  # its own figures (SkewScout's bytes saved)
         # Network hook: sim_seconds and fault rates with --network (nothing otherwise).
         row.update(self.comm.network_metrics())
         return row
@@ -406,8 +414,6 @@ class Runner:
         c = self.config
         last = self.history[-1]
         summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
-        if "bytes_sent_server" in last:
-            summary["bytes_sent_server"] = last["bytes_sent_server"]
         summary.update(self.comm.network_summary())  # network hook: sim_seconds
         topo = self.topology
         summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
