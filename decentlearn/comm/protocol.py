@@ -36,8 +36,10 @@ class Communicator(Protocol):
     peer0: int
     #: This process's index (0 in one process).
     rank: int
-    #: Bytes each hosted peer has sent, (n_peers,) int64.
+    #: Bytes each hosted peer has sent to other peers, (n_peers,) int64.
     bytes_sent: np.ndarray
+    #: Bytes each hosted peer has sent to the server (server baselines), (n_peers,) int64.
+    upload_bytes: np.ndarray
     #: Bytes the server has sent (server baselines), the same on every process.
     server_bytes_sent: int
 
