@@ -218,14 +218,17 @@ class TorchModel:
 
     def device_report(self) -> dict:
         """For the run summary: the device, the path that ran and, on CUDA, the GPU's name, the
-        CUDA version and whether deterministic kernels were asked for."""
+        CUDA version, whether deterministic kernels are on and whether TF32 is allowed (PyTorch's
+        settings: convolutions through cuDNN by default, matrix products not)."""
         dev = self._device
         report: dict = {"device": "cpu" if dev is None else str(dev),
                         "path": PATH_HOST_VIEWS if dev is None else PATH_DEVICE_COPY,
                         "torch": torch.__version__}
         if dev is not None and dev.type == "cuda":
             report.update(name=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
-                          deterministic=torch.are_deterministic_algorithms_enabled())
+                          deterministic=torch.are_deterministic_algorithms_enabled(),
+                          tf32={"cudnn": torch.backends.cudnn.allow_tf32,
+                                "matmul": torch.backends.cuda.matmul.allow_tf32})
         return report
 
     # ---- what decentlearn reads -----------------------------------------------------------
