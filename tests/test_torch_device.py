@@ -123,6 +123,40 @@ def test_device_setter_keeps_buffers_per_device_and_reports():
         m.device = "gpu"
 
 
+def _resnet20_parameters(c_in, n_classes, norm_params_per_channel):
+    """Closed-form parameter count of the CIFAR ResNet-20 (bias-free 3x3 convolutions, 1x1
+    projection shortcuts where the width or stride changes, a norm layer after each
+    convolution, a linear head): independent of the module."""
+    def conv(cin, cout, k):
+        return cin * cout * k * k
+
+    def norm(c):
+        return norm_params_per_channel * c
+
+    total = conv(c_in, 16, 3) + norm(16)
+    cin = 16
+    for cout in (16, 32, 64):
+        for b in range(3):
+            total += conv(cin, cout, 3) + norm(cout) + conv(cout, cout, 3) + norm(cout)
+            if cin != cout:
+                total += conv(cin, cout, 1) + norm(cout)
+            cin = cout
+    return total + 64 * n_classes + n_classes
+
+
+def test_gn_resnet20_the_benchmark_model_has_272474_parameters():
+    """The model of the GPU benchmark (issue 23): ResNet-20 with GroupNorm, 272,474 parameters
+    at 3x32x32 and 10 classes, no buffers (GroupNorm keeps no running statistics), GroupNorm
+    with groups of 8 channels; the BatchNorm variant adds 2 x 784 running statistics."""
+    gn = make_torch_model("resnet20:gn", (3, 32, 32), 10)
+    assert _resnet20_parameters(3, 10, 2) == 272_474
+    assert gn.dim == gn.params_dim == 272_474
+    norms = [m for m in gn.module.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert len(norms) == 21 and all(m.num_channels == 8 * m.num_groups for m in norms)
+    bn = make_torch_model("resnet20", (3, 32, 32), 10)
+    assert bn.params_dim == 272_474 and bn.dim == 272_474 + 2 * 784
+
+
 # ---- device strings, availability, errors ------------------------------------------------------
 
 @pytest.mark.parametrize("bad", ["tpu", "cuda:x", "cuda:", "cuda:-1", "cuda:01", "CPU", "cuda0",
