@@ -333,6 +333,10 @@ def bench_device(args) -> dict:
             extra = (f"  ({best[k] / dev_round:.1f}x the device round)"
                      if k.startswith("cpu") else "")
             print(f"  {k:<40} {1e3 * v:9.1f} ms{extra}")
+        frac = r["device_round_fraction"]
+        print(f"  of the device round: forward/backward call "
+              f"{100 * frac['forward_backward_call']:.0f}%, matrix copy both ways "
+              f"{100 * frac['matrix_copy_both_ways']:.1f}%")
         for sim in sims.values():
             sim.comm.close()
     report.update({
