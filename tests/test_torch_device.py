@@ -292,7 +292,7 @@ def fp32_cuda():
 @pytest.mark.parametrize("mode", ["batched", "grouped:1"])
 def test_cuda_one_step_close_to_cpu(spec, shape, mode, fp32_cuda):
     """One step on the GPU against the host path: float32 with another summation order, so
-    close, not equal. Bounds: losses 1e-5 relative; gradients 1e-3 relative + 1e-4 of the
+    close, not equal. Bounds: losses 1e-5 relative; gradients 1e-3 relative + 2e-4 of the
     largest entry; BatchNorm statistics 1e-5 (those of the CPU modes' test, test_torch.py)."""
     host, dev = _pair(spec, shape, mode, "cuda")
     X = np.stack([host.init(s) for s in range(4)]).astype(np.float32)
@@ -301,7 +301,7 @@ def test_cuda_one_step_close_to_cpu(spec, shape, mode, fp32_cuda):
     lh, gh = host.loss_and_grad(X, x, y)
     ld, gd = dev.loss_and_grad(Xd, x, y)
     np.testing.assert_allclose(ld, lh, rtol=1e-5)
-    np.testing.assert_allclose(gd, gh, rtol=1e-3, atol=1e-4 * np.abs(gh).max())
+    np.testing.assert_allclose(gd, gh, rtol=1e-3, atol=2e-4 * np.abs(gh).max())
     np.testing.assert_allclose(Xd, X, rtol=1e-5, atol=1e-5)
     acc_h, loss_h = host.evaluate(X, x[0], y[0])
     acc_d, loss_d = dev.evaluate(Xd, x[0], y[0])
