@@ -227,6 +227,20 @@ def test_info_reports_cuda(capsys):
         assert fields["CUDA"] == f"not available ({tdev.cuda_unavailable_reason()})"
 
 
+def test_info_lines_of_an_available_gpu(monkeypatch):
+    """The formatting of a GPU's line, from the report ``cuda_report`` returns on a GPU machine
+    (replaced here: this machine may have none; the GPU test run checks the real one above)."""
+    from decentlearn.cli.info import cuda_lines
+    report = {"torch": "2.11.0+cu130", "cuda_built": "13.0", "cudnn": 91300, "available": True,
+              "reason": None, "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
+                                           "memory_bytes": 85_520_809_984, "capability": "9.0",
+                                           "multiprocessors": 132}]}
+    monkeypatch.setattr(tdev, "cuda_report", lambda: report)
+    assert [line.strip() for line in cuda_lines()] == [
+        "torch: 2.11.0+cu130", "torch_cuda: 13.0, cuDNN 91300",
+        "cuda:0: NVIDIA H100 80GB HBM3, 79.6 GiB, compute capability 9.0, 132 multiprocessors"]
+
+
 # ---- one GPU per MPI rank ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("count", [1, 2, 3, 8])
