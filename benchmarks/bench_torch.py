@@ -40,7 +40,8 @@ deterministic kernels (CUDA only; run last, the settings are process-wide), and 
 (``--cpu-mode``, default ``grouped:1``, the mode ``auto`` picks for ResNet-20 on CPUs) at each
 ``--cpu-threads`` count. Also, for the device case, the forward/backward call alone (matrix and
 batch to the device, gradients back) and the copy of the (P, dim) matrix to the device and back
-alone. Ratios are CPU round / device round. Needs no GPU with ``--device cpu`` (a smoke test).
+alone (through pinned staging buffers, the default, and straight from pageable memory). Ratios
+are CPU round / device round. Needs no GPU with ``--device cpu`` (a smoke test).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import platform
 import time
@@ -308,6 +310,14 @@ def bench_device(args) -> dict:
 
         cases["device forward/backward call"] = fwd_bwd
         cases["device matrix copy both ways"] = copies
+        if cuda:  # the same copies without the pinned staging buffers
+            def pageable(t: int) -> None:
+                dev_sim.model.pin_memory = False
+                try:
+                    copies(t)
+                finally:
+                    dev_sim.model.pin_memory = True
+            cases["device matrix copy both ways, pageable"] = pageable
         best, cpu_s = _interleaved(cases, args.repeat)
         if cuda:  # cuDNN's autotuner, non-deterministic kernels: process-wide, so measured last
             torch.use_deterministic_algorithms(False)
@@ -325,7 +335,9 @@ def bench_device(args) -> dict:
                  k: best[k] / dev_round for k in sims if k.startswith("cpu")},
              "device_round_fraction": {
                  "forward_backward_call": best["device forward/backward call"] / dev_round,
-                 "matrix_copy_both_ways": best["device matrix copy both ways"] / dev_round}}
+                 "matrix_copy_both_ways": best["device matrix copy both ways"] / dev_round,
+                 "matrix_copy_both_ways_pageable":
+                     best.get("device matrix copy both ways, pageable", math.nan) / dev_round}}
         report["peers"][str(P)] = r
         print(f"{P} peers, torch:{args.model} (dim {dim:,}), batch {args.batch}, "
               f"{args.image_size}x{args.image_size}, best of {args.repeat}:")

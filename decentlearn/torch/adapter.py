@@ -174,6 +174,9 @@ class TorchModel:
         self._staging: dict[tuple, torch.Tensor] = {}
         # CUDA: per upload key, an event recorded after the copy out of its pinned buffer.
         self._copied: dict[str, Any] = {}
+        #: CUDA: copies go through pinned host buffers (True) or straight from and to the
+        #: NumPy arrays' pageable memory (False; the benchmark compares the two).
+        self.pin_memory = True
 
     @property
     def mode(self) -> str:
@@ -400,9 +403,10 @@ class TorchModel:
     def _upload(self, key: str, src: torch.Tensor) -> torch.Tensor:
         """``src`` (a host tensor) copied into the device buffer ``key``: through a pinned host
         buffer and an asynchronous copy on CUDA (the host copy is done when this returns, so
-        ``src`` may change afterwards), one copy on the CPU."""
+        ``src`` may change afterwards), else one copy (from pageable memory, which CUDA
+        stages itself, when ``pin_memory`` is False)."""
         dst = self._buffer(key, tuple(src.shape), src.dtype)
-        if self._device.type == "cuda":
+        if self._device.type == "cuda" and self.pin_memory:
             done = self._copied.get(key)
             if done is not None:  # the previous asynchronous copy out of this pinned buffer
                 done.synchronize()
@@ -420,7 +424,7 @@ class TorchModel:
         """The device tensor ``src`` copied into the host array ``out`` (same shape), through a
         pinned buffer on CUDA; synchronous: ``out`` holds the values when this returns."""
         target = torch.from_numpy(out)
-        if self._device.type == "cuda":
+        if self._device.type == "cuda" and self.pin_memory:
             pin = self._buffer(key, tuple(src.shape), src.dtype, pinned=True)
             pin.copy_(src)
             target.copy_(pin)
