@@ -147,6 +147,11 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
       help="torch models: how peers are split into forward/backward passes: batched (default, "
            "one vmapped pass over all peers), grouped:G (passes of G peers; 1 = a plain pass "
            "per peer) or auto (the fastest, timed on the first batch; see docs/torch.md)")
+    a("--device", metavar="DEVICE",
+      help="torch models: where the forward/backward passes run: cpu, cuda or cuda:N (the "
+           "matrix and the batch are copied there each step, gradients back; optimizer and "
+           "gossip stay on the host; on MPI, cuda gives rank r the GPU r %% count). Default: "
+           "torch views of the host matrix (docs/torch.md, GPU)")
     a("--precision", choices=["fp32", "int8"],
       help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
            "stochastic rounding of gradients, float32 master weights)")

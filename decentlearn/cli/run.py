@@ -41,6 +41,13 @@ def check_model(config) -> None:
             import decentlearn.torch  # noqa: F401
         except ImportError as e:
             raise UsageError(f"run: --model {config.model}: {' '.join(str(e).split())}") from None
+        if config.device is not None and config.device != "cpu":  # fail before data loads
+            from decentlearn.torch.device import resolve_device
+            try:
+                resolve_device(config.device)
+            except ValueError as e:
+                msg = str(e).removeprefix(f"device={config.device!r}: ")
+                raise UsageError(f"run: --device {config.device}: {msg}") from None
         return
     if name not in available_models():
         raise UsageError("run: " + unknown_message("model", name, available_models(),

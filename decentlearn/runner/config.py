@@ -93,6 +93,9 @@ class RunConfig:
     partition: str = "dirichlet:0.1"
     model: str = "mlp"
     torch_mode: str = "batched"
+    #: Where a torch model computes: None (views of the host matrix), "cpu", "cuda", "cuda:N"
+    #: (docs/torch.md, "GPU"); the state, the optimizer and the gossip stay on the host.
+    device: str | None = None
     precision: str = "fp32"
     cocofl: str | None = None
     algorithm: str = "dpsgd"
@@ -179,6 +182,15 @@ class RunConfig:
         if self.torch_mode != "batched" and not str(self.model).startswith("torch:"):
             raise ValueError(f"torch_mode applies to torch models (model='torch:...'), got "
                              f"model={self.model!r} with torch_mode={self.torch_mode!r}")
+        # the same rule as decentlearn.torch.device.parse_device, which needs torch to import
+        if self.device is not None and not (isinstance(self.device, str) and re.fullmatch(
+                r"cpu|cuda(:(0|[1-9][0-9]*))?", self.device)):
+            raise ValueError(f"device (--device) must be 'cpu', 'cuda' or 'cuda:N' (N a GPU "
+                             f"index >= 0), got {self.device!r}")
+        if self.device is not None and not str(self.model).startswith("torch:"):
+            raise ValueError(f"device (--device) applies to torch models (model='torch:...'); "
+                             f"decentlearn's native models run on the CPU: got model="
+                             f"{self.model!r} with device={self.device!r}")
         if self.cocofl is not None:
             cocofl.parse(self.cocofl)
             if self.precision != "fp32":

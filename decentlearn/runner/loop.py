@@ -100,6 +100,7 @@ class Runner:
         self.model.n_threads = threads
         if c.model.startswith("torch:"):
             self.model.mode = c.torch_mode
+            self.model.device = backend.device(c)  # this process's: one GPU per MPI rank
         self.model.peer0 = lo  # int8 layers key their rounding noise by peer
         init = self.model.init(stream_seed(c.seed, STREAM_INIT)).astype(np.float32)
         self._init_row = init
@@ -424,6 +425,7 @@ class Runner:
                        warnings=list(self.problems), config=c.to_dict())
         if hasattr(self.model, "mode_report"):  # a torch model: its mode, and what auto chose
             summary["torch_mode"] = self.model.mode_report()
+            summary["torch_device"] = self.model.device_report()  # rank 0's on MPI
         if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
             edges = topo.edge_count()
             summary.update(edges=edges, edges_fraction_of_complete=(
