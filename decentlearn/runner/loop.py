@@ -11,6 +11,7 @@ identity in one process.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -36,6 +37,10 @@ from decentlearn.state import nest, subtree, take_rows
 from decentlearn.topology import Topology, check_mixing, make as make_topology
 
 __all__ = ["Callback", "Runner"]
+
+#: The runner's log (decentlearn.outputs.runlog writes it to a run directory's run.log): the
+#: setup and the end of a run, and every evaluation, at INFO.
+_log = logging.getLogger(__name__)
 
 
 class Callback:
@@ -114,8 +119,9 @@ class Runner:
         self.lr_schedule = None if c.lr_schedule_of().constant else c.lr_schedule_of()
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
         self.frozen: np.ndarray | None = None
-        #: Test accuracy of every peer at the last evaluation.
+        #: Test accuracy and mean test loss of every peer at the last evaluation (peers.csv).
         self.last_accuracy: np.ndarray | None = None
+        self.last_loss: np.ndarray | None = None
         if c.cocofl is not None:
             self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
                                         len(self.model.param_layers),
@@ -174,6 +180,14 @@ class Runner:
         #: Seconds of this process's rounds, and of the communicator's phases in them when it
         #: measures them (``comm.seconds``: compress, communicate, wait on MPI).
         self.spent: dict[str, float] = {"rounds_total": 0.0}
+        if self.is_root:
+            _log.info("set up: %s (%d train, %d test samples, %d classes), %d peers, partition "
+                      "%s, topology %s, model %s (%d parameters), algorithm %s, compress %s, "
+                      "%d rounds, seed %d, backend %s", d.name, d.n_train, d.n_test,
+                      d.n_classes, c.peers, c.partition, c.topology, c.model, self.model.dim,
+                      c.algorithm, c.compress, c.rounds, c.seed, backend.name)
+            for problem in self.problems:
+                _log.warning("setup problem: %s", problem)
 
     def _async_args(self, params, config: OptimizerConfig | SGDConfig, seed: int, segments,
                     frozen) -> dict:
@@ -224,12 +238,13 @@ class Runner:
         t0 = time.perf_counter()
         comm = self.comm
         pi = self._eval_peer_idx
-        acc, _ = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
+        acc, loss = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
         if comm.n_peers == comm.n_global:
-            self.last_accuracy = acc
+            self.last_accuracy, self.last_loss = acc, loss
             row = self._eval_row(self.params, acc, comm.bytes_sent, final)
         else:
             self.last_accuracy = comm.allgather_peers(np.asarray(acc, dtype=np.float64))
+            self.last_loss = comm.allgather_peers(np.asarray(loss, dtype=np.float64))
             X = comm.gather_rows(self.params)
             sent = comm.gather_rows(comm.bytes_sent)
             row = (self._eval_row(X, self.last_accuracy, sent, final) if comm.rank == 0
@@ -385,6 +400,13 @@ class Runner:
                 result.history.append(row)
                 if split:  # the consensus bound, checked where the rows were gathered
                     self._check_consensus(t, row["consensus_distance"])
+                if self.is_root:
+                    _log.info("round %d/%d: test accuracy %.4f (min %.4f, max %.4f), average "
+                              "model %.4f, consensus distance %.4g, train loss %.4g, bytes sent "
+                              "%d", t + 1, c.rounds, row["test_accuracy_mean"],
+                              row["test_accuracy_min"], row["test_accuracy_max"],
+                              row["test_accuracy_avg_model"], row["consensus_distance"],
+                              row["train_loss"], row["bytes_sent_total"])
                 for cb in root:
                     cb.on_eval(self, row)
             self.next_round = t + 1
@@ -398,6 +420,11 @@ class Runner:
             raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
                              f"{self.next_round}); raise rounds to continue the run")
         result.summary = self._summary(time.perf_counter() - start)
+        if self.is_root:
+            _log.info("finished %d rounds in %.1f s: test accuracy %.4f, average model %.4f",
+                      c.rounds, time.perf_counter() - start,
+                      result.summary["test_accuracy_mean"],
+                      result.summary["test_accuracy_avg_model"])
         result.params = self.gather_params() if split else self.params
         return result
 
