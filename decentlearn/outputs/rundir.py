@@ -222,7 +222,7 @@ class RunWriter:
             message = str(exc).strip().splitlines()
             error = message[0] if message else type(exc).__name__
             _log.log(logging.WARNING if status == "interrupted" else logging.ERROR,
-                     "run %s after round %d: %s", status, self.last_round, error)
+                     "run %s: %s (rounds finished: %d)", status, error, self.last_round)
             try:
                 self.write_summary(status, error=error)
             except OutputError:

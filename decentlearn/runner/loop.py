@@ -40,7 +40,7 @@ __all__ = ["Callback", "Runner"]
 
 #: The runner's log (decentlearn.outputs.runlog writes it to a run directory's run.log): the
 #: setup and the end of a run, and every evaluation, at INFO.
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("decentlearn.runner")
 
 
 class Callback:
@@ -180,14 +180,18 @@ class Runner:
         #: Seconds of this process's rounds, and of the communicator's phases in them when it
         #: measures them (``comm.seconds``: compress, communicate, wait on MPI).
         self.spent: dict[str, float] = {"rounds_total": 0.0}
-        if self.is_root:
-            _log.info("set up: %s (%d train, %d test samples, %d classes), %d peers, partition "
-                      "%s, topology %s, model %s (%d parameters), algorithm %s, compress %s, "
-                      "%d rounds, seed %d, backend %s", d.name, d.n_train, d.n_test,
-                      d.n_classes, c.peers, c.partition, c.topology, c.model, self.model.dim,
-                      c.algorithm, c.compress, c.rounds, c.seed, backend.name)
-            for problem in self.problems:
-                _log.warning("setup problem: %s", problem)
+
+    def _log_start(self) -> None:
+        """The run's setup (and its known problems) in the log, as ``run`` starts."""
+        c, d = self.config, self.dataset
+        _log.info("set up: %s (%d train, %d test samples, %d classes), %d peers, partition %s, "
+                  "topology %s, model %s (%d parameters), algorithm %s, compress %s, seed %d, "
+                  "backend %s", d.name, d.n_train, d.n_test, d.n_classes, c.peers, c.partition,
+                  c.topology, c.model, self.model.dim, c.algorithm, c.compress, c.seed,
+                  self.backend.name)
+        for problem in self.problems:
+            _log.warning("setup problem: %s", problem)
+        _log.info("running rounds %d to %d", self.next_round + 1, c.rounds)
 
     def _async_args(self, params, config: OptimizerConfig | SGDConfig, seed: int, segments,
                     frozen) -> dict:
@@ -385,6 +389,8 @@ class Runner:
         result.history = self.history
         root = list(callbacks) if self.is_root else []
         split = self.comm.n_peers != self.comm.n_global
+        if self.is_root:
+            self._log_start()
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
             losses = self._step(t)
