@@ -27,7 +27,7 @@ def _submodules() -> list[str]:
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
             "Callback": "sim", "DivergenceError": "sim", "SetupWarning": "sim",
-            "RunWriter": "outputs.rundir"}
+            "RunWriter": "outputs.rundir", "ArrayDataset": "data", "load_peers": "outputs"}
 
 
 def __getattr__(name: str):

@@ -18,6 +18,7 @@ import numpy as np
 
 from decentlearn import algorithms
 from decentlearn.comm import parse_mixing
+from decentlearn.data import ArrayDataset
 from decentlearn.network import load_network
 from decentlearn.nn import cocofl
 from decentlearn.nn.lowp import PRECISIONS
@@ -85,7 +86,9 @@ class RunConfig:
     a field nor an option of the algorithm is a ValueError naming it.
     """
 
-    dataset: str = "digits"
+    #: A registered data set's spec (``decentlearn.data.available_datasets()``), or the arrays of
+    #: an ``ArrayDataset`` (recorded as its spec ``arrays:NAME:DIGEST`` by ``to_dict``).
+    dataset: str | ArrayDataset = "digits"
     data_dir: str | None = None
     peers: int = 16
     topology: str = "ring"
@@ -147,6 +150,10 @@ class RunConfig:
         self.__post_init__()
 
     def __post_init__(self):
+        if not isinstance(self.dataset, (str, ArrayDataset)):
+            raise TypeError(f"dataset must be a data set spec (str, e.g. 'digits') or an "
+                            f"ArrayDataset, got {type(self.dataset).__name__}")
+
         def positive_int(name, allow_none=False):
             v = getattr(self, name)
             if v is None and allow_none:
@@ -246,7 +253,10 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        """The fields as plain values (config.toml, summary.json, checkpoint fingerprints): an
+        ArrayDataset as its spec ``arrays:NAME:DIGEST``, the options resolved."""
+        d = dataclasses.asdict(self.replace(dataset="digits"))
+        d["dataset"] = str(self.dataset)
         d["options"] = dataclasses.asdict(self.algorithm_options())
         return d
 

@@ -65,6 +65,8 @@ class Runner:
         self.config = c = config
         self.backend = backend = backend if backend is not None else LocalBackend()
         backend.check(c)
+        if dataset is None and isinstance(c.dataset, Dataset):  # an ArrayDataset
+            dataset = c.dataset
         self.dataset = dataset if dataset is not None else load_dataset(
             c.dataset, c.data_dir, seed=stream_seed(c.seed, STREAM_DATA), n_peers=c.peers)
         d = self.dataset
