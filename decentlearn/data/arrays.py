@@ -127,9 +127,6 @@ class ArrayDataset(Dataset):
         """How configurations record it: ``arrays:NAME:DIGEST`` (16 hex digits of the SHA-256)."""
         return f"{ARRAYS}:{self.name}:{self.digest[:16]}"
 
-    def __str__(self) -> str:
-        return self.spec
-
     def __deepcopy__(self, memo) -> ArrayDataset:
         return self  # immutable (read-only arrays): copies of a RunConfig share it
 

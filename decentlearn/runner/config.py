@@ -256,7 +256,8 @@ class RunConfig:
         """The fields as plain values (config.toml, summary.json, checkpoint fingerprints): an
         ArrayDataset as its spec ``arrays:NAME:DIGEST``, the options resolved."""
         d = dataclasses.asdict(self.replace(dataset="digits"))
-        d["dataset"] = str(self.dataset)
+        d["dataset"] = (self.dataset.spec if isinstance(self.dataset, ArrayDataset)
+                        else self.dataset)
         d["options"] = dataclasses.asdict(self.algorithm_options())
         return d
 
