@@ -98,6 +98,56 @@ def test_run_log_records_a_failure_and_setup_problems(tmp_path):
     assert "ERROR decentlearn.outputs: run diverged: training diverged at round" in log
 
 
+def test_cli_stderr_gets_no_log_records(tmp_path):
+    """Without logging configured, no record reaches Python's last-resort stderr handler: the CLI
+    reports an interruption in its one line (a planted SIGTERM mid-run)."""
+    import os
+    import signal
+    import subprocess
+    import time
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-m", "decentlearn", *SMALL[:-3], "--rounds",
+                             "1000000", "--eval-every", "1", "--quiet", "--compress",
+                             "topk:0.1", "--out", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.csv").is_file()
+                   and (out / "metrics.csv").read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    lines = err.strip().splitlines()
+    # the setup warning (compressed D-PSGD with topk) and the interruption: the CLI's lines only
+    assert len(lines) == 2 and all(line.startswith("decentlearn run: ") for line in lines), err
+    log = (out / "run.log").read_text()
+    assert "WARNING decentlearn.outputs: run interrupted" in log
+    assert "WARNING decentlearn.runner: setup problem" in log
+
+
+def test_library_logging_is_silent_unless_configured(tmp_path):
+    """simulate() logs (a setup problem at WARNING) but, logging left unconfigured, nothing
+    reaches stderr through Python's last-resort handler (the SetupWarning is ignored here)."""
+    import subprocess
+    code = ("from decentlearn import simulate\n"
+            "simulate(peers=4, rounds=2, eval_every=2, compress='topk:0.1')\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    code += ("import logging\nlogging.basicConfig(level=logging.INFO)\n"
+             "simulate(peers=4, rounds=2, eval_every=2, compress='topk:0.1')\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert "WARNING:decentlearn.runner:setup problem: compressed D-PSGD" in proc.stderr
+    assert "INFO:decentlearn.runner:round 2/2: test accuracy" in proc.stderr
+
+
 def test_run_log_does_not_change_what_the_root_handlers_see(tmp_path):
     records = []
 

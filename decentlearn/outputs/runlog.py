@@ -38,10 +38,14 @@ class _Forward(logging.Handler):
         self.threshold = threshold
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= self.threshold:
-            parent = logging.getLogger(LOGGER).parent
-            if parent is not None:
-                parent.handle(record)
+        if record.levelno < self.threshold:
+            return
+        logger = logging.getLogger(LOGGER).parent
+        while logger is not None:  # as Logger.callHandlers does above the decentlearn logger
+            for handler in logger.handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            logger = logger.parent if logger.propagate else None
 
 
 class RunLog:

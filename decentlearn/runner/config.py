@@ -8,6 +8,7 @@ new algorithm with a new option needs no change here.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Mapping
@@ -255,9 +256,10 @@ class RunConfig:
     def to_dict(self) -> dict:
         """The fields as plain values (config.toml, summary.json, checkpoint fingerprints): an
         ArrayDataset as its spec ``arrays:NAME:DIGEST``, the options resolved."""
-        d = dataclasses.asdict(self.replace(dataset="digits"))
-        d["dataset"] = (self.dataset.spec if isinstance(self.dataset, ArrayDataset)
-                        else self.dataset)
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)
+             if f.name != "dataset"}  # (asdict would copy an ArrayDataset's arrays)
+        d = {"dataset": (self.dataset.spec if isinstance(self.dataset, ArrayDataset)
+                         else self.dataset), **d}
         d["options"] = dataclasses.asdict(self.algorithm_options())
         return d
 
