@@ -63,8 +63,8 @@ class PeersWriter:
         try:
             if self._file is None:
                 self._file = open(self.path, "wb", buffering=0)
-                atomic.write_all(self._file.fileno(), _HEADER)
-                self._size = len(_HEADER)
+                self._size = 0
+                data = _HEADER + data  # one write per evaluation, the first with the header
             atomic.write_all(self._file.fileno(), data)
         except OSError as e:
             if self._file is not None:
