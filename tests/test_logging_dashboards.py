@@ -255,3 +255,13 @@ def test_log_to_writes_tensorboard_beside_the_run(tmp_path):
     out = tmp_path / "r"
     assert main([*SMALL, "--log-to", "tensorboard", "--out", str(out)]) == 0
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_a_failed_start_leaves_no_handler_attached(tmp_path, monkeypatch):
+    from test_results import full_disk_after
+    before = list(logging.getLogger(LOGGER).handlers)
+    full_disk_after(monkeypatch, 0)  # config.toml cannot be written
+    with pytest.raises(OSError, match="no space left on device"):
+        with RunWriter(tmp_path, RunConfig(peers=2)):
+            pass
+    assert logging.getLogger(LOGGER).handlers == before

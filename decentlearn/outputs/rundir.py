@@ -55,9 +55,6 @@ RUN_FILES = ("config.toml", "metrics.csv", "peers.csv", "summary.json", "run.log
 #: Statuses summary.json can report.
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
 
-#: The columns of peers.csv (one row per peer per evaluation, long format).
-PEER_COLUMNS = ("round", "peer", "test_accuracy", "test_loss")
-
 
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # numpy scalars
@@ -233,16 +230,20 @@ class RunWriter:
 
     def start(self) -> None:
         """Writes config.toml and a summary.json with status "running", starts run.log and the
-        heartbeat."""
-        if self._runlog is not None:
-            try:
-                self._runlog.attach()
-            except OSError as e:
-                raise OutputError(self._runlog.path, e) from None
-        if self.config is not None:
-            atomic_write(self.dir / "config.toml", config_toml(self.config))
-        self.write_summary("running")
-        self._heartbeat.start()
+        heartbeat. On an error nothing stays attached (run.log's handler, the heartbeat)."""
+        try:
+            if self._runlog is not None:
+                try:
+                    self._runlog.attach()
+                except OSError as e:
+                    raise OutputError(self._runlog.path, e) from None
+            if self.config is not None:
+                atomic_write(self.dir / "config.toml", config_toml(self.config))
+            self.write_summary("running")
+            self._heartbeat.start()
+        except BaseException:
+            self.close()
+            raise
         _log.info("run directory %s", self.dir)
 
     def close(self) -> None:
