@@ -298,7 +298,7 @@ def report(config, result, out: Path, backend: str = "") -> None:
     plotted = plot_curves(result.history, out / "curves.png", title)
     print(f"decentlearn {__version__}: {title}, {config.rounds} rounds")
     print(format_summary(result.summary))
-    print(f"  results in {out}/ (metrics.csv, summary.json, config.toml"
+    print(f"  results in {out}/ (metrics.csv, peers.csv, summary.json, config.toml, run.log"
           + (", curves.png)" if plotted else ")"))
 
 
