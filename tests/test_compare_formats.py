@@ -56,7 +56,7 @@ def test_csv_columns_are_unique_and_numbers_raw(runs, capsys):
             cell = row[col]
             if cell == "":
                 continue  # absent
-            value = float(cell)  # every numeric cell parses, no units, no '-'
+            float(cell)  # every numeric cell parses, no units, no '-'
             if col in INTEGER:
                 assert cell == str(int(cell)), (col, cell)  # integers, not 4.74 MiB
     for row, d in zip(rows, dirs):

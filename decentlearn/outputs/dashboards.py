@@ -103,10 +103,10 @@ _MLFLOW_STATUS = {"completed": "FINISHED", "interrupted": "KILLED", "diverged": 
 class MLflowCallback(Callback):
     """Logs a run to MLflow: an MLflow run named ``run_name`` in ``experiment`` (created if
     missing) at ``tracking_uri`` (default: MLflow's own, ``$MLFLOW_TRACKING_URI`` else
-    ``sqlite:///mlflow.db`` in the current folder for MLflow 3), with the configuration as parameters (given ``config``) and every
-    metrics.csv column as a metric (step = round). :meth:`close` sets the MLflow run's status
-    (completed: FINISHED, interrupted: KILLED, diverged or failed: FAILED). ``run_id`` names
-    it. ImportError (one line) without mlflow."""
+    ``sqlite:///mlflow.db`` in the current folder for MLflow 3), with the configuration as
+    parameters (given ``config``) and every metrics.csv column as a metric (step = round).
+    :meth:`close` sets the MLflow run's status (completed: FINISHED, interrupted: KILLED,
+    diverged or failed: FAILED). ``run_id`` names it. ImportError (one line) without mlflow."""
 
     def __init__(self, tracking_uri: str | os.PathLike | None = None, *,
                  experiment: str = "decentlearn", run_name: str | None = None,
@@ -177,7 +177,8 @@ def make_dashboard(name: str, run_dir: str | os.PathLike, config: Any = None) ->
     """The callback of ``decentlearn run --log-to NAME`` for the run in ``run_dir``:
     ``tensorboard`` writes into ``run_dir/tensorboard``; ``mlflow`` logs to MLflow's default
     tracking URI (``$MLFLOW_TRACKING_URI``, else ``./mlflow.db``), experiment ``decentlearn``,
-    run named after the run directory. ValueError for another name; ImportError (one line) without the package."""
+    run named after the run directory. ValueError for another name; ImportError (one line)
+    without the package."""
     if name == "tensorboard":
         return TensorBoardCallback(Path(run_dir) / "tensorboard", config=config)
     if name == "mlflow":

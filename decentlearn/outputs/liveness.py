@@ -97,8 +97,8 @@ def status_of(summary: dict, summary_path: str | os.PathLike, *,
               stale_after: float | None = None, now: float | None = None) -> str:
     """The status of a run from its summary.json (``summary``, read from ``summary_path``):
     its ``status``, except ``stale`` for a ``running`` run whose process is gone (see the module
-    docstring). ``stale_after`` (seconds) defaults to ``max(STALE_AFTER_SECONDS, 10 heartbeats)``; ``now`` to
-    ``time.time()``."""
+    docstring). ``stale_after`` (seconds) defaults to ``max(STALE_AFTER_SECONDS, 10
+    heartbeats)``; ``now`` to ``time.time()``."""
     status = str(summary.get("status", "unknown"))
     record = summary.get("process")
     if status != "running" or not isinstance(record, dict):

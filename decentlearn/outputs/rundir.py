@@ -268,10 +268,10 @@ class RunWriter:
         self.append(row)
 
     def resume(self, rows: list[dict], last_round: int) -> None:
-        """Continues the run directory from a checkpoint (decentlearn.runner.checkpoint): metrics.csv is
-        rewritten atomically with ``rows`` (the checkpoint's; rows written after it are dropped)
-        and later rows are appended; peers.csv is cut back to the same round. ``last_round`` is
-        the checkpoint's finished rounds."""
+        """Continues the run directory from a checkpoint (decentlearn.runner.checkpoint):
+        metrics.csv is rewritten atomically with ``rows`` (the checkpoint's; rows written after
+        it are dropped) and later rows are appended; peers.csv is cut back to the same round.
+        ``last_round`` is the checkpoint's finished rounds."""
         if self._csv is not None:
             with contextlib.suppress(OSError):
                 self._csv.close()
