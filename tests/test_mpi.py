@@ -179,6 +179,8 @@ def test_cli_writes_the_simulators_files(launched, tmp_path):
     for key in (*COMPARED, "status", "config"):
         assert got[key] == want[key], key
     assert len(got["mpi"]["timings_seconds"]) == RANKS
+    # every peer's accuracy and loss, gathered from the ranks: the in-process file, byte for byte
+    assert (out / "cli" / "peers.csv").read_bytes() == (ref / "peers.csv").read_bytes()
 
 
 def _rows(history):

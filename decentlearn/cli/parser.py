@@ -218,6 +218,10 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
+    a("--log-to", action="append", choices=["tensorboard", "mlflow"], metavar="DASHBOARD",
+      help="also send the metrics to tensorboard (RUN_DIR/tensorboard) or mlflow (MLflow's "
+           "tracking URI: $MLFLOW_TRACKING_URI, else ./mlflow.db); repeatable; needs the extra "
+           "of that name (docs/experiments.md)")
     a("--dry-run", action="store_true",
       help="print the memory the run needs (per peer and in total, by part) and whether it "
            "fits, then exit without running (docs/experiments.md)")
@@ -277,13 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Overlay runs (accuracy vs round, vs bytes sent, vs simulated "
                                     "time when present; consensus distance) in one PNG, with a "
                                     "legend built from the config fields that differ.")
-    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                    help="run directories, or folders of runs (a sweep's --out: all its runs)")
     pl.add_argument("--out", default="runs.png", help="PNG to write (default runs.png)")
     pl.add_argument("--title", help="figure title (default: what the runs share)")
     cp = sub.add_parser("compare", help="print a table of several runs' summaries")
-    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                    help="run directories, or folders of runs (a sweep's --out: all its runs)")
     cp.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                    help="output format (default: an aligned table)")
+                    help="output format (default: an aligned table; csv and json: raw numbers, "
+                         "one column per summary key, empty/null when absent)")
     sw = sub.add_parser("sweep", help="run a grid of experiments from a TOML file",
                         description="Run every combination of the list-valued options of "
                                     "CONFIG's [run] table (one run directory each, resumable), "

@@ -11,6 +11,7 @@ identity in one process.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -37,6 +38,10 @@ from decentlearn.topology import Topology, check_mixing, make as make_topology
 
 __all__ = ["Callback", "Runner"]
 
+#: The runner's log (decentlearn.outputs.runlog writes it to a run directory's run.log): the
+#: setup and the end of a run, and every evaluation, at INFO.
+_log = logging.getLogger("decentlearn.runner")
+
 
 class Callback:
     """Hooks called by the runner. Subclass and override what you need."""
@@ -60,6 +65,8 @@ class Runner:
         self.config = c = config
         self.backend = backend = backend if backend is not None else LocalBackend()
         backend.check(c)
+        if dataset is None and isinstance(c.dataset, Dataset):  # an ArrayDataset
+            dataset = c.dataset
         self.dataset = dataset if dataset is not None else load_dataset(
             c.dataset, c.data_dir, seed=stream_seed(c.seed, STREAM_DATA), n_peers=c.peers)
         d = self.dataset
@@ -115,8 +122,9 @@ class Runner:
         self.lr_schedule = None if c.lr_schedule_of().constant else c.lr_schedule_of()
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
         self.frozen: np.ndarray | None = None
-        #: Test accuracy of every peer at the last evaluation.
+        #: Test accuracy and mean test loss of every peer at the last evaluation (peers.csv).
         self.last_accuracy: np.ndarray | None = None
+        self.last_loss: np.ndarray | None = None
         if c.cocofl is not None:
             self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
                                         len(self.model.param_layers),
@@ -177,6 +185,18 @@ class Runner:
         #: measures them (``comm.seconds``: compress, communicate, wait on MPI).
         self.spent: dict[str, float] = {"rounds_total": 0.0}
 
+    def _log_start(self) -> None:
+        """The run's setup (and its known problems) in the log, as ``run`` starts."""
+        c, d = self.config, self.dataset
+        _log.info("set up: %s (%d train, %d test samples, %d classes), %d peers, partition %s, "
+                  "topology %s, model %s (%d parameters), algorithm %s, compress %s, seed %d, "
+                  "backend %s", d.name, d.n_train, d.n_test, d.n_classes, c.peers, c.partition,
+                  c.topology, c.model, self.model.dim, c.algorithm, c.compress, c.seed,
+                  self.backend.name)
+        for problem in self.problems:
+            _log.warning("setup problem: %s", problem)
+        _log.info("running rounds %d to %d", self.next_round + 1, c.rounds)
+
     def _async_args(self, params, config: OptimizerConfig | SGDConfig, seed: int, segments,
                     frozen) -> dict:
         """The keyword arguments of the asynchronous form (AD-PSGD) of the algorithm;
@@ -226,12 +246,13 @@ class Runner:
         t0 = time.perf_counter()
         comm = self.comm
         pi = self._eval_peer_idx
-        acc, _ = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
+        acc, loss = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
         if comm.n_peers == comm.n_global:
-            self.last_accuracy = acc
+            self.last_accuracy, self.last_loss = acc, loss
             row = self._eval_row(self.params, acc, comm.bytes_sent, comm.upload_bytes, final)
         else:
             self.last_accuracy = comm.allgather_peers(np.asarray(acc, dtype=np.float64))
+            self.last_loss = comm.allgather_peers(np.asarray(loss, dtype=np.float64))
             X = comm.gather_rows(self.params)
             sent = comm.gather_rows(comm.bytes_sent)
             up = comm.gather_rows(comm.upload_bytes)
@@ -379,6 +400,8 @@ class Runner:
         result.history = self.history
         root = list(callbacks) if self.is_root else []
         split = self.comm.n_peers != self.comm.n_global
+        if self.is_root:
+            self._log_start()
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
             losses = self._step(t)
@@ -394,6 +417,13 @@ class Runner:
                 result.history.append(row)
                 if split:  # the consensus bound, checked where the rows were gathered
                     self._check_consensus(t, row["consensus_distance"])
+                if self.is_root:
+                    _log.info("round %d/%d: test accuracy %.4f (min %.4f, max %.4f), average "
+                              "model %.4f, consensus distance %.4g, train loss %.4g, bytes sent "
+                              "%d", t + 1, c.rounds, row["test_accuracy_mean"],
+                              row["test_accuracy_min"], row["test_accuracy_max"],
+                              row["test_accuracy_avg_model"], row["consensus_distance"],
+                              row["train_loss"], row["bytes_sent_total"])
                 for cb in root:
                     cb.on_eval(self, row)
             self.next_round = t + 1
@@ -407,6 +437,11 @@ class Runner:
             raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
                              f"{self.next_round}); raise rounds to continue the run")
         result.summary = self._summary(time.perf_counter() - start)
+        if self.is_root:
+            _log.info("finished %d rounds in %.1f s: test accuracy %.4f, average model %.4f",
+                      c.rounds, time.perf_counter() - start,
+                      result.summary["test_accuracy_mean"],
+                      result.summary["test_accuracy_avg_model"])
         result.params = self.gather_params() if split else self.params
         return result
 

@@ -156,6 +156,8 @@ def _resident_bytes() -> int:
 
 def _dataset_shape(config) -> tuple[tuple[int, ...], int, int, int]:
     name = config.dataset
+    if not isinstance(name, str):  # an ArrayDataset: its arrays are here
+        return name.input_shape, name.n_classes, len(name.y_train), len(name.y_test)
     if name in KNOWN_DATASETS:
         return KNOWN_DATASETS[name]
     from decentlearn.data import load_dataset
