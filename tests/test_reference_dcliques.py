@@ -335,11 +335,18 @@ def test_thousand_peers_small_world_has_98_percent_fewer_edges_than_complete() -
 
 def test_sixteen_peers_cliques_of_ten_run_with_clique_averaging() -> None:
     """The README's `d-cliques:10 --clique-averaging` on the default 16 peers: cliques of 10 and
-    6, each member's gradient the mean of its own clique's (interclique/d_sgd.py average)."""
+    6, each member's gradient the mean of its own clique's (tools/simulate/algorithm/d_sgd.py
+    averages a clique's gradients over its members, |C| of them)."""
     sim = Simulator(RunConfig(peers=16, topology="d-cliques:10", clique_averaging=True,
                               partition="classes:1", rounds=2, eval_every=2))
+    groups = sim.topology.groups
+    assert sorted(np.bincount(groups).tolist()) == [6, 10]
+    grad = np.random.default_rng(0).standard_normal((16, 7)).astype(np.float32)
+    expected = np.stack([grad[groups == groups[i]].astype(np.float64).mean(axis=0)
+                         for i in range(16)])
+    sim.algorithm.gradient_transform(grad)
+    np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-6)
     res = sim.run()
-    assert sorted(np.bincount(sim.topology.groups).tolist()) == [6, 10]
     assert np.isfinite(res.params).all()
     assert res.summary["topology_info"]["last_clique_size"] == 6
 
