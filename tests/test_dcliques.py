@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from decentlearn import algorithms, comm, topology as T
+from decentlearn import comm, topology as T
 from decentlearn.topology import dcliques
 from decentlearn.cli import main
 from decentlearn.data import make_partition

@@ -1,6 +1,7 @@
 """D-Cliques (Bellet, Kermarrec and Lavoie, 2022): cliques whose label mix matches the global one,
-sparsely connected to each other, so that label skew is compensated by the topology. Built as the
-authors' simulator builds it (``elavoie/non-iid-topology-simulator``, ``setup/topology/d_cliques/``).
+sparsely connected to each other, so that label skew is compensated by the topology. Built as
+the authors' simulator builds it (``elavoie/non-iid-topology-simulator``,
+``tools/setup/topology/d_cliques/``).
 
 The builder works on per-peer label histograms only (an ``(n_peers, n_classes)`` array of counts):
 it never sees the data. The label distribution of a set of peers pools their samples: a clique C
