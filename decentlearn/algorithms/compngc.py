@@ -9,7 +9,7 @@ import numpy as np
 
 from decentlearn import compress
 from decentlearn.algorithms.base import option, register
-from decentlearn.algorithms.ngc import NGC, check_choice
+from decentlearn.algorithms.ngc import NGC, _check_choice
 from decentlearn.state import nest, subtree
 
 #: ``compngc_local``: the gradients a peer uses itself go through the compressor (the authors'
@@ -48,10 +48,10 @@ class CompNGC(NGC):
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            check_choice(self.compngc_local, "compngc_local", LOCAL)
+            _check_choice(self.compngc_local, "compngc_local", LOCAL)
 
     def __init__(self, *, compngc_local: str = "compressed", **kwargs) -> None:
-        check_choice(compngc_local, "compngc_local", LOCAL)
+        _check_choice(compngc_local, "compngc_local", LOCAL)
         #: Whether the self- and model-variant gradients go through the compressor.
         self.compress_local = compngc_local == "compressed"
         super().__init__(**kwargs)

@@ -23,7 +23,7 @@ WEIGHTS = ("uniform", "mixing")
 SELF_GRADIENT = ("mixed", "start")
 
 
-def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
+def _check_choice(value, name: str, choices: tuple[str, ...]) -> str:
     """``value`` if it is one of ``choices``, else ValueError naming ``name``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, "
@@ -88,8 +88,8 @@ class NGC(Algorithm):
         def __post_init__(self) -> None:
             check_fraction(self.ngc_alpha, "ngc_alpha", closed=True)
             check_fraction(self.ngc_gamma, "ngc_gamma")
-            check_choice(self.ngc_weights, "ngc_weights", WEIGHTS)
-            check_choice(self.ngc_self_gradient, "ngc_self_gradient", SELF_GRADIENT)
+            _check_choice(self.ngc_weights, "ngc_weights", WEIGHTS)
+            _check_choice(self.ngc_self_gradient, "ngc_self_gradient", SELF_GRADIENT)
 
     def __init__(self, *, ngc_alpha: float = 1.0, ngc_gamma: float = 0.1,
                  ngc_weights: str = "uniform", ngc_self_gradient: str = "mixed",
