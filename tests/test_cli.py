@@ -484,7 +484,9 @@ def test_algorithm_options_have_their_own_help_group(capsys):
               for g in run._action_groups if g.title.endswith(" options")}
     # One group per set of algorithms sharing the options, generated from their Options.
     assert groups["choco options"] == {"--gamma"}
-    assert groups["compngc, ngc options"] == {"--ngc-alpha"}
+    assert groups["compngc, ngc options"] == {"--ngc-alpha", "--ngc-gamma", "--ngc-weights",
+                                              "--ngc-self-gradient"}
+    assert groups["compngc options"] == {"--compngc-local"}
     assert groups["fedavg, fedhisyn, stc-fl options"] == {"--participation", "--weighting"}
     assert groups["fedhisyn options"] == {"--categories", "--speeds", "--hops-max"}
     assert groups["stc-fl options"] == {"--server-compress"}
