@@ -16,7 +16,26 @@ from decentlearn import __version__
 
 
 class UsageError(Exception):
-    """A mistake of the user's, reported in one line with exit code 2."""
+    """A mistake of the user's, reported in one line with exit code 2 (``error_line``)."""
+
+
+#: How every error line of the command starts (a usage mistake, a diverged run, a failed MPI job).
+ERROR_PREFIX = "decentlearn: error: "
+
+#: ... and every warning line.
+WARNING_PREFIX = "decentlearn: warning: "
+
+#: The exit codes of ``decentlearn`` (docs/getting-started.md); an interrupted run exits with
+#: 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIVERGED, EXIT_MPI = 0, 1, 2, 3, 4
+
+
+def error_line(message: object) -> str:
+    """The one line reporting ``message``: ``decentlearn: error: MESSAGE``, its whitespace
+    (newlines of a wrapped message) folded into single spaces."""
+    text = " ".join(str(message).split())
+    m = re.match(r"decentlearn(?: [a-z-]+)?: error: ", text)  # already prefixed by its raiser
+    return ERROR_PREFIX + (text[m.end():] if m else text)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -62,7 +81,8 @@ class Parser(argparse.ArgumentParser):
                 guess = closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
                 if guess is not None:
                     message += f"; did you mean {guess!r}?"
-        raise UsageError(f"{self.prog}: error: {message}")
+        command = self.prog.partition(" ")[2]  # "decentlearn run" -> "run"
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def optional_int(text: str) -> int | None:
