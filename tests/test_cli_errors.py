@@ -210,3 +210,52 @@ def test_every_isa_path_gives_the_documented_results(tmp_path):
     if vector:
         for k, v in got["generic"].items():
             assert v == pytest.approx(got[vector[0]][k], rel=1e-5), (k, got)
+
+
+def test_run_help_groups_defaults_and_examples(capsys):
+    """`run --help` (issue 22, item 7): flags in groups, a default for every flag that has one
+    (read from RunConfig), the weight rules from their registry, and examples that parse into a
+    valid configuration."""
+    import dataclasses
+    import shlex
+
+    from decentlearn.cli.config import resolve_run_config
+    from decentlearn.cli.parser import RUN_EXAMPLES, build_parser
+    from decentlearn.sim import RunConfig
+    from decentlearn.topology import available_weights
+    parser = build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]
+    titles = [g.title for g in run._action_groups]
+    for title in ("data", "model", "algorithm", "choco options", "training", "topology",
+                  "network", "evaluation", "output", "MPI"):
+        assert title in titles, titles
+    assert titles.index("algorithm") < titles.index("choco options") < titles.index("training")
+    actions = {a.option_strings[-1]: a for a in run._actions if a.option_strings}
+    for f in dataclasses.fields(RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "asynchronous":
+            flag = "--async"
+        if flag not in actions or f.default is dataclasses.MISSING:
+            continue
+        help_text = " ".join(actions[flag].help.split())
+        if f.default is None:
+            assert "default" in help_text or "needs" in help_text, (flag, help_text)
+        elif isinstance(f.default, bool):
+            assert "default on" in help_text or "default off" in help_text \
+                or "store_true" in type(actions[flag]).__name__.lower() \
+                or actions[flag].nargs == 0, (flag, help_text)
+        else:
+            assert f"default {f.default}" in help_text, (flag, help_text)
+    assert ", ".join(available_weights()) in actions["--weights"].help
+    assert "clique" in available_weights()
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert "examples:\n  decentlearn run" in text and "exit status:" in text
+    examples = [line.split("#")[0].split("&&")[0] for line in RUN_EXAMPLES.splitlines()
+                if line.startswith("  decentlearn run")]
+    assert len(examples) >= 6
+    for example in examples:
+        args = parser.parse_args(shlex.split(example)[1:])
+        if not (args.config or args.resume):
+            resolve_run_config(args)  # a valid configuration
