@@ -42,8 +42,8 @@ def one_line(capsys, args, code=2):
     ('lr = "fast"\n', ["lr", "number", "str"]),
     ('clique_averaging = "yes"\n', ["clique_averaging", "true or false"]),
     ('network = 3\n', ["network", "string"]),
-    ('algorithm = "choco"\ncompress = "topk:0.1"\ngamma = "big"\n', ["gamma", "choco", "str"]),
-    ('algorithm = "fedavg"\nparticipation = [0.5]\n', ["participation", "fedavg", "list"]),
+    ('algorithm = "choco"\ncompress = "topk:0.1"\ngamma = "big"\n', ["gamma", "number", "'big'"]),
+    ('algorithm = "fedavg"\nparticipation = [0.5]\n', ["participation", "number", "[0.5]"]),
 ])
 def test_config_value_of_the_wrong_type_is_one_line_naming_the_field(tmp_path, capsys, text,
                                                                        needles):
@@ -60,6 +60,9 @@ def test_runconfig_type_errors_name_the_field():
         RunConfig(topology=["ring"])
     with pytest.raises(TypeError, match=r"^eval_samples must be an integer or unset, got str"):
         RunConfig(eval_samples="all")
+    with pytest.raises(TypeError, match=r"^option of algorithm 'fedhisyn': speeds must be a "
+                                        r"string, got int 3$"):
+        RunConfig(algorithm="fedhisyn", speeds=3)  # its own check raised AttributeError
     RunConfig(lr=1, eval_samples=None, seed=3)  # an int where a float goes is fine
 
 

@@ -386,11 +386,16 @@ def options_of(cls, given: Any) -> dict:
         if key not in names:
             takes = f"its options are {', '.join(names)}" if names else "it takes no options"
             raise ValueError(f"option {key!r} is not an option of algorithm {cls.name!r}; {takes}")
-    check_field_types(cls.Options, given, f"option of algorithm {cls.name!r}: ")
+    # The algorithm's own checks speak first (their ValueError names the option and its range);
+    # a value they let through or choke on (TypeError) is then checked against its annotation.
+    where = f"option of algorithm {cls.name!r}: "
     try:
-        return dataclasses.asdict(cls.Options(**given))
-    except TypeError as e:  # a value of a type the dataclass cannot compare or format
+        options = cls.Options(**given)
+    except (TypeError, AttributeError) as e:  # a value of a type its checks cannot handle
+        check_field_types(cls.Options, given, where)
         raise ValueError(f"options of algorithm {cls.name!r}: {e}") from None
+    check_field_types(cls.Options, given, where)
+    return dataclasses.asdict(options)
 
 
 def validate_network(config: RunConfig, cls) -> None:
