@@ -3,8 +3,9 @@
 
 A user's mistake (a bad flag, a bad value, a missing data directory) is reported on one line on
 stderr, ``decentlearn: error: ...``, with exit code 2 and no traceback; a diverged run exits with
-3, a failed MPI job with 4, an interrupted one with 128 + the signal (``parser.EXIT_*``). Progress goes to stderr through tqdm; results go to the
-run directory (metrics.csv, summary.json, config.toml, curves.png) and a table on stdout.
+3, a failed MPI job with 4, an interrupted one with 128 + the signal (``parser.EXIT_*``).
+Progress goes to stderr through tqdm; results go to the run directory (metrics.csv, summary.json,
+config.toml, curves.png) and a table on stdout.
 
 One module per command: :mod:`~decentlearn.cli.run` and :mod:`~decentlearn.cli.run_mpi`
 (``run``), :mod:`~decentlearn.cli.sweep`, :mod:`~decentlearn.cli.runs` (``plot``, ``compare``),
