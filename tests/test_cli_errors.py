@@ -262,3 +262,62 @@ def test_run_help_groups_defaults_and_examples(capsys):
         args = parser.parse_args(shlex.split(example)[1:])
         if not (args.config or args.resume):
             resolve_run_config(args)  # a valid configuration
+
+
+def test_kernels_agree_across_isa_paths_as_documented():
+    """docs/performance.md, "ISA paths and which results agree": every kernel is bit-identical
+    on the vector paths; generic matches them bit for bit except the three float multiply-add
+    kernels (gossip, the float32 GEMMs, the int8 GEMM's float epilogue), which agree to float32
+    rounding."""
+    import importlib
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from decentlearn import _core
+    from decentlearn.ops import nn, quant
+    from decentlearn.ops.gossip import gossip
+    natural = importlib.import_module("decentlearn.ops.natural")
+    topk = importlib.import_module("decentlearn.ops.topk")
+    gemm_s8 = importlib.import_module("decentlearn.ops.gemm_s8")
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((16, 3000)).astype(np.float32)
+    W = sp.diags([np.full(15, 1 / 3), np.full(16, 1 / 3), np.full(15, 1 / 3)], [-1, 0, 1],
+                 format="csr")
+    x = rng.standard_normal((4, 32, 64)).astype(np.float32)
+    w = rng.standard_normal((4, 64, 10)).astype(np.float32)
+    a8 = rng.integers(-127, 128, (64, 96)).astype(np.int8)
+    b8 = rng.integers(-127, 128, (96, 40)).astype(np.int8)
+    bias = rng.standard_normal(40).astype(np.float32)
+
+    def outputs():
+        return {"gossip": gossip(W, X), "dense_forward": nn.dense_forward(x, w),
+                "gemm_s8_f32": gemm_s8.gemm_s8_f32(a8, gemm_s8.pack_b_s8(b8), 0.013, 0.007,
+                                                   bias),
+                "natural": natural.natural_encode(X, seed=3),
+                "dither": natural.dither_encode(X, 4, seed=3)[1],
+                "randk": topk.randk(X, 50, seed=2)[0], "topk": topk.topk(X, 50)[0],
+                "qsgd": quant.qsgd_encode(X, 4, seed=1)[1],
+                "int8": quant.int8_encode(X, seed=1)[1],
+                "gemm_s8": gemm_s8.gemm_s8(a8, gemm_s8.pack_b_s8(b8))}
+
+    paths = _core.config()["isa_supported"]
+    default = _core.config()["isa"]
+    got = {}
+    try:
+        for isa in paths:
+            _core.set_isa(isa)
+            got[isa] = {k: np.asarray(v) for k, v in outputs().items()}
+    finally:
+        _core.set_isa(default)
+    fused = {"gossip", "dense_forward", "gemm_s8_f32"}
+    vector = [p for p in paths if p != "generic"]
+    for isa in vector[1:]:
+        for k, v in got[isa].items():
+            assert np.array_equal(v, got[vector[0]][k]), (isa, k)
+    for isa in vector[:1]:
+        for k, v in got[isa].items():
+            if k in fused:
+                np.testing.assert_allclose(got["generic"][k], v, rtol=1e-5, atol=1e-5)
+            else:
+                assert np.array_equal(got["generic"][k], v), k
