@@ -77,8 +77,8 @@ def default_mode() -> int:
 def atomic_writer(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """A binary file to write ``path``'s new content into; on success it replaces ``path``
     atomically (temp file in the same directory, flush, fsync, ``os.replace``). The file gets the
-    mode ``open()`` would give it (0o666 less the umask). On any error the
-    temporary file is removed, ``path`` is left as it was, and OSErrors become OutputError."""
+    mode ``open()`` would give it (0o666 less the umask). On any error the temporary file is
+    removed, ``path`` is left as it was, and OSErrors become OutputError."""
     path = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -43,8 +43,7 @@ def check_model(config) -> None:
             raise UsageError(f"--model {config.model}: {' '.join(str(e).split())}") from None
         return
     if name not in available_models():
-        raise UsageError(unknown_message("model", name, available_models(),
-                                                   spec=config.model))
+        raise UsageError(unknown_message("model", name, available_models(), spec=config.model))
 
 
 def check_memory(config, dry_run: bool) -> bool:

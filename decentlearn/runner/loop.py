@@ -373,7 +373,10 @@ class Runner:
             if comm.n_peers != comm.n_global:
                 finite = comm.allgather_peers(finite)
             if finite.all():
-                row.update(self.evaluate())
+                try:
+                    row.update(self.evaluate())
+                except (ArithmeticError, ValueError):  # values too large to evaluate: the loss
+                    pass  # row alone, and the divergence is what gets reported
         row["wall_seconds"] = time.perf_counter() - start
         return row
 
