@@ -6,6 +6,7 @@ compare them with in-process references. The fault tests launch a run and kill (
 (SIGSTOP) one rank. Skipped, with the reason, only where mpi4py or mpiexec is missing.
 """
 
+import csv
 import json
 import os
 import shutil
@@ -493,3 +494,22 @@ def test_torch_modes_that_mpi_cannot_reproduce_are_refused(mode):
     from decentlearn.mpi.backend import check_supported
     with pytest.raises(ValueError, match=f"torch_mode='{mode}' is not available on the MPI"):
         check_supported(RunConfig(model="torch:mlp", torch_mode=mode))
+
+
+def test_divergence_on_mpi_keeps_metrics_and_exits_3(tmp_path):
+    """qsgd:4 diverges at round 10 (the consensus bound, checked on MPI where the evaluation rows
+    are gathered): one error line, exit status 3 (not a usage mistake's 2), and metrics.csv holds
+    the row that shows the divergence, the same row as the in-process run's."""
+    run = tmp_path / "run"
+    proc = _launch([str(HERE / "mpi_check.py"), "train", str(tmp_path), "--compress", "qsgd:4",
+                    "--out", str(run)])
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 3, stderr[-3000:]
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("decentlearn: error:")]
+    assert len(errors) == 1 and "training diverged at round 10" in errors[0], stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["last_round"] == 10
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in rows] == [10]
+    assert float(rows[0]["consensus_distance"]) > 100.0

@@ -416,10 +416,11 @@ class Runner:
                 row["wall_seconds"] = time.perf_counter() - start
                 self._loss_sum, self._loss_rounds = 0.0, 0
                 result.history.append(row)
-                if split:  # the consensus bound, checked where the rows were gathered
-                    self._check_consensus(t, row["consensus_distance"])
                 for cb in root:
                     cb.on_eval(self, row)
+                if split:  # the consensus bound, checked where the rows were gathered (after
+                    # the callbacks: metrics.csv keeps the row that shows the divergence)
+                    self._check_consensus(t, row["consensus_distance"])
             self.next_round = t + 1
             self._elapsed = time.perf_counter() - start
             self.at_boundary = True
