@@ -110,7 +110,7 @@ def test_copied_read_only_and_recorded_by_digest(tmp_path):
     assert re.fullmatch(r"arrays:arrays:[0-9a-f]{16}", ds.spec)
     config = RunConfig(dataset=ds, peers=2)
     assert config.to_dict()["dataset"] == ds.spec
-    with pytest.raises(TypeError, match="dataset must be a data set spec"):
+    with pytest.raises(TypeError, match="dataset must be a string or an ArrayDataset, got int"):
         RunConfig(dataset=3)
 
 

@@ -125,7 +125,7 @@ def test_cli_stderr_gets_no_log_records(tmp_path):
             proc.communicate()
     lines = err.strip().splitlines()
     # the setup warning (compressed D-PSGD with topk) and the interruption: the CLI's lines only
-    assert len(lines) == 2 and all(line.startswith("decentlearn run: ") for line in lines), err
+    assert len(lines) == 2 and all(line.startswith("decentlearn: ") for line in lines), err
     log = (out / "run.log").read_text()
     assert "WARNING decentlearn.outputs: run interrupted" in log
     assert "WARNING decentlearn.runner: setup problem" in log

@@ -164,8 +164,12 @@ def test_gn_resnet20_the_benchmark_model_has_272474_parameters():
 def test_bad_device_strings_name_the_argument(bad):
     with pytest.raises(ValueError, match=r"^device must be 'cpu', 'cuda' or 'cuda:N'"):
         tdev.parse_device(bad)
-    with pytest.raises(ValueError, match=r"^device \(--device\) must be 'cpu', 'cuda' or"):
-        RunConfig(model="torch:mlp", device=bad)
+    if isinstance(bad, str):
+        with pytest.raises(ValueError, match=r"^device \(--device\) must be 'cpu', 'cuda' or"):
+            RunConfig(model="torch:mlp", device=bad)
+    else:  # the field's type is checked first (runner.config.check_field_types)
+        with pytest.raises(TypeError, match=r"^device must be a string or unset, got int 0"):
+            RunConfig(model="torch:mlp", device=bad)
 
 
 @pytest.mark.parametrize("good", [None, "cpu", "cuda", "cuda:0", "cuda:12"])
@@ -193,9 +197,9 @@ def test_cuda_missing_says_what_is_missing(device):
 
 
 @pytest.mark.parametrize("argv,start", [
-    (["--device", "cuda:x"], "run: device (--device) must be 'cpu', 'cuda' or 'cuda:N'"),
-    (["--device", "tpu"], "run: device (--device) must be 'cpu', 'cuda' or 'cuda:N'"),
-    (["--device", "cpu", "--model", "mlp"], "run: device (--device) applies to torch models"),
+    (["--device", "cuda:x"], "decentlearn: error: device (--device) must be 'cpu', 'cuda' or 'cuda:N'"),
+    (["--device", "tpu"], "decentlearn: error: device (--device) must be 'cpu', 'cuda' or 'cuda:N'"),
+    (["--device", "cpu", "--model", "mlp"], "decentlearn: error: device (--device) applies to torch models"),
 ])
 def test_cli_bad_device_is_one_line_exit_2(capsys, argv, start):
     args = ["run", "--model", "torch:mlp:8", "--rounds", "1", "--peers", "2", "--quiet", *argv]
@@ -209,7 +213,7 @@ def test_cli_cuda_without_cuda_is_one_line_exit_2(capsys, tmp_path):
     assert main(["run", "--model", "torch:mlp:8", "--device", "cuda", "--rounds", "1",
                  "--quiet", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("run: --device cuda: CUDA is not available (torch ") and "\n" not in err
+    assert err.startswith("decentlearn: error: --device cuda: CUDA is not available (torch ") and "\n" not in err
     assert not (tmp_path / "r").exists()  # refused before anything was built
 
 

@@ -214,8 +214,8 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
     a("--device", metavar="DEVICE",
       help="torch models: where the forward/backward passes run: cpu, cuda or cuda:N (the "
            "matrix and the batch are copied there each step, gradients back; optimizer and "
-           "gossip stay on the host; on MPI, cuda gives rank r the GPU r %% count). Default: "
-           "torch views of the host matrix (docs/torch.md, GPU)")
+           "gossip stay on the host; on MPI, cuda gives rank r the GPU r %% count) (default: "
+           "none, torch views of the host matrix; docs/torch.md, GPU)")
     a("--precision", choices=["fp32", "int8"],
       help="arithmetic of the layers' matrix products: fp32 or int8 (int8 GEMMs, stochastic "
            f"rounding of gradients, float32 master weights) {d('precision')}")
