@@ -245,3 +245,28 @@ def test_write_your_own_algorithm(tmp_path, env):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "relaxed options" in proc.stdout and "--beta" in proc.stdout
     assert "relaxation of the gossip step" in " ".join(proc.stdout.split())
+
+
+def test_write_your_own_callback(tmp_path, env):
+    """docs/write-your-own-callback.md's example, run as written (40 rounds): the JSON-lines file
+    holds the run's evaluation rows, and the callback's mean of squared distances to the mean,
+    computed from ``sim.params``, equals the simulator's own ``consensus_distance`` at every
+    evaluation (the simulator computes it in its code, with the peers' mean in float64)."""
+    page = [b for b in blocks(ROOT / "docs" / "write-your-own-callback.md") if b.lang == "python"]
+    script = page[0].body + """
+import math
+assert [r["round"] for r in rows] == [10, 20, 30, 40]
+assert rows == [json.loads(json.dumps(r)) for r in result.history]
+for r in rows:
+    mine = spread.mean_square[r["round"] - 1]
+    assert math.isclose(mine, r["consensus_distance"], rel_tol=1e-9, abs_tol=1e-12), (mine, r)
+assert len(spread.largest) == 40
+assert all(l * l >= m * (1 - 1e-12) for l, m in zip(spread.largest, spread.mean_square))
+print("checked")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("4 rows, last accuracy 0.") and lines[2] == "checked", lines
+    assert lines[1].startswith("40 rounds, farthest peer at the end ")
