@@ -177,6 +177,7 @@ def test_strict_build_fails_on_a_broken_anchor(tmp_path):
     import shutil
     docs = tmp_path / "docs"
     shutil.copytree(ROOT / "docs", docs)
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")  # images the pages take from there
     page = docs / "data.md"
     page.write_text(page.read_text(encoding="utf-8") + "\nSee [torch.md](torch.md#no-such-anchor).\n",
                     encoding="utf-8")
@@ -274,3 +275,22 @@ def test_notebook_page_shows_its_executed_figures(site, path):
         pytest.skip(f"{path.name} is not executed by this build: {'; '.join(missing)}")
     assert page.count('src="data:image/png;base64,') >= 1, path.name
     assert "Traceback" not in page, path.name
+
+
+def test_formula_conversion_and_its_warnings(caplog):
+    """A formula becomes MathML (compared with the MathML written by hand); one that
+    latex2mathml cannot parse, or that uses a command it does not know, is a build warning
+    (so a --strict build fails on it) naming the page and the formula."""
+    pytest.importorskip("latex2mathml")
+    got = mkdocs_hooks.to_mathml(r"x_i \le \frac{1}{n}", False, "page.md")
+    assert got == ('<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow>'
+                   "<msub><mi>x</mi><mi>i</mi></msub><mo>&#x02264;</mo>"
+                   "<mfrac><mrow><mn>1</mn></mrow><mrow><mi>n</mi></mrow></mfrac></mrow></math>")
+    assert not caplog.records
+    with caplog.at_level("WARNING", logger="mkdocs"):
+        mkdocs_hooks.to_mathml(r"\frac{1}{", True, "page.md")
+        mkdocs_hooks.to_mathml(r"\notacommand{x}", False, "page.md")
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all(m.startswith("page.md: ") for m in messages), messages
+    assert "cannot typeset" in messages[0] and "\\notacommand" in messages[1]
+    assert all(r.name.startswith("mkdocs.") and r.levelname == "WARNING" for r in caplog.records)

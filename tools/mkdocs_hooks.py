@@ -18,12 +18,12 @@ mkdocs-jupyter plugin executes during the build; one whose metadata names an opt
 data set that this machine lacks (``"decentlearn": {"requires": [...], "datasets": [...]}``, as
 tests/test_notebooks.py reads it) is rendered without running it, and the build log says why.
 
-Formulas (``$...$`` and ``$$...$$`` in the pages, which ``pymdownx.arithmatex`` marks; the same in
-the notebooks' Markdown cells) are converted to MathML at build time by latex2mathml, so that the
-browser typesets them with no script and no font download. A formula that latex2mathml cannot
-read is a build warning (so an error under ``--strict``). The script tags that nbconvert's template
-points at other hosts (MathJax, mermaid) are removed from the notebook pages: the site makes no
-request to another host.
+Formulas (``$...$`` and ``$$...$$`` in the pages, which ``pymdownx.arithmatex`` marks) are
+converted to MathML at build time by latex2mathml, so that the browser typesets them with no script
+and no font download (the notebooks' Markdown cells hold no formula). A formula that latex2mathml
+cannot read is a build warning (so an error under ``--strict``). The script tags that nbconvert's
+template points at other hosts (MathJax, mermaid) are removed from the notebook pages: the site
+makes no request to another host.
 """
 
 from __future__ import annotations
@@ -329,12 +329,6 @@ def _notebook_file(path: Path, uri: str, config) -> File:
 #: pymdownx.arithmatex (generic mode) output: \(...\) in a span, \[...\] in a div.
 _ARITHMATEX = re.compile(
     r'<(span|div) class="arithmatex">\s*\\([\(\[])(.*?)\\[\)\]]\s*</\1>', flags=re.S)
-#: Notebook Markdown cells keep $$...$$ and $...$ as written (nbconvert leaves them to MathJax).
-_NB_DISPLAY = re.compile(r"\$\$(.+?)\$\$", flags=re.S)
-_NB_INLINE = re.compile(r"(?<![\\$\w])\$(?!\s)([^$\n]+?)(?<!\s)\$(?![\w$])")
-#: The rendered Markdown cells of a notebook page.
-_NB_MARKDOWN = re.compile(
-    r'(<div class="jp-RenderedHTMLCommon jp-RenderedMarkdown[^>]*>)(.*?)(</div>)', flags=re.S)
 #: <script src="https://..."> (MathJax, mermaid) and <script type="module"> importing from a host.
 _REMOTE_SCRIPT = re.compile(
     r'<script[^>]*\ssrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>'
@@ -349,10 +343,17 @@ def to_mathml(tex: str, display: bool, where: str) -> str:
     from latex2mathml.converter import convert
 
     try:
-        return convert(tex, display="block" if display else "inline")
+        mathml = convert(tex, display="block" if display else "inline")
     except Exception as e:  # noqa: BLE001 - latex2mathml raises many types for bad input
         log.warning("%s: cannot typeset the formula %r: %s", where, tex, e)
         return html.escape(tex)
+    # latex2mathml keeps a command it does not know as text (<mi>\foo</mi>): the reader would see
+    # the backslash, so that is a warning too.
+    unknown = re.findall(r"<m[io][^>]*>(\\[A-Za-z]+)</m[io]>", mathml)
+    if unknown:
+        log.warning("%s: the formula %r uses %s, which latex2mathml does not know", where, tex,
+                    ", ".join(dict.fromkeys(unknown)))
+    return mathml
 
 
 def on_page_content(content, page, config, files):
@@ -361,12 +362,4 @@ def on_page_content(content, page, config, files):
         lambda m: to_mathml(html.unescape(m.group(3)).strip(), m.group(2) == "[", where), content)
     if where.endswith(".ipynb"):
         content = _REMOTE_SCRIPT.sub("", content)
-        content = _NB_MARKDOWN.sub(
-            lambda m: m.group(1) + _notebook_math(m.group(2), where) + m.group(3), content)
     return content
-
-
-def _notebook_math(fragment: str, where: str) -> str:
-    fragment = _NB_DISPLAY.sub(lambda m: to_mathml(html.unescape(m.group(1)).strip(), True, where),
-                               fragment)
-    return _NB_INLINE.sub(lambda m: to_mathml(html.unescape(m.group(1)), False, where), fragment)
