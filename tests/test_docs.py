@@ -203,6 +203,8 @@ def test_warnings_of_reads_the_build_log():
 _LOADED = re.compile(r"<(script|link|img|iframe|source|audio|video|embed|object|image|use)\b[^>]*>",
                      flags=re.I)
 _URL_ATTR = re.compile(r"\b(src|href|srcset|data|xlink:href)\s*=\s*[\"']([^\"']*)[\"']", flags=re.I)
+_INLINE_SCRIPT = re.compile(r"<script\b(?![^>]*\bsrc=)[^>]*>(.*?)</script>", flags=re.S | re.I)
+_JS_URL = re.compile(r"[\"'`](?:https?:)?//[^\"'`\s]+")
 _CSS_URL = re.compile(r"(?:url\(\s*[\"']?|@import\s+[\"'])((?:https?:)?//[^\"')\s]+)", flags=re.I)
 
 
@@ -220,6 +222,9 @@ def remote_urls(site: Path) -> list[str]:
                 for _, url in _URL_ATTR.findall(tag.group(0)):
                     if re.match(r"\s*(https?:)?//", url):
                         found.append(f"{rel}: {tag.group(0)[:160]}")
+            # Inline scripts: a URL in a script's text is one it may fetch (import(), fetch()).
+            for body in _INLINE_SCRIPT.findall(text):
+                found += [f"{rel}: inline script: {url}" for url in _JS_URL.findall(body)]
         if path.suffix in (".html", ".css"):
             found += [f"{rel}: {url}" for url in _CSS_URL.findall(text)]
     return found
@@ -235,11 +240,13 @@ def test_remote_urls_are_found():
             '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>'
             '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto">'
             '<img alt="x" src="//example.org/a.png"><a href="https://arxiv.org/abs/1">paper</a>'
-            '<script src="../assets/local.js"></script>')
+            '<script src="../assets/local.js"></script>'
+            '<script type="module">const m = await import("https://cdn.x/mermaid.mjs");</script>'
+            '<script>var local = "./search.js";</script>')
         (tmp / "b.css").write_text("@font-face{src:url(https://fonts.gstatic.com/r.woff2)}")
         found = remote_urls(tmp)
-    assert len(found) == 4, found
-    assert not any("arxiv" in f or "local.js" in f for f in found), found
+    assert len(found) == 5, found
+    assert not any("arxiv" in f or "local.js" in f or "search.js" in f for f in found), found
 
 
 def test_site_loads_nothing_from_another_host(site):

@@ -329,11 +329,13 @@ def _notebook_file(path: Path, uri: str, config) -> File:
 #: pymdownx.arithmatex (generic mode) output: \(...\) in a span, \[...\] in a div.
 _ARITHMATEX = re.compile(
     r'<(span|div) class="arithmatex">\s*\\([\(\[])(.*?)\\[\)\]]\s*</\1>', flags=re.S)
-#: <script src="https://..."> (MathJax, mermaid) and <script type="module"> importing from a host.
+#: What nbconvert's template adds for MathJax and mermaid, both fetched from a CDN: a script with a
+#: remote (or, with no MathJax URL given, empty) src, MathJax's inline configuration, and the
+#: module that imports mermaid from a CDN when a page has a diagram.
 _REMOTE_SCRIPT = re.compile(
-    r'<script[^>]*\ssrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>'
-    r'|<script type="module">(?:(?!</script>).)*?from\s+["\'](?:https?:)?//'
-    r'(?:(?!</script>).)*</script>',
+    r'<script[^>]*\ssrc="(?:(?:https?:)?//[^"]*)?"[^>]*>\s*</script>'
+    r'|<script type="text/x-mathjax-config">.*?</script>'
+    r'|<script type="module">(?:(?!</script>).)*?(?:https?:)?//(?:(?!</script>).)*</script>',
     flags=re.S)
 
 
