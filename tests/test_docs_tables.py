@@ -30,7 +30,8 @@ def _decentlearn_under_test(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
 
 
-@pytest.mark.parametrize("name", sorted(TABLES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if t.slow else [])
+                                  for n, t in sorted(TABLES.items())])
 def test_published_table_is_what_its_commands_print(name):
     table = TABLES[name]
     made = docs_tables.make(table)

@@ -55,6 +55,8 @@ class Table:
     columns: tuple[tuple[str, str], ...]
     #: A sentence of figures derived from the rows (a function of {label: {key: printed text}}).
     sentence: object = None
+    #: Minutes rather than seconds to make: its test runs with the slow ones (pytest -m slow).
+    slow: bool = False
 
 
 def _noniid_sentence(f: dict) -> str:
@@ -101,6 +103,16 @@ TABLES = (
         columns=(("test accuracy (peers mean)", "mean"), ("average model", "avg"),
                  ("bytes sent", "bytes")),
         sentence=_choco_sentence,
+    ),
+    Table(
+        name="int8-cnn",
+        files=("docs/low-precision.md",),
+        rows=tuple((f"`{model}`, {precision}",
+                    f"decentlearn run --partition iid --model {model} --rounds 150 "
+                    f"--precision {precision} --out runs/{model.replace(':', '-')}-{precision}")
+                   for model in ("cnn", "cnn:gn") for precision in ("fp32", "int8")),
+        columns=(("test accuracy (peers mean)", "mean"), ("average model", "avg")),
+        slow=True,
     ),
 )
 
