@@ -24,6 +24,24 @@ convolutions. Thread discipline: process CPU seconds / wall seconds of decentlea
 ``threads`` and at 1 thread (above the thread count would be oversubscription) and the OpenMP
 runtimes loaded. Inputs are random; absolute seconds move with the machine's load (the JSON
 records the load average), ratios much less.
+
+With ``--device DEVICE`` (cuda, cuda:N or cpu) it measures instead a whole round on that device
+against the CPU:
+
+    PYTHONPATH=. python benchmarks/bench_torch.py --device cuda [--model resnet20:gn]
+        [--peers 16,64] [--batch 32] [--image-size 32] [--repeat 3] [--cpu-threads 2,all]
+
+For each peer count, one run (``Simulator`` on random 3xSxS data, D-PSGD, ring, SGD momentum
+0.9) per case, every case in the same process, interleaved, best of ``repeat`` after a warm-up
+round; a round is ``algorithm.round(runner.sample, t)``: sampling the minibatches, forward and
+backward of every peer, the optimizer step, the gossip and the byte count. Cases: the device
+path (``device=DEVICE``, host kernels on all cores), the same with cuDNN's autotuner instead of
+deterministic kernels (CUDA only; run last, the settings are process-wide), and the CPU host path
+(``--cpu-mode``, default ``grouped:1``, the mode ``auto`` picks for ResNet-20 on CPUs) at each
+``--cpu-threads`` count. Also, for the device case, the forward/backward call alone (matrix and
+batch to the device, gradients back) and the copy of the (P, dim) matrix to the device and back
+alone (through pinned staging buffers, the default, and straight from pageable memory). Ratios
+are CPU round / device round. Needs no GPU with ``--device cpu`` (a smoke test).
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import platform
 import time
@@ -212,15 +231,173 @@ def bench_model(name: str, P: int, B: int, threads: int, repeat: int,
     return out
 
 
+def _sync(device: str | None) -> None:
+    if device is not None and device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _device_runner(spec: str, P: int, B: int, S: int, threads: int, device: str | None,
+                   cpu_mode: str):
+    """A runner of D-PSGD on the ring over random (3, S, S) data, 10 classes, 64 samples per
+    peer (sampling draws real minibatches), set up for ``device`` (None: the CPU host path)."""
+    from decentlearn.data import Dataset
+    from decentlearn.sim import RunConfig, Simulator
+    rng = np.random.default_rng(0)
+    n = 64 * P
+    ds = Dataset(name="random", x_train=rng.standard_normal((n, 3, S, S), dtype=np.float32),
+                 y_train=rng.integers(0, 10, n), x_test=np.zeros((10, 3, S, S), np.float32),
+                 y_test=np.arange(10), n_classes=10, input_shape=(3, S, S))
+    cfg = RunConfig(model=f"torch:{spec}", peers=P, topology="ring", algorithm="dpsgd",
+                    partition="iid", batch_size=B, lr=LR, momentum=MOMENTUM, threads=threads,
+                    rounds=1_000_000, eval_every=1_000_000, device=device,
+                    torch_mode="batched" if device is not None else cpu_mode)
+    return Simulator(cfg, dataset=ds)
+
+
+def bench_device(args) -> dict:
+    """Whole D-PSGD rounds on ``args.device`` against the CPU host path (module docstring)."""
+    device = args.device
+    cuda = device.startswith("cuda")
+    all_cores = os.cpu_count() or 1
+    cpu_threads = sorted({all_cores if t == "all" else int(t)
+                          for t in args.cpu_threads.split(",")})
+    report: dict = {
+        "benchmark": "one whole D-PSGD round (ring, SGD momentum 0.9): sampling, forward and "
+                     "backward of every peer, optimizer step, gossip, byte count",
+        "model": f"torch:{args.model}", "batch": args.batch,
+        "input_shape": [3, args.image_size, args.image_size], "device": device,
+        "cpu_mode": args.cpu_mode, "repeat": args.repeat, "peers": {}}
+    if cuda:
+        from decentlearn.torch.device import cuda_report
+        report["cuda"] = cuda_report()
+        gpu = torch.cuda.get_device_name(torch.device(device))
+        print(f"device {device}: {gpu}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+              f"TF32 convolutions {torch.backends.cudnn.allow_tf32}, TF32 matmul "
+              f"{torch.backends.cuda.matmul.allow_tf32} (PyTorch's defaults)")
+    print(f"CPU: {cpu_info()['model_name']}, {all_cores} CPUs (load average "
+          f"{os.getloadavg()[0]:.1f})")
+    for P in [int(p) for p in str(args.peers).split(",")]:
+        sims = {f"device {device}": _device_runner(args.model, P, args.batch, args.image_size,
+                                                   all_cores, device, args.cpu_mode)}
+        for t in cpu_threads:
+            sims[f"cpu {t} threads"] = _device_runner(args.model, P, args.batch,
+                                                      args.image_size, t, None, args.cpu_mode)
+        dev_sim = sims[f"device {device}"]
+        dim = dev_sim.model.dim
+
+        def round_case(sim, dev):
+            def run(t: int) -> None:
+                sim.model.n_threads = sim.config.threads  # torch's pool is process-wide
+                sim.comm.n_threads = sim.config.threads
+                sim.algorithm.round(sim.sample, t)
+                _sync(dev)
+            return run
+
+        cases = {k: round_case(sim, device if k.startswith("device") else None)
+                 for k, sim in sims.items()}
+        x, y = dev_sim.sample()
+        X = dev_sim.algorithm.params.copy()
+        G = np.empty_like(X)
+
+        def fwd_bwd(t: int) -> None:
+            dev_sim.model.n_threads = all_cores
+            dev_sim.model.loss_and_grad(X, x, y, grad=G)
+            _sync(device)
+
+        def copies(t: int) -> None:  # the (P, dim) matrix to the device and back
+            d = dev_sim.model._device_params(X)
+            dev_sim.model._download("grad", d, G)
+
+        cases["device forward/backward call"] = fwd_bwd
+        cases["device matrix copy both ways"] = copies
+        if cuda:  # the same copies without the pinned staging buffers
+            def pageable(t: int) -> None:
+                dev_sim.model.pin_memory = False
+                try:
+                    copies(t)
+                finally:
+                    dev_sim.model.pin_memory = True
+            cases["device matrix copy both ways, pageable"] = pageable
+        best, cpu_s = _interleaved(cases, args.repeat)
+        if cuda:  # cuDNN's autotuner, non-deterministic kernels: process-wide, so measured last
+            torch.use_deterministic_algorithms(False)
+            torch.backends.cudnn.deterministic = False
+            torch.backends.cudnn.benchmark = True
+            fast = _interleaved({"device, autotuned (non-deterministic)":
+                                 round_case(dev_sim, device)}, args.repeat)
+            best.update(fast[0])
+            cpu_s.update(fast[1])
+            from decentlearn.torch.device import make_deterministic
+            make_deterministic()
+        dev_round = best[f"device {device}"]
+        r = {"dim": dim, "seconds": best, "cpu_seconds": cpu_s,
+             "ratio_cpu_round_over_device_round": {
+                 k: best[k] / dev_round for k in sims if k.startswith("cpu")},
+             "device_round_fraction": {
+                 "forward_backward_call": best["device forward/backward call"] / dev_round,
+                 "matrix_copy_both_ways": best["device matrix copy both ways"] / dev_round,
+                 "matrix_copy_both_ways_pageable":
+                     best.get("device matrix copy both ways, pageable", math.nan) / dev_round}}
+        report["peers"][str(P)] = r
+        print(f"{P} peers, torch:{args.model} (dim {dim:,}), batch {args.batch}, "
+              f"{args.image_size}x{args.image_size}, best of {args.repeat}:")
+        for k, v in best.items():
+            extra = (f"  ({best[k] / dev_round:.1f}x the device round)"
+                     if k.startswith("cpu") else "")
+            print(f"  {k:<40} {1e3 * v:9.1f} ms{extra}")
+        frac = r["device_round_fraction"]
+        print(f"  of the device round: forward/backward call "
+              f"{100 * frac['forward_backward_call']:.0f}%, matrix copy both ways "
+              f"{100 * frac['matrix_copy_both_ways']:.1f}%")
+        for sim in sims.values():
+            sim.comm.close()
+    report.update({
+        "machine": {"cpu_count": all_cores, "platform": platform.platform(), "cpu": cpu_info(),
+                    "load_average_1_5_15_after": os.getloadavg()},
+        "versions": {"decentlearn": decentlearn.__version__, "torch": torch.__version__,
+                     "cuda": torch.version.cuda, "numpy": np.__version__}})
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet20,cnn,mlp")
-    ap.add_argument("--peers", type=int, default=16)
+    ap.add_argument("--peers", default=None,
+                    help="peers (with --device: a comma-separated list, default 16,64)")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="best of this many rounds (default 2; 3 with --device)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "torch.json"))
+    ap.add_argument("--device", default=None,
+                    help="cuda, cuda:N or cpu: measure whole rounds on that device against the "
+                         "CPU (module docstring)")
+    ap.add_argument("--model", default="resnet20:gn", help="with --device: the torch model")
+    ap.add_argument("--image-size", type=int, default=32, help="with --device: S of 3xSxS")
+    ap.add_argument("--cpu-threads", default="2,all",
+                    help="with --device: CPU thread counts of the baseline rounds")
+    ap.add_argument("--cpu-mode", default="grouped:1",
+                    help="with --device: --torch-mode of the CPU baseline")
+    ap.add_argument("--out", default=None,
+                    help="JSON report (default benchmarks/results/torch.json, or "
+                         "torch_device.json with --device)")
     args = ap.parse_args()
+    results = Path(__file__).parent / "results"
+    if args.device is not None:
+        from decentlearn.torch.device import parse_device
+        try:
+            parse_device(args.device, "--device")
+        except ValueError as e:
+            ap.error(str(e))
+        args.peers = args.peers or "16,64"
+        args.repeat = args.repeat or 3
+        report = bench_device(args)
+        out = Path(args.out or results / "torch_device.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        return
+    args.peers = int(args.peers or 16)
+    args.repeat = args.repeat or 2
+    args.out = args.out or str(results / "torch.json")
     P, B = args.peers, args.batch
     names = args.models.split(",")
     for name in names:

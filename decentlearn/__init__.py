@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import pkgutil
 import platform
 
@@ -24,10 +25,15 @@ def _submodules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
+# Library logging (decentlearn.outputs.runlog): records go where the application configures
+# them; without configuration none reach Python's last-resort stderr handler (the CLI reports
+# warnings and errors itself, one line each).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 #: Names re-exported from submodules, imported on first access.
 _EXPORTS = {"simulate": "sim", "RunConfig": "sim", "Simulator": "sim", "Result": "sim",
             "Callback": "sim", "DivergenceError": "sim", "SetupWarning": "sim",
-            "RunWriter": "outputs.rundir"}
+            "RunWriter": "outputs.rundir", "ArrayDataset": "data", "load_peers": "outputs"}
 
 
 def __getattr__(name: str):

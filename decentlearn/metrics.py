@@ -11,8 +11,14 @@ import numpy as np
 COLUMNS = (
     "round", "train_loss", "test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
     "test_accuracy_avg_model", "test_loss_avg_model", "consensus_distance", "bytes_sent_total",
-    "bytes_sent_max_peer", "wall_seconds",
+    "bytes_sent_max_peer", "bytes_peer", "bytes_client_to_server", "bytes_server_to_client",
+    "wall_seconds",
 )
+
+#: The byte columns by direction, cumulative since round 0, never overlapping: peer to peer
+#: (gossip, all-reduce, point-to-point), client to server, server to client. Their sum is
+#: ``bytes_sent_total``.
+BYTE_COLUMNS = ("bytes_peer", "bytes_client_to_server", "bytes_server_to_client")
 
 
 def consensus_distance(X: np.ndarray, chunk: int = 1 << 14) -> float:

@@ -6,7 +6,9 @@ An algorithm (or any stateful part of a run) declares its state as a tuple of :c
 ``edge`` arrays one row per directed edge of a static graph in CSR order (a process keeps its
 peers' in-edges), and ``replicated`` values are the same on every process (a server's model).
 Checkpoints, the MPI backend's gather and scatter, churn (an offline peer's rows are frozen) and
-the memory estimate all read that declaration, never the arrays' shapes.
+the memory estimate all read that declaration, never the arrays' shapes. Work arrays that are
+not state (overwritten before use) are declared apart, in a class's ``scratch`` names
+(:func:`declared_scratch`), so that the memory estimate counts them too.
 
 The state itself is a flat dict ``name -> value``: NumPy arrays and NumPy scalars (kept with their
 dtype), or JSON values (None, bool, int, float, str, lists/dicts of those; a
@@ -23,7 +25,7 @@ import numpy as np
 
 from decentlearn.errors import CheckpointError
 
-__all__ = ["CheckpointError", "StateSpec", "check_json", "edge",
+__all__ = ["CheckpointError", "StateSpec", "check_json", "declared_scratch", "edge",
            "is_array", "join_rows", "load_attrs",
            "nest", "replicated", "row", "state_of", "subtree", "take_rows"]
 
@@ -58,6 +60,23 @@ def edge(*names: str) -> tuple[StateSpec, ...]:
 def replicated(*names: str) -> tuple[StateSpec, ...]:
     """State that is the same on every process (a server's model, counters, scalars)."""
     return tuple(StateSpec(n, "replicated") for n in names)
+
+
+def declared_scratch(obj: Any) -> dict[str, np.ndarray]:
+    """The work arrays ``obj`` declares in the ``scratch`` attribute of its classes: buffers it
+    keeps between rounds but overwrites before use, so they are not state (not checkpointed, not
+    split between processes), yet they take memory, which the memory estimate counts. An
+    attribute may hold an array, None (not made yet) or a list of arrays (``name.0``, ...)."""
+    out: dict[str, np.ndarray] = {}
+    for klass in type(obj).__mro__:
+        for name in vars(klass).get("scratch", ()):
+            value = obj.__dict__.get(name) if hasattr(obj, "__dict__") else None
+            if isinstance(value, np.ndarray):
+                out[name] = value
+            elif isinstance(value, (list, tuple)):
+                out.update({f"{name}.{i}": a for i, a in enumerate(value)
+                            if isinstance(a, np.ndarray)})
+    return out
 
 
 # ---- state of objects ------------------------------------------------------------------------

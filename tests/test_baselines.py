@@ -79,9 +79,12 @@ def test_allreduce_compressed_dense_reference():
 
 
 def test_fedavg_partial_participation_matches_dense(record_batches):
+    """McMahan et al. 2017, Algorithm 1: the round's clients weighted by n_k / sum_j n_j."""
     sim = _sim(algorithm="fedavg", participation=0.5, local_steps=2)
     draws = record_batches(sim)
     alg = sim.algorithm
+    n_k = sim.partition.sizes.astype(np.float64)
+    assert len(set(n_k)) > 1  # unequal sample counts: the weights matter
     server = sim.params[0].astype(np.float64).copy()
     sim.run()
     n, dim = sim.params.shape
@@ -92,17 +95,20 @@ def test_fedavg_partial_participation_matches_dense(record_batches):
         x = np.broadcast_to(server, (n, dim)).copy()
         for xb, yb in draws[2 * t:2 * t + 2]:
             x[clients] = _local(sim.model, x[clients], xb[clients], yb[clients], 0.1)
-        server = server + (x[clients] - server).mean(axis=0)
+        w = n_k[clients] / n_k[clients].sum()
+        server = server + w @ (x[clients] - server)
         uploads[clients] += 4 * dim
     np.testing.assert_allclose(sim.params, np.broadcast_to(server, (n, dim)), atol=2e-5)
-    np.testing.assert_array_equal(sim.comm.bytes_sent, uploads)
+    np.testing.assert_array_equal(sim.comm.upload_bytes, uploads)
+    assert not sim.comm.bytes_sent.any()  # no peer-to-peer traffic
     assert sim.comm.server_bytes_sent == 3 * 3 * 4 * dim
     assert len({tuple(alg.clients(t)) for t in range(10)}) > 1
 
 
 def test_fedavg_full_participation_equals_allreduce():
+    """With uniform weights and every peer a client, FedAvg is local steps then the exact mean."""
     a = simulate(RunConfig(peers=6, rounds=3, eval_every=3, algorithm="fedavg", local_steps=2,
-                           momentum=0.0))
+                           momentum=0.0, weighting="uniform"))
     b = simulate(RunConfig(peers=6, rounds=3, eval_every=3, algorithm="allreduce", local_steps=2,
                            momentum=0.0))
     np.testing.assert_allclose(a.params, b.params, atol=1e-5)
@@ -111,10 +117,12 @@ def test_fedavg_full_participation_equals_allreduce():
 def test_stc_fl_matches_dense_error_feedback_on_both_sides(record_batches):
     """Sattler et al. (2019), Algorithm 2, written densely: client and server residuals, partial
     participation. A deterministic value-independent compressor (keep the even entries) for both
-    directions, so float64 and float32 roundings cannot change what is kept."""
+    directions, so float64 and float32 roundings cannot change what is kept. The server weights
+    the clients by n_k / sum_j n_j (the default weighting)."""
     sim = _sim(algorithm="stc-fl", participation=0.5, rounds=4, eval_every=4)
     draws = record_batches(sim)
     alg = sim.algorithm
+    n_k = sim.partition.sizes.astype(np.float64)
     alg.compressor = alg.server_compressor = up = down = KeepHalf()
 
     def C(comp, v):
@@ -153,7 +161,7 @@ def test_stc_fl_matches_dense_error_feedback_on_both_sides(record_batches):
         acc = e_client[clients] + (x[clients] - server)
         sent = C(up, acc)
         e_client[clients] = acc - sent
-        a = e_server + sent.mean(axis=0)
+        a = e_server + (n_k[clients] / n_k[clients].sum()) @ sent
         upd = C(down, a[None])[0]
         e_server = a - upd
         last_down = down.compress(a[None].astype(np.float32)).nbytes
@@ -192,7 +200,8 @@ def test_fedhisyn_equal_speeds_is_fedavg():
 
 def test_fedhisyn_rings_hops_and_bytes(record_batches):
     """Dense reference: categories by speed quantile, hops = min(hops_max, floor(s_c / s_min)),
-    train then pass along the category ring between hops, server average of all models."""
+    train then pass along the category ring between hops, server average of all models weighted
+    by the devices' sample counts."""
     sim = _sim(algorithm="fedhisyn", speeds="uniform:1:4", categories=2, hops_max=3, rounds=2,
                eval_every=2, local_steps=1)
     alg = sim.algorithm
@@ -217,10 +226,12 @@ def test_fedhisyn_rings_hops_and_bytes(record_batches):
             for members in cats:
                 if hops[members[0]] > hop + 1:
                     x[members] = x[np.roll(members, 1)]
-        server = x.mean(axis=0)
+        w = sim.partition.sizes / sim.partition.sizes.sum()
+        server = w @ x
     np.testing.assert_allclose(sim.params[0], server, atol=2e-5)
     passes = np.maximum(hops - 1, 0)
-    np.testing.assert_array_equal(sim.comm.bytes_sent, 2 * 4 * dim * (1 + passes))
+    np.testing.assert_array_equal(sim.comm.bytes_sent, 2 * 4 * dim * passes)
+    np.testing.assert_array_equal(sim.comm.upload_bytes, np.full(n, 2 * 4 * dim))
     assert sim.comm.server_bytes_sent == 2 * n * 4 * dim
 
 
@@ -244,9 +255,10 @@ def test_fedhisyn_rejects_bad_speeds_and_compression():
 
 
 def test_server_bytes_are_reported_and_in_the_totals():
-    """The bytes a server sends are counted (closed form: FedAvg and FedHiSyn broadcast the 4·dim
-    float32 model to each of the round's clients), reported in their own column and in
-    summary.json, added to bytes_sent_total, and each algorithm's report() reaches summary.json."""
+    """The bytes of each direction have their own column and summary.json field (closed form:
+    FedAvg and FedHiSyn broadcast the 4·dim float32 model to each of the round's clients), their
+    sum is bytes_sent_total, and each algorithm's report() reaches summary.json
+    (tests/test_reference_server.py checks the counts of every server baseline)."""
     rounds, peers = 3, 6
     for name, extra, clients in (("fedavg", dict(participation=0.5), 3),
                                  ("fedhisyn", dict(participation=0.5, categories=2), 3)):
@@ -254,24 +266,24 @@ def test_server_bytes_are_reported_and_in_the_totals():
         result = sim.run()
         dim, s = sim.model.dim, result.summary
         server = rounds * clients * 4 * dim
-        assert s["bytes_sent_server"] == server == s["algorithm_report"]["server_bytes_sent"]
-        assert s["bytes_sent_total"] == int(sim.comm.bytes_sent.sum()) + server
+        assert s["bytes_server_to_client"] == server == s["algorithm_report"]["server_bytes_sent"]
+        assert s["bytes_client_to_server"] == server  # one float32 model up per client
+        assert s["bytes_sent_total"] == s["bytes_peer"] + 2 * server
+        assert s["bytes_peer"] == int(sim.comm.bytes_sent.sum())
         assert s["algorithm_report"]["clients_per_round"] == clients
-        assert [row["bytes_sent_server"] for row in result.history] == \
+        assert [row["bytes_server_to_client"] for row in result.history] == \
             [(t + 1) * clients * 4 * dim for t in range(rounds)]
-    # FedAvg without compression: every client uploads 4·dim bytes too, so half is the server's.
-    sim = _sim(algorithm="fedavg", participation=0.5, rounds=rounds)
-    s = sim.run().summary
-    assert s["bytes_sent_total"] == 2 * s["bytes_sent_server"] == 2 * rounds * 3 * 4 * sim.model.dim
     # STC-FL: the server's downstream messages (exact sizes), and its own counters.
     sim = _sim(algorithm="stc-fl", participation=0.5, compress="stc:0.1")
     s = sim.run().summary
-    assert s["bytes_sent_server"] == sim.comm.server_bytes_sent > 0
-    assert s["bytes_sent_total"] == int(sim.comm.bytes_sent.sum()) + sim.comm.server_bytes_sent
-    # Decentralized algorithms have no server column; their reports still reach summary.json.
+    assert s["bytes_server_to_client"] == sim.comm.server_bytes_sent > 0
+    assert s["bytes_client_to_server"] == int(sim.comm.upload_bytes.sum()) > 0
+    assert s["bytes_sent_total"] == s["bytes_client_to_server"] + s["bytes_server_to_client"]
+    # Decentralized algorithms: zero server columns; their reports still reach summary.json.
     sim = _sim(algorithm="skewscout", skew_probe_every=1, rounds=2, eval_every=2)
     s = sim.run().summary
-    assert "bytes_sent_server" not in s
+    assert s["bytes_server_to_client"] == s["bytes_client_to_server"] == 0
+    assert s["bytes_sent_total"] == s["bytes_peer"] > 0
     report = s["algorithm_report"]
     assert json_clean(report) == json_clean(sim.algorithm.report())
     # Each probe sends every peer's model once to the next peer: n · 4·dim bytes.

@@ -306,12 +306,12 @@ def test_out_unusable_is_one_line(tmp_path, capsys, kind):
     assert len(err.strip().splitlines()) == 1 and str(out) in err
 
 
-@pytest.mark.parametrize("n_ok,failing", [(0, "config.toml"), (4, "metrics.csv"),
-                                          (8, "summary.json")])
+@pytest.mark.parametrize("n_ok,failing", [(0, "config.toml"), (5, "metrics.csv"),
+                                          (6, "peers.csv"), (14, "summary.json")])
 def test_full_disk_is_one_line_and_leaves_no_empty_file(tmp_path, monkeypatch, capsys, n_ok,
                                                         failing):
-    """ENOSPC injected at the (n_ok + 1)-th write (config, running summary, rows 1 to 6, final
-    summary):
+    """ENOSPC injected at the (n_ok + 1)-th write (config, running summary, then per evaluation
+    the peers' rows and the metrics row, 6 times, final summary):
     one line naming the file and "no space", exit 2, no 0-byte or partial file."""
     from test_results import full_disk_after
     out = tmp_path / "run"
@@ -325,7 +325,7 @@ def test_full_disk_is_one_line_and_leaves_no_empty_file(tmp_path, monkeypatch, c
         assert not (out / name).exists() or (out / name).stat().st_size > 0
     if n_ok:
         assert json.loads((out / "summary.json").read_text())["status"] == "running"
-        assert len(csv_rows(out / "metrics.csv")) == min(n_ok - 2, 6)
+        assert len(csv_rows(out / "metrics.csv")) == min((n_ok - 2) // 2, 6)
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -484,8 +484,10 @@ def test_algorithm_options_have_their_own_help_group(capsys):
               for g in run._action_groups if g.title.endswith(" options")}
     # One group per set of algorithms sharing the options, generated from their Options.
     assert groups["choco options"] == {"--gamma"}
-    assert groups["compngc, ngc options"] == {"--ngc-alpha"}
-    assert groups["fedavg, fedhisyn, stc-fl options"] == {"--participation"}
+    assert groups["compngc, ngc options"] == {"--ngc-alpha", "--ngc-gamma", "--ngc-weights",
+                                              "--ngc-self-gradient"}
+    assert groups["compngc options"] == {"--compngc-local"}
+    assert groups["fedavg, fedhisyn, stc-fl options"] == {"--participation", "--weighting"}
     assert groups["fedhisyn options"] == {"--categories", "--speeds", "--hops-max"}
     assert groups["stc-fl options"] == {"--server-compress"}
     assert groups["skewscout options"] == {"--skew-target", "--skew-probe-every",

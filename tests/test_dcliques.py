@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from decentlearn import algorithms, comm, topology as T
+from decentlearn import comm, topology as T
 from decentlearn.topology import dcliques
 from decentlearn.cli import main
 from decentlearn.data import make_partition
@@ -26,11 +26,11 @@ def dirichlet(n: int, seed: int = 0) -> np.ndarray:
     return make_partition("dirichlet:0.5", y, n, seed=seed).histogram(y, 10)
 
 
-def dense_skews(h: np.ndarray, cliques: np.ndarray) -> np.ndarray:
-    p = h / h.sum(axis=1, keepdims=True)
-    glob = p.mean(axis=0)
-    return np.array([sum(abs(p[c].mean(axis=0)[l] - glob[l]) for l in range(h.shape[1]))
-                     for c in cliques])
+def dense_skews(h: np.ndarray, cliques) -> np.ndarray:
+    """The paper's skew with pooled counts: sum_l |sum_C h(l) / sum_C |h| - sum h(l) / sum |h||."""
+    glob = h.sum(axis=0) / h.sum()
+    return np.array([sum(abs(h[c].sum(axis=0)[l] / h[c].sum() - glob[l])
+                         for l in range(h.shape[1])) for c in cliques])
 
 
 def test_greedy_swap_makes_balanced_cliques_under_one_class_skew() -> None:
@@ -45,23 +45,30 @@ def test_greedy_swap_makes_balanced_cliques_under_one_class_skew() -> None:
 
 def test_greedy_swap_lowers_skew_and_reports_it_exactly() -> None:
     h = dirichlet(200)
-    dist = dcliques.label_distributions(h, 200)
-    start = dcliques.greedy_swap(dist, 10, seed=3, iterations=0)
-    final = dcliques.greedy_swap(dist, 10, seed=3)
-    assert sorted(final.ravel().tolist()) == list(range(200))
-    np.testing.assert_allclose(dcliques.clique_skews(dist, final), dense_skews(h, final),
+    start = dcliques.greedy_swap(h, 10, seed=3, steps=0)
+    final = dcliques.greedy_swap(h, 10, seed=3)
+    assert sorted(np.concatenate(final).tolist()) == list(range(200))
+    np.testing.assert_allclose(dcliques.clique_skews(h, final), dense_skews(h, final),
                                atol=1e-12)
     assert dense_skews(h, final).sum() < 0.5 * dense_skews(h, start).sum()
     random_split = np.random.default_rng(0).permutation(200).reshape(20, 10)
     assert dense_skews(h, final).mean() < 0.5 * dense_skews(h, random_split).mean()
 
 
+def exponential_links(m: int) -> int:
+    """Pairs of cliques at ring distance 1, 2, 4, ... (mod m), counted densely."""
+    dist = {min(d % m, -d % m) for d in (2 ** k for k in range(m.bit_length()))} - {0}
+    return sum(m if 2 * d != m else m // 2 for d in dist)
+
+
 @pytest.mark.parametrize(("inter", "links"), [("ring", lambda m: m),
                                               ("fully-connected", lambda m: m * (m - 1) // 2),
+                                              ("exponential", exponential_links),
                                               ("small-world", None), ("fractal", None)])
 @pytest.mark.parametrize("weights", ["metropolis", "clique"])
-def test_layouts_and_weights_give_valid_sparse_graphs(inter, links, weights) -> None:
-    n, size = 120, 10
+@pytest.mark.parametrize("n", [120, 125])
+def test_layouts_and_weights_give_valid_sparse_graphs(inter, links, weights, n) -> None:
+    size = 10
     top = T.make(f"d-cliques:{size}:{inter}", n, labels=dirichlet(n), weights=weights)
     w = top.mixing_matrix()
     np.testing.assert_allclose(w.sum(axis=0), 1.0, atol=1e-12)
@@ -71,14 +78,20 @@ def test_layouts_and_weights_give_valid_sparse_graphs(inter, links, weights) -> 
     same = top.groups[:, None] == top.groups[None, :]
     assert adj[same & ~np.eye(n, dtype=bool)].all()  # every clique is complete
     inter_edges = int(np.triu(adj & ~same).sum())
+    m = -(-n // size)
     if links is not None:
-        assert inter_edges == links(n // size)
+        assert inter_edges == links(m)
     assert connected_components(sp.csr_array(adj))[0] == 1
-    assert top.edge_count() == top.info["edges"] == n * (size - 1) // 2 + inter_edges
-    inter_deg = (adj & ~same).sum(axis=1)
-    for g in range(n // size):  # inter-clique edges spread over a clique's members
-        members = inter_deg[top.groups == g]
-        assert members.max() - members.min() <= 1
+    sizes = np.bincount(top.groups)
+    assert sizes.tolist() == [size] * (n // size) + ([n % size] if n % size else [])
+    intra = int((sizes * (sizes - 1) // 2).sum())
+    assert top.edge_count() == top.info["edges"] == intra + inter_edges
+    assert top.info["edges_inter_clique"] == inter_edges
+    if inter in ("ring", "fully-connected", "exponential"):  # the others: test_reference_dcliques
+        inter_deg = (adj & ~same).sum(axis=1)
+        for g in range(m):  # inter-clique edges spread over a clique's members
+            members = inter_deg[top.groups == g]
+            assert members.max() - members.min() <= 1
 
 
 def test_clique_weights_match_their_formula() -> None:
@@ -98,6 +111,23 @@ def test_clique_weights_match_their_formula() -> None:
     np.testing.assert_allclose(single.mixing_matrix(), np.full((10, 10), 0.1), atol=1e-15)
 
 
+def test_clique_weights_with_a_smaller_last_clique() -> None:
+    # 16 peers in cliques of 10 and 6: every member still gives 1/SIZE = 1/10 to each member of
+    # its clique, so W stays symmetric, doubly stochastic and nonnegative.
+    top = T.make("d-cliques:10:ring", 16, labels=one_class(16), weights="clique")
+    w = top.mixing_matrix()
+    same = top.groups[:, None] == top.groups[None, :]
+    adj = (w > 0) & ~np.eye(16, dtype=bool)
+    e = (adj & ~same).sum(axis=1)
+    expected = np.where(same, 0.1, 0.0)
+    inter = adj & ~same
+    expected[inter] = (1.0 / (10 * (1 + np.maximum(e[:, None], e[None, :]))))[inter]
+    np.fill_diagonal(expected, 0.0)
+    np.fill_diagonal(expected, 1.0 - expected.sum(axis=1))
+    np.testing.assert_allclose(w, expected, atol=1e-15)
+    assert expected.min() >= 0 and sorted(np.bincount(top.groups).tolist()) == [6, 10]
+
+
 def test_thousand_peers_build_and_pass_the_doubly_stochastic_check() -> None:
     top = T.make("d-cliques:10:ring", 1000, labels=one_class(1000))
     w = top.rounds[0]
@@ -107,7 +137,9 @@ def test_thousand_peers_build_and_pass_the_doubly_stochastic_check() -> None:
 
 
 @pytest.mark.parametrize(("spec", "labels", "weights", "needle"), [
-    ("d-cliques:7", one_class(20), "metropolis", "SIZE=7 must divide"),
+    ("d-cliques:0", one_class(20), "metropolis", "SIZE must be >= 1, got 0"),
+    ("d-cliques:10:ring:-1", one_class(20), "metropolis", "STEPS must be >= 0, got -1"),
+    ("d-cliques:10:ring:many", one_class(20), "metropolis", "STEPS must be an integer"),
     ("d-cliques:10", None, "metropolis", "labels is None"),
     ("d-cliques:10", np.zeros((20, 10)), "metropolis", "labels row 0 is all zero"),
     ("d-cliques:10", one_class(19), "metropolis", r"labels must have shape \(n_peers=20"),
@@ -119,11 +151,14 @@ def test_bad_input_names_the_argument(spec, labels, weights, needle) -> None:
         T.make(spec, 20, labels=labels, weights=weights)
 
 
-def test_clique_averaging_matches_dense_reference() -> None:
+@pytest.mark.parametrize("sizes", [[5] * 6, [10, 6], [4, 4, 4, 1]])
+def test_clique_averaging_matches_dense_reference(sizes) -> None:
     rng = np.random.default_rng(0)
-    groups = rng.permutation(np.repeat(np.arange(6), 5))
-    grad = rng.standard_normal((30, 17)).astype(np.float32)
-    a = (groups[:, None] == groups[None, :]) / 5.0
+    groups = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
+    n = groups.size
+    grad = rng.standard_normal((n, 17)).astype(np.float32)
+    a = np.array([[float(groups[i] == groups[j]) / sizes[groups[i]] for j in range(n)]
+                  for i in range(n)])
     expected = a @ grad.astype(np.float64)
     comm.CliqueAveraging(groups)(grad)
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
@@ -140,7 +175,8 @@ def test_one_clique_with_clique_averaging_keeps_peers_identical() -> None:
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--topology", "d-cliques:7"], "SIZE=7 must divide"),
+    (["--topology", "d-cliques:0"], "SIZE must be >= 1"),
+    (["--topology", "d-cliques:10:star"], "INTER must be one of"),
     (["--topology", "ring", "--clique-averaging"], "clique_averaging needs"),
 ])
 def test_cli_errors_are_one_line_exit_2(args, needle, capsys, tmp_path) -> None:

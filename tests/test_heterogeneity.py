@@ -147,12 +147,16 @@ def test_dacfl_matches_dense_recursion(record_batches):
 
 @pytest.mark.parametrize("name", ["ngc", "compngc"])
 def test_ngc_matches_dense_per_peer_reference(name, record_batches):
-    """NGC written peer by peer: g~_i = w_ii g_ii + (1 - a) sum_j w_ij grad f_i(x_j)
-    + a sum_j w_ij grad f_j(x_i); x_i <- sum_j w_ij x_j - lr g~_i (momentum 0). For CompNGC the
-    data-variant terms are scaled signs (||v||_1 / size · sign(v), 0 counted positive) of every
-    parameter tensor, with error feedback per edge."""
+    """NGC's earlier form (ngc_gamma 1, W's weights, self-gradient at x_i^t; the authors' rule
+    is tests/test_reference_ngc.py) written peer by peer on the MLP: g~_i = w_ii g_ii
+    + (1 - a) sum_j w_ij grad f_i(x_j) + a sum_j w_ij grad f_j(x_i); x_i <- sum_j w_ij x_j
+    - lr g~_i (momentum 0). For CompNGC (compngc_local "exact") the data-variant terms are scaled
+    signs (||v||_1 / size · sign(v), 0 counted positive) of every parameter tensor, with error
+    feedback per edge."""
     alpha, lr = 0.3, 0.1
+    local = dict(compngc_local="exact") if name == "compngc" else {}
     sim = _mlp_sim(algorithm=name, ngc_alpha=alpha, rounds=3, eval_every=3,
+                   ngc_gamma=1.0, ngc_weights="mixing", ngc_self_gradient="start", **local,
                    compress="sign" if name == "compngc" else "none")
     draws = record_batches(sim)
     model = sim.model

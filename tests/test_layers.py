@@ -109,7 +109,8 @@ def test_optional_dependencies_are_lazy(tmp_path):
 import importlib, sys
 for name in {modules!r}:
     importlib.import_module(name)
-print(",".join(sorted(n for n in ("torch", "mpi4py", "matplotlib", "tqdm") if n in sys.modules)))
+print(",".join(sorted(n for n in ("torch", "mpi4py", "matplotlib", "tqdm", "tensorboardX",
+                                  "mlflow", "pandas") if n in sys.modules)))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=tmp_path)  # the installed package, not the checkout

@@ -43,6 +43,80 @@ def test_probe_matches_the_arrays_of_a_built_run(kw, buffers):
     assert sum(found.values()) / (12 * dim) == pytest.approx(sum(parts.values()))
 
 
+def _reachable_arrays(root, path, out, seen, depth=0):
+    """Every NumPy array reachable from ``root`` through decentlearn objects' attributes, lists,
+    tuples and dicts: base address -> (nbytes, path). The reference the declarations are checked
+    against (it knows nothing of them)."""
+    if depth > 6 or id(root) in seen:
+        return
+    seen.add(id(root))
+    if isinstance(root, np.ndarray):
+        base = root
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        out.setdefault(base.__array_interface__["data"][0], (base.nbytes, path))
+        return
+    if isinstance(root, dict):
+        items = list(root.items())
+    elif isinstance(root, (list, tuple)):
+        items = list(enumerate(root))
+    elif (type(root).__module__ or "").startswith("decentlearn"):
+        items = list(getattr(root, "__dict__", {}).items())
+    else:
+        return
+    for key, value in items:
+        # the model holds no parameters; the data set is shared (counted apart)
+        if key not in ("model", "dataset", "topology", "partition", "sampler", "network",
+                       "x_train", "y_train"):
+            _reachable_arrays(value, f"{path}.{key}", out, seen, depth + 1)
+
+
+def _variants():
+    from decentlearn import algorithms
+    cases = [dict(algorithm=name, **algorithms.get(name).example)
+             for name in algorithms.available()]
+    return cases + [
+        dict(compress="qsgd:16"), dict(compress="ef:topk:0.1", optimizer="adam"),
+        dict(optimizer="lamb"), dict(optimizer="lars", momentum=0.9),
+        dict(algorithm="choco", compress="ef:topk:0.1", gamma=0.3),
+        dict(mixing="finite-time", momentum=0.0), dict(mixing="nonlinear"),
+        dict(network="mobile"), dict(network="edge", asynchronous=True),
+        dict(algorithm="stc-fl", server_compress="ef:topk:0.1"),
+    ]
+
+
+@pytest.mark.parametrize("kw", _variants(), ids=lambda kw: "-".join(f"{v}" for v in kw.values())
+                         or "default")
+def test_declared_arrays_are_every_array_a_run_holds(kw):
+    """The memory estimate reads the declarations (state, scratch); every (peers x dim)-sized
+    array reachable from the run's algorithm and communicator must be declared, with its size."""
+    peers = 16
+    config = RunConfig(peers=peers, rounds=2, eval_every=2, eval_peer_samples=20, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulator(config)
+        sim.run()
+    dim = sim.model.dim
+    found: dict = {}
+    seen: set = set()
+    _reachable_arrays(sim.algorithm, "algorithm", found, seen)
+    _reachable_arrays(sim.comm, "comm", found, seen)
+    held = {p: n for n, p in found.values() if n >= peers * dim}
+    declared = {p: n for p, n in memory.declared_arrays(sim).items() if n >= peers * dim}
+    assert sum(declared.values()) == sum(held.values()), (held, declared)
+
+
+def test_state_objects_must_declare_their_kinds():
+    sim = Simulator(RunConfig(peers=4, rounds=1))
+
+    class Undeclared:
+        def state_dict(self):
+            return {"x": np.zeros((4, 3), np.float32)}
+    sim.algorithm.optimizer = Undeclared()
+    with pytest.raises(TypeError, match="optimizer .Undeclared. has state but does not declare"):
+        sim.state_kinds()
+
+
 @pytest.mark.parametrize("kw", [dict(peers=128), dict(peers=128, algorithm="choco",
                                                        compress="topk:0.1", gamma=0.3)])
 def test_estimate_bounds_what_a_run_allocates(kw):

@@ -110,7 +110,8 @@ def _sim(config: RunConfig):
 
 COMPARED = ("test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
             "test_accuracy_avg_model", "test_loss_avg_model", "consensus_distance",
-            "bytes_sent_total", "bytes_sent_max_peer", "final_train_loss", "n_params",
+            "bytes_sent_total", "bytes_sent_max_peer", "bytes_peer", "bytes_client_to_server",
+            "bytes_server_to_client", "final_train_loss", "n_params",
             "spectral_gap", "rounds")
 
 
@@ -178,6 +179,8 @@ def test_cli_writes_the_simulators_files(launched, tmp_path):
     for key in (*COMPARED, "status", "config"):
         assert got[key] == want[key], key
     assert len(got["mpi"]["timings_seconds"]) == RANKS
+    # every peer's accuracy and loss, gathered from the ranks: the in-process file, byte for byte
+    assert (out / "cli" / "peers.csv").read_bytes() == (ref / "peers.csv").read_bytes()
 
 
 def _rows(history):
@@ -461,15 +464,18 @@ def test_refused_configurations_name_the_option():
         block_bounds(3, 4)
 
 
-@pytest.mark.parametrize("mode", ["batched", "grouped:1"])
-def test_torch_model_runs_on_mpi_like_in_process(tmp_path, mode):
+@pytest.mark.parametrize("mode,device", [("batched", None), ("grouped:1", None),
+                                         ("batched", "cpu")])
+def test_torch_model_runs_on_mpi_like_in_process(tmp_path, mode, device):
     """A torch model (decentlearn.torch, the MLP twin) runs unchanged on 4 ranks and gives the
     in-process run's accuracies, consensus distance and bytes, in both execution modes that MPI
-    reproduces (grouped:G > 1 and auto are refused there: test below)."""
+    reproduces (grouped:G > 1 and auto are refused there: test below), and with every rank on
+    the device path (``--device cpu``, bit-identical to the host path the reference runs)."""
     pytest.importorskip("torch", reason="torch not installed (pip install 'decentlearn[torch]')")
     args = ["--model", "torch:mlp", "--peers", "6", "--rounds", "4", "--eval-every", "2",
             "--threads", "1", "--quiet", "--torch-mode", mode]
-    proc = _launch(["-m", "decentlearn", "run", "--backend", "mpi", *args, "--out",
+    on_device = ["--device", device] if device else []
+    proc = _launch(["-m", "decentlearn", "run", "--backend", "mpi", *args, *on_device, "--out",
                     str(tmp_path / "mpi")], cwd=tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
@@ -482,6 +488,7 @@ def test_torch_model_runs_on_mpi_like_in_process(tmp_path, mode):
     for key in ("test_accuracy_mean", "test_accuracy_avg_model", "consensus_distance",
                 "bytes_sent_total"):
         assert got[key] == want[key], key
+    assert got["torch_device"]["path"] == ("device-copy" if device else "host-views")
 
 
 @pytest.mark.parametrize("mode", ["auto", "grouped:2"])

@@ -55,3 +55,27 @@ def test_importing_decentlearn_does_not_import_torch():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "False"
+
+
+def test_info_without_torch_says_cuda_is_not_available():
+    p = _run_without_torch("""
+        from decentlearn.cli import main
+        sys.exit(main(["info"]))
+    """)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert any(line.split(":", 1)[0].strip() == "torch" and "not installed" in line
+               for line in lines)
+    (cuda,) = [line for line in lines if line.split(":", 1)[0].strip() == "CUDA"]
+    assert cuda.split(":", 1)[1].strip().startswith("not available (torch models need PyTorch")
+    assert 'pip install "decentlearn[torch]"' in cuda
+
+
+def test_device_flag_without_torch_is_the_torch_message_exit_2():
+    p = _run_without_torch("""
+        from decentlearn.cli import main
+        sys.exit(main(["run", "--model", "torch:mlp", "--device", "cuda", "--rounds", "1"]))
+    """)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and 'pip install "decentlearn[torch]"' in lines[0]

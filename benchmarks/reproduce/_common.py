@@ -27,7 +27,7 @@ def run(label: str, config: RunConfig, log=print) -> dict:
     sim = Simulator(config)
     result = sim.run()
     stats = sim.algorithm.report()
-    server = int(result.summary.get("bytes_sent_server", 0))  # in bytes_sent_total already
+    server = int(result.summary["bytes_server_to_client"])  # in bytes_sent_total already
     out = {
         "label": label,
         "config": config.to_dict(),

@@ -36,7 +36,7 @@ import heapq
 import numpy as np
 
 from decentlearn.algorithms.base import Algorithm, Sampler
-from decentlearn.state import replicated, row
+from decentlearn.state import nest, replicated, row
 from decentlearn.comm import FLOAT32_BYTES
 from decentlearn.network.model import NetworkModel
 from decentlearn.seeds import (STREAM_BATCH, STREAM_DROP, STREAM_PARTNER, STREAM_STRAGGLER,
@@ -71,6 +71,14 @@ class ADPSGD(Algorithm):
         # The (1, 1) optimizer only carries the round's learning rate: the same everywhere.
         kinds.update({k: "replicated" for k in kinds if k.startswith("optimizer.")})
         return {**kinds, "heap_times": "replicated", "heap_peers": "replicated"}
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        """The work arrays, and the arrays of the last wave's optimizer (work arrays too)."""
+        out = super().scratch_arrays()
+        opt = self._wave_optimizer
+        if opt is not None:
+            out.update(nest("_wave_optimizer", {**opt.state_arrays(), **opt.scratch_arrays()}))
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -118,7 +126,9 @@ class ADPSGD(Algorithm):
         first = self._update_time(np.arange(n), self.updates)
         for i in range(n):
             heapq.heappush(self._heap, (float(first[i]), i))
-        self._optimizers: dict[int, object] = {}
+        #: The optimizer of the last wave's size (its state is copied in from ``peer_state`` and
+        #: back, so a new one for another size changes nothing but memory).
+        self._wave_optimizer = None
         self._done = 0
         #: Largest wave (None: unbounded); 1 runs one event at a time (the reference order).
         self.max_wave: int | None = None
@@ -171,10 +181,10 @@ class ADPSGD(Algorithm):
         ``peers`` are global ids; their rows here are ``peers - comm.peer0`` (an MPI rank's
         block)."""
         k, rows = peers.size, peers - self.comm.peer0
-        opt = self._optimizers.get(k)
-        if opt is None:
-            opt = self._optimizers[k] = make_optimizer(self.sgd, (k, self.params.shape[1]),
-                                                       segments=self._segments)
+        opt = self._wave_optimizer
+        if opt is None or opt.shape[0] != k:
+            opt = self._wave_optimizer = make_optimizer(self.sgd, (k, self.params.shape[1]),
+                                                        segments=self._segments)
         full = self.peer_state.state_arrays()
         for name, a in opt.state_arrays().items():
             a[...] = full[name][rows]

@@ -14,7 +14,8 @@ Each algorithm says once, on its class, everything the rest of the package needs
   estimate read; ``state_objects`` names attributes whose objects have their own state;
 * its constraints: ``mixing`` (the stochastic kinds of W it handles), ``simulated_time`` (the
   network model can time its messages), ``async_form`` (its event-driven form, if any);
-* ``report()``: its own figures for summary.json (server bytes, bytes saved, ...).
+* ``report()``: its own figures for summary.json (server bytes, bytes saved, ...), and
+  ``columns()``: those that join every metrics.csv row.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from decentlearn.registry import Registry
-from decentlearn.state import StateSpec, load_attrs, nest, row, state_of, subtree
+from decentlearn.state import (StateSpec, declared_scratch, load_attrs, nest, row, state_of,
+                               subtree)
 
 __all__ = ["Algorithm", "NoOptions", "Sampler", "available", "get", "make", "mixing_hints",
            "option_fields", "register"]
@@ -143,12 +145,17 @@ class Algorithm(ABC):
     #: State kept between rounds, added to that of the base classes (scratch buffers overwritten
     #: before use are not state).
     state: ClassVar[tuple[StateSpec, ...]] = row("params")
-    #: Attributes holding objects with their own ``state_dict()`` (None or stateless ones skip).
+    #: Attributes holding objects with their own ``state_dict()`` and ``state_kinds()`` (None or
+    #: stateless ones skip).
     state_objects: ClassVar[tuple[str, ...]] = ("optimizer", "compressor")
+    #: Work arrays kept between rounds but overwritten before use: not state, but memory (the
+    #: memory estimate counts them; see decentlearn.state.declared_scratch).
+    scratch: ClassVar[tuple[str, ...]] = ("_grad",)
 
     def __init__(self, *, model, comm, optimizer, params: np.ndarray,
                  local_steps: int = 1, compressor=None, seed: int = 0,
-                 frozen: np.ndarray | None = None) -> None:
+                 frozen: np.ndarray | None = None,
+                 sample_counts: np.ndarray | None = None) -> None:
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
         if params.ndim != 2 or params.shape != (comm.n_peers, model.dim):
@@ -175,6 +182,18 @@ class Algorithm(ABC):
             cuts = {int(k): model.frozen_cut(int(k)) for k in np.unique(frozen)}
             self.frozen = frozen
             self._frozen_cut = np.array([cuts[int(k)] for k in frozen], dtype=np.int64)
+        #: Training samples held by every peer of the run (global ids, int64 (n_global,)), as the
+        #: data partition gives them; None when unknown (every peer then counts the same). The
+        #: server baselines weight their clients by them (FedAvg's n_k / n).
+        self.sample_counts: np.ndarray | None = None
+        if sample_counts is not None:
+            counts = np.asarray(sample_counts)
+            n_global = getattr(comm, "n_global", comm.n_peers)
+            if (counts.shape != (n_global,) or not np.issubdtype(counts.dtype, np.integer)
+                    or (counts < 0).any()):
+                raise ValueError(f"sample_counts must be {n_global} non-negative ints (one per "
+                                 f"peer of the run), got {counts.dtype} of shape {counts.shape}")
+            self.sample_counts = counts.astype(np.int64)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(peers={self.comm.n_peers}, dim={self.model.dim})"
@@ -222,6 +241,12 @@ class Algorithm(ABC):
         bytes saved, counters. Values are JSON; byte counts are totals over all peers."""
         return {}
 
+    def columns(self) -> dict:
+        """The algorithm's own columns of every metrics.csv row (empty by default): numbers that
+        change during the run, such as SkewScout's bytes saved. Called on the process that
+        writes the results only, so the values must be replicated state (no collective)."""
+        return {}
+
     # ---- state (checkpoints, MPI gather/scatter, churn) -----------------------------------------
 
     @classmethod
@@ -244,20 +269,32 @@ class Algorithm(ABC):
 
     def state_kinds(self) -> dict[str, str]:
         """Every entry of ``state_dict()`` -> its kind ("row", "edge" or "replicated"): the
-        declared attributes, and the entries of the state objects (per-peer rows unless the
-        object declares otherwise with its own ``state_kinds()``)."""
+        declared attributes, and the entries of the state objects as each object declares them
+        (its ``state_kinds()``; an algorithm that holds an object in another role, such as a
+        server's compressor, overrides this to say so)."""
         kinds = {s.name: s.kind for s in self.declared_state()}
         for name in self.declared_objects():
             obj = getattr(self, name, None)
             if hasattr(obj, "state_dict"):
-                own = obj.state_kinds() if hasattr(obj, "state_kinds") else {}
-                for key, value in obj.state_dict().items():
-                    kind = own.get(key)
-                    if kind is None:  # an object that declares nothing: its (n_peers, ...) arrays
-                        kind = ("row" if isinstance(value, np.ndarray) and value.ndim >= 1
-                                and value.shape[0] == self.comm.n_peers else "replicated")
-                    kinds[f"{name}.{key}"] = kind
+                if not hasattr(obj, "state_kinds"):
+                    raise TypeError(f"{type(self).__name__}.{name} ({type(obj).__name__}) has "
+                                    "state but does not declare its kinds (state_kinds())")
+                own = obj.state_kinds()
+                missing = set(obj.state_dict()) - set(own)
+                if missing:
+                    raise TypeError(f"{type(self).__name__}.{name} ({type(obj).__name__}) does "
+                                    f"not declare the kind of its state {sorted(missing)}")
+                kinds.update({f"{name}.{key}": own[key] for key in obj.state_dict()})
         return kinds
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        """The work arrays of the algorithm and of its state objects (``scratch``), by name."""
+        out = declared_scratch(self)
+        for name in self.declared_objects():
+            obj = getattr(self, name, None)
+            if hasattr(obj, "scratch_arrays"):
+                out.update(nest(name, obj.scratch_arrays()))
+        return out
 
     def state_dict(self) -> dict:
         """The algorithm's state at a round boundary: its declared ``state`` and the state of its

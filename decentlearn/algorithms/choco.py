@@ -38,6 +38,7 @@ class CHOCO(Algorithm):
                 raise ValueError(f"gamma must be a number in (0, 1], got {g!r}")
 
     state = row("x_hat")
+    scratch = ("_buf",)
 
     @classmethod
     def check_run(cls, options: Options, compress: str) -> None:

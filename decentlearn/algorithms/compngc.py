@@ -1,28 +1,60 @@
-"""CompNGC: NGC whose cross-gradients are sent compressed, with error feedback per directed edge."""
+"""CompNGC: NGC whose cross-gradients are sent compressed, with error feedback per directed edge
+(Aketi, Kodge and Roy; the authors' ``optimizers/compressngc.py``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from decentlearn import compress
-from decentlearn.algorithms.base import register
-from decentlearn.algorithms.ngc import NGC
+from decentlearn.algorithms.base import option, register
+from decentlearn.algorithms.ngc import NGC, _check_choice
 from decentlearn.state import nest, subtree
+
+#: ``compngc_local``: the gradients a peer uses itself go through the compressor (the authors'
+#: code) or are used exact.
+LOCAL = ("compressed", "exact")
 
 __all__ = ["CompNGC"]
 
 
 @register("compngc")
 class CompNGC(NGC):
-    """NGC with compressed cross-gradients and error feedback per directed edge, so what a biased
-    compressor drops is sent in later rounds. The compressor (default ``sign``: 1 bit per value
-    and a float32 scale) is applied to each parameter tensor of the model separately (one scale
-    per tensor, as the paper's scaled sign; ``model.layout()``), ~32x fewer bytes than float32.
-    The model exchange stays float32. Needs a static undirected graph (the error memory is kept
-    per edge)."""
+    """NGC (steps 1-6 of :class:`~decentlearn.algorithms.NGC`) whose cross-gradients (step 4) are
+    sent compressed, with error feedback per directed edge, so what a biased compressor drops is
+    sent in later rounds. The compressor (default ``sign``: 1 bit per value and a float32 scale,
+    the paper's scaled sign ||v||_1 / size · sign(v)) is applied to each parameter tensor of the
+    model separately (one scale per tensor, as the authors' code; ``model.layout()``), ~32x fewer
+    bytes than float32. The model exchange stays float32.
+
+    As in the authors' ``CompNGC_sender`` / ``CompNGC_receiver`` (``compngc_local=
+    "compressed"``, the default), the gradients a peer uses itself go through the same compressor
+    and error feedback: its model-variant cross-gradients enter g~ as the compressed messages it
+    sends (memory per directed edge), and its self-gradient is compressed too, with a memory of
+    its own per peer (no bytes: it is not sent). ``"exact"`` uses both uncompressed
+    (decentlearn's earlier form). decentlearn's ``sign`` sends 0 as +scale (1 bit per value);
+    the authors' ``torch.sign`` keeps 0 (identical unless a value is exactly 0).
+    Needs a static undirected graph (the error memory is kept per edge)."""
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
     simulated_time = False
+
+    @dataclass(frozen=True)
+    class Options(NGC.Options):
+        compngc_local: str = option("compressed", "the self- and model-variant gradients a peer "
+                                    "uses itself: compressed with error feedback (the authors' "
+                                    "code) or exact", metavar="compressed|exact")
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            _check_choice(self.compngc_local, "compngc_local", LOCAL)
+
+    def __init__(self, *, compngc_local: str = "compressed", **kwargs) -> None:
+        _check_choice(compngc_local, "compngc_local", LOCAL)
+        #: Whether the self- and model-variant gradients go through the compressor.
+        self.compress_local = compngc_local == "compressed"
+        super().__init__(**kwargs)
 
     def _setup_compressor(self) -> None:
         if self.compressor is None or self.compressor.spec == "none":
@@ -38,6 +70,9 @@ class CompNGC(NGC):
         if not isinstance(codec, compress.Compressor):  # a backend's wrapper (the MPI timer)
             codec = compress.make(codec.spec)
         self._memories = [compress.ErrorFeedback(codec) for _ in self.tensor_slices]
+        #: Error feedback of each peer's own self-gradient, one memory row per peer and tensor.
+        self._self_memories = [compress.ErrorFeedback(codec) for _ in self.tensor_slices]
+        self._codec = codec
         self._decoder = self.compressor
 
     def state_kinds(self) -> dict[str, str]:
@@ -48,6 +83,9 @@ class CompNGC(NGC):
         kinds = super().state_kinds()
         for k, ef in enumerate(self._memories):
             kinds.update({f"memories.{k}.{key}": "edge" for key in ef.state_dict()})
+        if self.compress_local:
+            for k, ef in enumerate(self._self_memories):
+                kinds.update({f"self_memories.{k}.{key}": "row" for key in ef.state_dict()})
         return kinds
 
     def edge_range(self) -> tuple[int, int]:
@@ -61,15 +99,23 @@ class CompNGC(NGC):
         out = super().state_dict()
         for k, ef in enumerate(self._memories):  # the per-edge residuals of every tensor
             out.update(nest(f"memories.{k}", ef.state_dict()))
+        if self.compress_local:  # the per-peer residuals of the self-gradients
+            for k, ef in enumerate(self._self_memories):
+                out.update(nest(f"self_memories.{k}", ef.state_dict()))
         return out
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         for k, ef in enumerate(self._memories):
             ef.load_state_dict(subtree(f"memories.{k}", state))
+        if self.compress_local:
+            for k, ef in enumerate(self._self_memories):
+                ef.load_state_dict(subtree(f"self_memories.{k}", state))
 
-    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> np.ndarray:
+    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
         received = None
+        local = np.empty_like(cross) if self.compress_local else cross
         for sl, ef in zip(self.tensor_slices, self._memories):  # a few tensors, not peers
             part = np.ascontiguousarray(cross[:, sl])
             payload = ef.compress(part, seed=self.seed, step=t, peer0=first,
@@ -79,4 +125,20 @@ class CompNGC(NGC):
             if received is None:  # the out-edges' rows (all edges in one process)
                 received = np.empty((got.shape[0], cross.shape[1]), dtype=np.float32)
             received[:, sl] = got
-        return received
+            if self.compress_local:  # the sender's copy of what it sent
+                local[:, sl] = self._codec.decompress(payload, n_threads=self.comm.n_threads)
+        return received, local
+
+    def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
+        """The authors' receiver compresses its own self-gradient per tensor with error feedback
+        (a memory per peer); keyed by (seed, t, n_edges + peer) so its random draws, if any, are
+        apart from those of the round's edge messages (keys 0 .. n_edges - 1)."""
+        if not self.compress_local:
+            return g_self
+        out = np.empty_like(g_self)
+        peer0 = n_edges + self.comm.peer0
+        for sl, ef in zip(self.tensor_slices, self._self_memories):
+            payload = ef.compress(np.ascontiguousarray(g_self[:, sl]), seed=self.seed, step=t,
+                                  peer0=peer0, n_threads=self.comm.n_threads)
+            out[:, sl] = self._codec.decompress(payload, n_threads=self.comm.n_threads)
+        return out

@@ -28,6 +28,7 @@ class DACFL(Algorithm):
     """
 
     state = row("omega")
+    scratch = ("_work",)
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)

@@ -42,6 +42,8 @@ class DPSGD(Algorithm):
 
     #: Its event-driven asynchronous form (``--async``).
     async_form = ADPSGD
+    #: x_half of the compressed form.
+    scratch = ("_half",)
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)

@@ -1,5 +1,6 @@
-"""Neighborhood Gradient Clustering (Aketi, Kodge and Roy): local gradients replaced by a weighted
-average of self-, model-variant and data-variant cross-gradients."""
+"""Neighborhood Gradient Clustering (Aketi, Kodge and Roy, arXiv:2209.14390): local gradients
+replaced by a weighted average of self-, model-variant and data-variant cross-gradients, computed by
+default as the authors' code computes them (``aparna-aketi/neighborhood_gradient_clustering``)."""
 
 from __future__ import annotations
 
@@ -16,24 +17,55 @@ from decentlearn.state import replicated
 
 __all__ = ["NGC"]
 
+#: ``ngc_weights``: uniform weights 1/(deg_i + 1) (the authors' ``pi``) or W_t's w_ij.
+WEIGHTS = ("uniform", "mixing")
+#: ``ngc_self_gradient``: at the gossiped model x_i^{t+1/2} (the authors' code) or at x_i^t.
+SELF_GRADIENT = ("mixed", "start")
+
+
+def _check_choice(value, name: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, else ValueError naming ``name``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, "
+                         f"got {value!r}")
+    return value
+
 
 @register("ngc")
 class NGC(Algorithm):
-    """Neighborhood Gradient Clustering (Aketi, Kodge and Roy), combine-then-adapt.
+    """Neighborhood Gradient Clustering (Aketi, Kodge and Roy).
 
-    Round t, peer i with neighbours j (weights w_ij of the symmetric W_t):
-      1. peers exchange models (x_j received: 4·dim bytes per neighbour);
-      2. self-gradient g_ii = grad f_i(x_i) and model-variant cross-gradients g_ji =
-         grad f_i(x_j) (peer i's data on each neighbour's model): 1 + deg_i gradients;
-      3. peer i sends g_ji back to j (the cross-gradient exchange: deg_i messages, float32 for
-         ngc, compressed with error feedback for compngc); j receives its data-variant
-         cross-gradient grad f_i(x_j) (its model on i's data);
-      4. g~_i = w_ii g_ii + (1 - alpha) sum_j w_ij grad f_i(x_j) + alpha sum_j w_ij grad f_j(x_i);
-      5. x_i <- sum_j w_ij x_j + w_ii x_i - lr · update(g~_i)   (the optimizer's update).
-    alpha in [0, 1] (``ngc_alpha``, default 0.5) weighs data-variant against model-variant
-    cross-gradients. All cross-gradients of all peers are one batched ``loss_and_grad`` call on the
-    gathered (E, dim) neighbour models. Needs an undirected graph (time-varying ones included);
-    local_steps must be 1.
+    Round t, peer i with deg_i neighbours j, as the authors' code (``trainer.py``, the gossip
+    wrapper ``gossip/distributed.py`` and ``optimizers/ngc.py``) computes it by default:
+
+      1. peers exchange models: i receives every x_j^t (Algorithm 1, first communication round;
+         4·dim bytes per neighbour);
+      2. gossip with averaging rate gamma (the authors' ``--gamma``, applied in the wrapper's
+         forward pre-hook): x_i^{t+1/2} = x_i^t + gamma (sum_j w_ij x_j^t - x_i^t), sum over
+         j in N(i) and i itself, W_t the topology's mixing matrix (``ngc_gamma``, default 0.1);
+      3. self-gradient g_ii = grad f_i(x_i^{t+1/2}) on the gossiped model (the pre-hook runs
+         before the forward pass; ``ngc_self_gradient="start"`` takes it at x_i^t), and the
+         model-variant cross-gradients g_ji = grad f_i(x_j^t) on the neighbours' models as
+         received, before their gossip (the authors' ``NGC_sender``): 1 + deg_i gradients;
+      4. second communication round: i sends g_ji back to j (deg_i messages, float32 for ngc,
+         compressed with error feedback for compngc); i receives its data-variant
+         cross-gradients g_ij = grad f_j(x_i^t) (its model on j's data);
+      5. the NGC gradient (the authors' ``NGC_receiver``, the paper's mixing of the three kinds
+         of gradients with weight alpha):
+            g~_i = pi_ii g_ii + (1 - alpha) sum_j pi_ij g_ji + alpha sum_j pi_ij g_ij,
+         pi_ij = 1 / (deg_i + 1) for all j in N(i) and i itself (``ngc_weights="uniform"``, the
+         authors' ``pi``; ``"mixing"`` uses W_t's w_ij), alpha = ``ngc_alpha`` (default 1.0, the
+         authors' ``--alpha``: self- and data-variant gradients only);
+      6. x_i^{t+1} = x_i^{t+1/2} - lr · update(g~_i): the optimizer's update (weight decay,
+         momentum, Nesterov exactly as the authors' ``project_gradients`` followed by plain SGD).
+
+    ``ngc_gamma=1, ngc_weights="mixing", ngc_self_gradient="start", ngc_alpha=0.5`` is
+    decentlearn's earlier form (combine-then-adapt with every gradient at round t's models):
+    x_i^{t+1} = sum_j w_ij x_j^t - lr · update(w_ii grad f_i(x_i^t) + ...).
+
+    All cross-gradients of all peers are one batched ``loss_and_grad`` call on the gathered
+    (E, dim) neighbour models, the weighted sums sparse (n × E) products. Needs an undirected
+    graph (time-varying ones included); local_steps must be 1.
     """
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
@@ -42,34 +74,67 @@ class NGC(Algorithm):
 
     @dataclass(frozen=True)
     class Options:
-        ngc_alpha: float = option(0.5, "weight in [0, 1] of the data-variant cross-gradients "
-                                  "against the model-variant ones")
+        ngc_alpha: float = option(1.0, "weight in [0, 1] of the data-variant cross-gradients "
+                                  "against the model-variant ones (the authors' --alpha)")
+        ngc_gamma: float = option(0.1, "gossip rate in (0, 1]: x_i += gamma (sum_j w_ij x_j - "
+                                  "x_i) before the step (the authors' --gamma)")
+        ngc_weights: str = option("uniform", "weights of the self- and cross-gradients: uniform "
+                                  "(1/(deg_i+1), the authors' code) or mixing (W's w_ij)",
+                                  metavar="uniform|mixing")
+        ngc_self_gradient: str = option("mixed", "model of the self-gradient: mixed (after the "
+                                        "gossip, the authors' code) or start (x_i^t)",
+                                        metavar="mixed|start")
 
         def __post_init__(self) -> None:
             check_fraction(self.ngc_alpha, "ngc_alpha", closed=True)
+            check_fraction(self.ngc_gamma, "ngc_gamma")
+            _check_choice(self.ngc_weights, "ngc_weights", WEIGHTS)
+            _check_choice(self.ngc_self_gradient, "ngc_self_gradient", SELF_GRADIENT)
 
-    def __init__(self, *, ngc_alpha: float = 0.5, variant: str = "cta", **kwargs) -> None:
+    def __init__(self, *, ngc_alpha: float = 1.0, ngc_gamma: float = 0.1,
+                 ngc_weights: str = "uniform", ngc_self_gradient: str = "mixed",
+                 variant: str = "cta", **kwargs) -> None:
         super().__init__(**kwargs)
-        self.Options(ngc_alpha)
+        NGC.Options(ngc_alpha, ngc_gamma, ngc_weights, ngc_self_gradient)
         require_one_step(self)
         require_unfrozen(self)
         self.alpha = float(ngc_alpha)
+        self.gamma = float(ngc_gamma)
+        self.weights = ngc_weights
+        self.self_gradient = ngc_self_gradient
         self._setup_compressor()
         #: Bytes of cross-gradient messages sent so far (all peers).
         self.cross_bytes = 0
-        self._ones = None
 
     def _setup_compressor(self) -> None:
         require_uncompressed(self)
         self._identity = compress.make("none")
 
-    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> np.ndarray:
+    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
         """Every peer sends each cross-gradient it computed back to the neighbour whose model it
-        used; returns what the neighbours receive (E, dim). Counts ``cross_bytes`` (all peers).
-        ``first``: the edge index of row 0 of ``cross`` (the process's first in-edge)."""
+        used. Returns (what the neighbours receive (out-edge rows), the model-variant
+        cross-gradients the senders use themselves (``cross``, its in-edge rows)). Counts
+        ``cross_bytes`` (all peers). ``first``: the edge index of row 0 of ``cross`` (the
+        process's first in-edge)."""
         payload = self._identity.compress(cross)
         self.cross_bytes += self.comm.total(payload.nbytes)
-        return self.comm.reply(self._identity, payload, t)
+        return self.comm.reply(self._identity, payload, t), cross
+
+    def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
+        """The self-gradient as it enters g~ (CompNGC may compress it); ``n_edges``: the
+        round's number of directed edges (all processes)."""
+        return g_self
+
+    def _gossip(self, X: np.ndarray, t: int) -> np.ndarray:
+        """Step 2: x + gamma (W_t x - x) from the replicas received in step 1 (no traffic); W_t x
+        itself when gamma = 1."""
+        mixed = self.comm.combine(X, t)
+        if self.gamma != 1.0:
+            mixed -= X
+            mixed *= np.float32(self.gamma)
+            mixed += X
+        return mixed
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         # The process hosts peers [lo, lo + n) of N (all of them in one process); edges are
@@ -82,34 +147,45 @@ class NGC(Algorithm):
         if e and not np.array_equal(pairs[send, recv], w):
             raise ValueError(f"{self.name} needs an undirected graph with a symmetric W_t")
         e0, e1 = (int(k) for k in np.searchsorted(recv, [lo, lo + n]))
-        neighbours = self.comm.neighbor_rows(self.params, t)  # (e1-e0, dim): x_j, edge (i, j)
+        out = np.flatnonzero((send >= lo) & (send < lo + n))  # the peers' out-edges
+        if self.weights == "uniform":  # pi = 1 / (deg + 1), the aggregating peer's degree
+            pi = (1.0 / (np.bincount(recv, minlength=N) + 1.0)).astype(np.float32)
+            w_self, w_in, w_out = pi[lo:lo + n], pi[recv[e0:e1]], pi[send[out]]
+        else:
+            w_self, w_in, w_out = self.comm.self_weights(t), w[e0:e1], w[out]
+        # Step 1: x_j^t of every in-edge (i, j).
+        neighbours = self.comm.neighbor_rows(self.params, t)
         x, y = sample()
-        losses, g_self = self.gradient(self.params, x, y)
-        g_tilde = g_self * self.comm.self_weights(t)[:, None]
+        start = self.params
+        if self.self_gradient == "mixed":  # steps 2-3 in the authors' order: gossip first
+            self.params = self._gossip(start, t)
+            losses, g_self = self.gradient(self.params, x, y)
+        else:
+            losses, g_self = self.gradient(start, x, y)
+        g_tilde = self._self_term(g_self, t, e) * w_self[:, None]  # step 5, pi_ii g_ii
         if e:
             r_in = recv[e0:e1] - lo
             if e1 > e0:
                 # int8 rounding noise keyed by the global edge index (e0 + row), whichever
                 # process computes the cross-gradient.
                 peer0, self.model.peer0 = self.model.peer0, e0
-                try:
-                    _, cross = self.model.loss_and_grad(neighbours, x[r_in], y[r_in])  # f_i(x_j)
+                try:  # step 3: g_ji = grad f_i(x_j^t)
+                    _, cross = self.model.loss_and_grad(neighbours, x[r_in], y[r_in])
                 finally:
                     self.model.peer0 = peer0
             else:
                 cross = np.zeros((0, self.model.dim), dtype=np.float32)
                 self.model.steps += 1  # as a process whose peers have edges
-            idx = np.arange(e1 - e0)
-            mv = sp.csr_array((w[e0:e1], (r_in, idx)), shape=(n, e1 - e0))
-            g_tilde += (1.0 - self.alpha) * (mv @ cross)  # at i: sum_j w_ij grad f_i(x_j)
-            received = self._exchange_cross(cross, t, e0)  # at j: grad f_i(x_j)
-            out = np.flatnonzero((send >= lo) & (send < lo + n))  # the peers' out-edges
-            dv = sp.csr_array((w[out], (send[out] - lo, np.arange(out.size))),
-                              shape=(n, out.size))  # at j: sum_i w_ji grad f_i(x_j)
+            received, local = self._exchange_cross(cross, t, e0)  # step 4
+            if self.alpha != 1.0:  # at i: (1 - alpha) sum_j pi_ij g_ji
+                mv = sp.csr_array((w_in, (r_in, np.arange(e1 - e0))), shape=(n, e1 - e0))
+                g_tilde += (1.0 - self.alpha) * (mv @ local)
+            dv = sp.csr_array((w_out, (send[out] - lo, np.arange(out.size))),
+                              shape=(n, out.size))  # at j: alpha sum_i pi_ji g_ji (= grad f_i(x_j))
             g_tilde += self.alpha * (dv @ received)
-        # Mixing uses the neighbours' models received in step 1: no further traffic.
-        self.params = self.comm.combine(self.params, t)
-        self.apply(self.params, np.ascontiguousarray(g_tilde, dtype=np.float32))
+        if self.self_gradient != "mixed":  # step 2 after the gradients (no further traffic)
+            self.params = self._gossip(start, t)
+        self.apply(self.params, np.ascontiguousarray(g_tilde, dtype=np.float32))  # step 6
         return losses
 
     def report(self) -> dict:

@@ -121,6 +121,11 @@ class SkewScout(Algorithm):
         _, senders, _ = self.comm.edges(t)
         return int(senders.size) * 4 * self.model.dim
 
+    def columns(self) -> dict:
+        """The period, the probes' bytes and the bytes saved so far, in every metrics.csv row."""
+        return {"comm_period": self.period, "probe_bytes": self.probe_bytes,
+                "bytes_saved_vs_every_round": self.skipped_bytes - self.probe_bytes}
+
     def report(self) -> dict:
         return {"communications": self.communications, "period": self.period,
                 "probe_bytes": self.probe_bytes,

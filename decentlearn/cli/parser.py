@@ -147,6 +147,11 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
       help="torch models: how peers are split into forward/backward passes: batched (default, "
            "one vmapped pass over all peers), grouped:G (passes of G peers; 1 = a plain pass "
            "per peer) or auto (the fastest, timed on the first batch; see docs/torch.md)")
+    a("--device", metavar="DEVICE",
+      help="torch models: where the forward/backward passes run: cpu, cuda or cuda:N (the "
+           "matrix and the batch are copied there each step, gradients back; optimizer and "
+           "gossip stay on the host; on MPI, cuda gives rank r the GPU r %% count). Default: "
+           "torch views of the host matrix (docs/torch.md, GPU)")
     a("--precision", choices=["fp32", "int8"],
       help="arithmetic of the layers' matrix products: fp32 (default) or int8 (int8 GEMMs, "
            "stochastic rounding of gradients, float32 master weights)")
@@ -213,6 +218,10 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
     a("--overwrite", action="store_true",
       help="let --out name a directory that already holds a run (its files are replaced)")
     a("--quiet", action="store_true", help="no progress bar")
+    a("--log-to", action="append", choices=["tensorboard", "mlflow"], metavar="DASHBOARD",
+      help="also send the metrics to tensorboard (RUN_DIR/tensorboard) or mlflow (MLflow's "
+           "tracking URI: $MLFLOW_TRACKING_URI, else ./mlflow.db); repeatable; needs the extra "
+           "of that name (docs/experiments.md)")
     a("--dry-run", action="store_true",
       help="print the memory the run needs (per peer and in total, by part) and whether it "
            "fits, then exit without running (docs/experiments.md)")
@@ -272,13 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Overlay runs (accuracy vs round, vs bytes sent, vs simulated "
                                     "time when present; consensus distance) in one PNG, with a "
                                     "legend built from the config fields that differ.")
-    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                    help="run directories, or folders of runs (a sweep's --out: all its runs)")
     pl.add_argument("--out", default="runs.png", help="PNG to write (default runs.png)")
     pl.add_argument("--title", help="figure title (default: what the runs share)")
     cp = sub.add_parser("compare", help="print a table of several runs' summaries")
-    cp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    cp.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                    help="run directories, or folders of runs (a sweep's --out: all its runs)")
     cp.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                    help="output format (default: an aligned table)")
+                    help="output format (default: an aligned table; csv and json: raw numbers, "
+                         "one column per summary key, empty/null when absent)")
     sw = sub.add_parser("sweep", help="run a grid of experiments from a TOML file",
                         description="Run every combination of the list-valued options of "
                                     "CONFIG's [run] table (one run directory each, resumable), "

@@ -41,6 +41,13 @@ def check_model(config) -> None:
             import decentlearn.torch  # noqa: F401
         except ImportError as e:
             raise UsageError(f"run: --model {config.model}: {' '.join(str(e).split())}") from None
+        if config.device is not None and config.device != "cpu":  # fail before data loads
+            from decentlearn.torch.device import resolve_device
+            try:
+                resolve_device(config.device)
+            except ValueError as e:
+                msg = str(e).removeprefix(f"device={config.device!r}: ")
+                raise UsageError(f"run: --device {config.device}: {msg}") from None
         return
     if name not in available_models():
         raise UsageError("run: " + unknown_message("model", name, available_models(),
@@ -91,7 +98,7 @@ def build(config):
 
 
 #: Flags ``--resume`` accepts besides the run directory (the rest comes from its config.toml).
-RESUME_FLAGS = ("rounds", "threads", "data_dir", "checkpoint_every", "quiet", "resume")
+RESUME_FLAGS = ("rounds", "threads", "data_dir", "checkpoint_every", "quiet", "resume", "log_to")
 
 
 def _check_extension(args, config, toml: Path, run_dir: Path) -> None:
@@ -116,7 +123,7 @@ def read_resume(args, extra_flags: tuple[str, ...] = ()) -> tuple:
     allowed = (*RESUME_FLAGS, *extra_flags, "command")
     given = [k for k, v in vars(args).items() if k not in allowed and v not in (None, False)]
     if given:
-        names = ["--rounds", "--threads", "--data-dir", "--checkpoint-every", "--quiet",
+        names = ["--rounds", "--threads", "--data-dir", "--checkpoint-every", "--quiet", "--log-to",
                  *("--" + f.replace("_", "-") for f in extra_flags if f != "backend")]
         raise UsageError(f"run: --resume continues the run configured in {run_dir}/config.toml; "
                          f"only {', '.join(names[:-1])} and {names[-1]} may be given, got "
@@ -172,6 +179,7 @@ def cmd_run(args) -> int:
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise UsageError(f"run: --checkpoint-every must be an integer >= 1, got "
                          f"{args.checkpoint_every}")
+    check_dashboards(args)
     if args.resume:
         config, out, sim, every = _resume(args)
     else:
@@ -218,6 +226,8 @@ def cmd_run(args) -> int:
     writer = RunWriter(out, config)
     if args.resume:
         writer.resume(sim.history, sim.next_round)
+    dashboards = make_dashboards(args, out, config)
+    callbacks += dashboards
     # SIGTERM: with checkpoints, the round in progress ends and is saved before the run stops
     # (a second SIGTERM stops at once); without, it stops at once.
     from decentlearn.runner.checkpoint import stop_at_round_end
@@ -252,8 +262,37 @@ def cmd_run(args) -> int:
     finally:
         if bar is not None:
             bar.close()
+        for d in dashboards:
+            d.close(writer.status)
     report(config, result, out)
     return 0
+
+
+def check_dashboards(args) -> None:
+    """``--log-to``: each dashboard's package is installed (UsageError, one line, saying what to
+    install), checked before anything is built."""
+    from decentlearn.outputs.dashboards import check_dashboard
+    for name in getattr(args, "log_to", None) or ():
+        try:
+            check_dashboard(name)
+        except (ImportError, ValueError) as e:
+            raise UsageError(f"run: --log-to {name}: {e}") from None
+
+
+def make_dashboards(args, out: Path, config) -> list:
+    """The ``--log-to`` callbacks of the run in ``out`` (decentlearn.outputs.dashboards)."""
+    from decentlearn.outputs.dashboards import make_dashboard
+    made = []
+    for name in dict.fromkeys(getattr(args, "log_to", None) or ()):
+        try:
+            made.append(make_dashboard(name, out, config))
+        except ImportError as e:
+            raise UsageError(f"run: --log-to {name}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - the dashboard's own refusal (a bad URI, ...)
+            text = str(e).strip().splitlines()
+            raise UsageError(f"run: --log-to {name}: cannot start: "
+                             f"{text[0] if text else type(e).__name__}") from None
+    return made
 
 
 def report(config, result, out: Path, backend: str = "") -> None:
@@ -266,7 +305,7 @@ def report(config, result, out: Path, backend: str = "") -> None:
     plotted = plot_curves(result.history, out / "curves.png", title)
     print(f"decentlearn {__version__}: {title}, {config.rounds} rounds")
     print(format_summary(result.summary))
-    print(f"  results in {out}/ (metrics.csv, summary.json, config.toml"
+    print(f"  results in {out}/ (metrics.csv, peers.csv, summary.json, config.toml, run.log"
           + (", curves.png)" if plotted else ")"))
 
 

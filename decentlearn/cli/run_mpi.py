@@ -56,6 +56,9 @@ def cmd_run_mpi(args) -> int:
     # Options of the in-process command this one does not implement (yet): refused, not ignored.
     if getattr(args, "dry_run", False):
         raise UsageError("run: --dry-run is not available with --backend mpi yet (docs/mpi.md)")
+    if getattr(args, "log_to", None):
+        raise UsageError("run: --log-to is not available with --backend mpi yet; the run "
+                         "directory's metrics.csv and peers.csv hold the same numbers")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise UsageError(f"run: --checkpoint-every must be an integer >= 1, got "
                          f"{args.checkpoint_every}")

@@ -36,7 +36,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.comm.plan import RoundPlan
-from decentlearn.state import load_attrs, nest, state_of, subtree
+from decentlearn.state import declared_scratch, load_attrs, nest, state_of, subtree
 from decentlearn.topology import RoundTopology, Topology, edges_of
 
 FLOAT32_BYTES = 4
@@ -62,15 +62,30 @@ class CommState:
     between rounds and reports about the simulated clock, written once: the byte counters (this
     process's rows of the per-peer counters, the server's total), and with a network model the
     clock and the fault counters, which every process keeps whole. A subclass sets
-    ``bytes_sent``, ``server_bytes_sent``, ``clock`` and ``mixing``."""
+    ``bytes_sent``, ``upload_bytes``, ``server_bytes_sent``, ``clock`` and ``mixing``.
+
+    Three byte counters, one per direction of traffic, never overlapping: ``bytes_sent`` (per
+    hosted peer) counts what a peer sends to other peers (gossip, all-reduce chunks, replies,
+    point-to-point rows); ``upload_bytes`` (per hosted peer) what a client sends to the server
+    (``upload``); ``server_bytes_sent`` (one number, the same on every process) what the
+    server sends to its clients (``broadcast``, ``count_server``). The runner reports them as
+    ``bytes_peer``, ``bytes_client_to_server`` and ``bytes_server_to_client``."""
 
     #: State kept between rounds (checkpoints, decentlearn.runner.checkpoint).
-    state_attrs: tuple[str, ...] = ("bytes_sent", "server_bytes_sent")
+    state_attrs: tuple[str, ...] = ("bytes_sent", "upload_bytes", "server_bytes_sent")
+    #: The per-peer byte counters (rows of the hosted peers).
+    _ROW_COUNTERS = ("bytes_sent", "upload_bytes")
 
     def state_kinds(self) -> dict[str, str]:
-        """``state_dict()``'s entries by kind: the bytes each hosted peer sent are per-peer rows;
-        the server's bytes, the clock and the fault counters are the same on every process."""
-        return {k: ("row" if k == "bytes_sent" else "replicated") for k in self.state_dict()}
+        """``state_dict()``'s entries by kind: the bytes each hosted peer sent (to peers, to the
+        server) are per-peer rows; the server's bytes, the clock and the fault counters are the
+        same on every process."""
+        return {k: ("row" if k in self._ROW_COUNTERS else "replicated")
+                for k in self.state_dict()}
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        """The work arrays (the class's ``scratch`` names), for the memory estimate."""
+        return declared_scratch(self)
 
     def state_dict(self) -> dict:
         """Byte counters, and with a network model the clock and the fault counters."""
@@ -145,6 +160,9 @@ class CommState:
 class SimComm(CommState):
     """All peers in one process; ``mix`` is one call of the C gossip kernel on the whole matrix."""
 
+    #: The gossip output buffer (the caller's previous rows, reused).
+    scratch = ("_spare",)
+
     def __init__(self, topology: Topology | RoundTopology, n_threads: int | None = None, *,
                  network=None, samples_per_round: float = 0.0,
                  mixing_kind: str | None = None) -> None:
@@ -153,6 +171,8 @@ class SimComm(CommState):
         self.topology = topology
         self.n_threads = ops.resolve_threads(n_threads)
         self.bytes_sent = np.zeros(topology.n, dtype=np.int64)
+        #: Bytes each peer sent to the server (``upload``), apart from ``bytes_sent``.
+        self.upload_bytes = np.zeros(topology.n, dtype=np.int64)
         self._spare: np.ndarray | None = None
         #: The network model (decentlearn.network.NetworkModel) or None; its clock.
         self.network = network
@@ -336,12 +356,13 @@ class SimComm(CommState):
     def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
         """Peers ``clients`` (sorted global ids; ``payload`` has one row per client this process
         hosts, in order) send their message to the server; returns the decoded rows
-        (len(clients), dim) of every client, which the server reconstructs."""
+        (len(clients), dim) of every client, which the server reconstructs. Each client's
+        row_nbytes is counted in ``upload_bytes`` (client to server)."""
         clients = np.asarray(clients, dtype=np.int64)
         if payload.n_rows != clients.size:
             raise ValueError(f"payload must have one row per client ({clients.size}), "
                              f"got {payload.n_rows}")
-        np.add.at(self.bytes_sent, clients, np.asarray(payload.row_nbytes, dtype=np.int64))
+        np.add.at(self.upload_bytes, clients, np.asarray(payload.row_nbytes, dtype=np.int64))
         return compressor.decompress(payload, n_threads=self.n_threads)
 
     def self_weights(self, t: int) -> np.ndarray:

@@ -131,6 +131,9 @@ class FiniteTimeComm(_Rule):
     refusal = ("mixing='finite-time' supports uncompressed D-PSGD only (it needs several "
                "exchanges per round); use mixing='gossip' with compression")
 
+    #: The schedule's buffers (a list of arrays), kept between rounds.
+    scratch = ("_work",)
+
     def __init__(self, comm) -> None:
         super().__init__(comm)
         self.__dict__["schedule"] = minimal_polynomial_schedule(comm.topology)
@@ -246,6 +249,9 @@ class NonlinearGossipComm(_Rule):
 
     refusal = ("mixing='nonlinear' supports uncompressed D-PSGD only; use mixing='gossip' with "
                "compression")
+
+    #: The previous result's rows, reused as the next result's buffer.
+    scratch = ("_spare_rows",)
 
     def __init__(self, comm, *, alpha: float = 0.5, eta: float = 0.5) -> None:
         super().__init__(comm)

@@ -5,6 +5,8 @@ This is how a rule is written once for every backend."""
 
 from __future__ import annotations
 
+from decentlearn.state import declared_scratch
+
 __all__ = ["Layer"]
 
 
@@ -17,6 +19,10 @@ class Layer:
 
     def __getattr__(self, name: str):
         return getattr(self.__dict__["comm"], name)
+
+    def scratch_arrays(self) -> dict:
+        """The work arrays of this layer (its class's ``scratch`` names) and of ``comm``."""
+        return {**self.__dict__["comm"].scratch_arrays(), **declared_scratch(self)}
 
     def __setattr__(self, name: str, value) -> None:
         if name in self.__dict__:

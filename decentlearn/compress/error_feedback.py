@@ -51,6 +51,11 @@ class ErrorFeedback:
     def reset(self) -> None:
         self.error = None
 
+    def state_kinds(self) -> dict[str, str]:
+        """One residual row per row compressed: per peer when the owner compresses the peers'
+        rows (an owner that compresses something else, e.g. a server's model, says so)."""
+        return {"error": "row"}
+
     def state_dict(self) -> dict:
         """The residuals (None before the first message), for checkpoints."""
         return {"error": None if self.error is None else self.error.copy()}

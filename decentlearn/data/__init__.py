@@ -10,6 +10,7 @@ next-character data (decentlearn.data.shakespeare). See docs/data.md.
 # are complete whatever is imported first (the readers cifar, digits, idx and download register
 # nothing).
 from decentlearn.data import datasets, partition, shakespeare, synthetic  # noqa: F401
+from decentlearn.data.arrays import ArrayDataset
 from decentlearn.data.datasets import (
     Dataset,
     DatasetLoader,
@@ -41,6 +42,7 @@ from decentlearn.data.partition import (
 from decentlearn.data.synthetic import make_synthetic
 
 __all__ = [
+    "ArrayDataset",
     "DATASET_FILES",
     "ChecksumError",
     "Dataset",

@@ -205,6 +205,10 @@ def load_dataset(
     splits of the fixed data sets never depend on ``seed``.
     """
     key, args = split_spec(name, "name")
+    if key == "arrays":  # decentlearn.data.arrays.ArrayDataset's spec
+        raise ValueError(f"dataset {name!r} was given as arrays (ArrayDataset) in Python and "
+                         "cannot be loaded by name: pass RunConfig(dataset=ArrayDataset(...)) "
+                         "with the same arrays (docs/data.md)")
     entry = _DATASETS.get(key, name)
     if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
         raise TypeError(f"data_dir must be a str, os.PathLike or None, got {type(data_dir).__name__}")

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -30,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+_log = logging.getLogger("decentlearn.experiments")
 
 #: The summary metrics aggregated over seeds (final evaluation of each run), in table order.
 METRICS = ("test_accuracy_mean", "test_accuracy_min", "test_accuracy_avg_model",
@@ -249,7 +252,12 @@ def run_grid(grid: Grid, out: str | os.PathLike, *, jobs: int = 1,
         else:
             todo.append(p)
 
+    _log.info("sweep into %s: %d points, %d finished already, %d to run (jobs=%d)", out,
+              len(grid), len(report.skipped), len(todo), jobs)
+
     def done(p: Point, r: dict) -> None:
+        _log.log(logging.INFO if r["status"] == "completed" else logging.WARNING,
+                 "point %s: %s%s", p.name, r["status"], f" ({r['error']})" if r["error"] else "")
         report.ran.append(p.name)
         if r["warnings"]:
             report.warnings[p.name] = r["warnings"]

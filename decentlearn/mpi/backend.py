@@ -39,7 +39,7 @@ HANDLED = frozenset((
     "rounds", "local_steps", "batch_size", "lr", "momentum", "nesterov", "weight_decay", "seed",
     "threads", "eval_every", "eval_samples", "eval_peer_samples", "network", "asynchronous",
     "optimizer", "beta2", "eps",
-    "trust_coefficient", "lr_schedule", "warmup", "lr_scaling", "torch_mode"))
+    "trust_coefficient", "lr_schedule", "warmup", "lr_scaling", "torch_mode", "device"))
 
 
 def check_supported(config) -> None:
@@ -123,6 +123,18 @@ class MPIBackend:
         from mpi4py import MPI
         size = (self.world or MPI.COMM_WORLD).Get_size()
         return max(1, (os.cpu_count() or 1) // size)
+
+    def device(self, config) -> str | None:
+        """This rank's device for a torch model: ``device="cuda"`` becomes
+        ``cuda:{rank % count}`` over the visible GPUs (one GPU per rank, round robin); any
+        other value is every rank's (decentlearn.torch.device.rank_device)."""
+        if config.device != "cuda":
+            return config.device
+        from mpi4py import MPI
+
+        from decentlearn.torch.device import cuda_device_count, rank_device
+        rank = (self.world or MPI.COMM_WORLD).Get_rank()
+        return rank_device(config.device, rank, cuda_device_count())
 
     def _comm_kwargs(self, n_threads) -> dict:
         return dict(n_threads=n_threads, timeout=self.timeout, transport=self.transport)

@@ -81,6 +81,9 @@ class MPIComm(CommState):
     communicator (default ``MPI.COMM_WORLD``). ``timeout``: seconds any wait may last.
     """
 
+    #: The gossip output buffer and the received halo rows.
+    scratch = ("_spare", "_halo")
+
     def __init__(self, topology: Topology | RoundTopology, world=None,
                  n_threads: int | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  transport: str = "p2p", network=None, samples_per_round: float = 0.0,
@@ -107,6 +110,7 @@ class MPIComm(CommState):
         self.n_threads = ops.resolve_threads(n_threads)
         self.timeout = float(timeout)
         self.bytes_sent = np.zeros(self._n_local, dtype=np.int64)
+        self.upload_bytes = np.zeros(self._n_local, dtype=np.int64)
         self.server_bytes_sent = 0
         #: The network model (decentlearn.network.NetworkModel) or None, as in ``SimComm``: its
         #: clock and faulty W_t are computed whole, identically, on every rank.
@@ -434,14 +438,15 @@ class MPIComm(CommState):
     def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
         """``SimComm.upload`` with the server replicated on every rank: each rank sends the wire
         bytes of its clients' rows (``payload``) to every other rank, and every rank decodes all
-        clients' rows in client order. Bytes: each client's row_nbytes (client to server)."""
+        clients' rows in client order. Bytes: each client's row_nbytes, in ``upload_bytes``
+        (client to server)."""
         clients = np.asarray(clients, dtype=np.int64)
         cut = np.searchsorted(clients, self.bounds)  # clients of rank r: cut[r]:cut[r + 1]
         if payload.n_rows != cut[self.rank + 1] - cut[self.rank]:
             raise ValueError(f"payload must have one row per client of this rank "
                              f"({cut[self.rank + 1] - cut[self.rank]}), got {payload.n_rows}")
         mine = clients[cut[self.rank]:cut[self.rank + 1]]
-        np.add.at(self.bytes_sent, mine - self.peer0,
+        np.add.at(self.upload_bytes, mine - self.peer0,
                   np.asarray(payload.row_nbytes, dtype=np.int64))
         t0 = time.perf_counter()
         wire, dim = payload.compressor, payload.dim

@@ -52,6 +52,8 @@ class Adaptive(Optimizer):
     prefixes (their update and state stay zero, as in SGD)."""
 
     name = ""
+    #: Work arrays (``_tmp`` made on first use).
+    scratch = ("_scratch", "_tmp")
 
     def __init__(self, config: OptimizerConfig, shape: tuple[int, int], dtype: Any = np.float32,
                  segments=None) -> None:

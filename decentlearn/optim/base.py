@@ -17,6 +17,7 @@ import numpy as np
 
 from decentlearn.checks import check_array
 from decentlearn.registry import Registry
+from decentlearn.state import declared_scratch
 
 __all__ = ["Optimizer", "OptimizerConfig", "available", "check_dtype", "check_real",
            "check_shape", "frozen_groups", "make", "register"]
@@ -128,6 +129,14 @@ class Optimizer(ABC):
     def state_arrays(self) -> dict[str, np.ndarray]:
         """The per-peer state, each array with one row (or entry) per peer: what churn resets,
         offline peers keep, and asynchronous gossip slices by peer."""
+
+    def state_kinds(self) -> dict[str, str]:
+        """``state_dict()``'s entries by kind: every entry holds one row per peer."""
+        return dict.fromkeys(self.state_arrays(), "row")
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        """The work arrays (the class's ``scratch`` names), for the memory estimate."""
+        return declared_scratch(self)
 
     @property
     @abstractmethod

@@ -67,6 +67,9 @@ class SGD(Optimizer):
     unless written to.
     """
 
+    #: Work array of the non-fused paths (made on first use).
+    scratch = ("_scratch",)
+
     @classmethod
     def check_config(cls, config: OptimizerConfig) -> None:
         SGDConfig.from_config(config)  # validates

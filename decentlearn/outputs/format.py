@@ -52,6 +52,12 @@ def format_summary(summary: dict) -> str:
         ("rounds", str(summary["rounds"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
     ]
+    if summary.get("bytes_client_to_server") or summary.get("bytes_server_to_client"):
+        at = [k for k, _ in rows].index("bytes sent, busiest peer")  # the split after the total
+        rows[at:at] = [(f"  {label}", format_bytes(summary.get(key, 0)))
+                       for label, key in (("peer to peer", "bytes_peer"),
+                                          ("client to server", "bytes_client_to_server"),
+                                          ("server to client", "bytes_server_to_client"))]
     if summary.get("sim_seconds") is not None:  # --network: the simulated clock
         rows.append(("simulated time", f"{summary['sim_seconds']:.4g} s"))
     width = max(len(k) for k, _ in rows)
@@ -80,31 +86,50 @@ def config_cell(config: dict, key: str) -> str:
     return "unset" if config.get(key) is None else str(config.get(key))
 
 
-#: Columns of compare_rows: (header, summary key, format).
+#: Columns of compare_rows: (table header, summary key, table format). The summary key is the
+#: column's name in ``compare --format csv|json`` (compare_records); ``status`` is the run's
+#: status as ``rundir.Run.status`` reads it (``stale`` for a dead ``running`` run).
 COMPARE_COLUMNS = (
     ("status", "status", "{}"),
-    ("rounds", "last_round", "{}"),
+    ("last round", "last_round", "{}"),
     ("acc mean", "test_accuracy_mean", "{:.4f}"),
     ("acc min", "test_accuracy_min", "{:.4f}"),
     ("avg model", "test_accuracy_avg_model", "{:.4f}"),
     ("consensus", "consensus_distance", "{:.3g}"),
     ("bytes sent", "bytes_sent_total", "bytes"),
+    ("peer bytes", "bytes_peer", "bytes"),
+    ("up bytes", "bytes_client_to_server", "bytes"),
+    ("down bytes", "bytes_server_to_client", "bytes"),
     ("sim s", "sim_seconds", "{:.4g}"),
     ("wall s", "wall_seconds", "{:.1f}"),
 )
 
 
+def _run_names(runs: list) -> list[str]:
+    """Each run's directory name, or its path where two runs share a name (two sweeps)."""
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):
+        return [str(r.path) for r in runs]
+    return names
+
+
+def _summary_value(run, key: str):
+    """A COMPARE_COLUMNS value of ``run``: its (stale-aware) status or its summary's value."""
+    return run.status if key == "status" else run.summary.get(key)
+
+
 def compare_rows(runs: list) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the comparison table of ``runs`` (``rundir.Run``): the run's directory,
-    the config fields that differ, then COMPARE_COLUMNS from each summary.json ('-' where a run
-    has no such value, e.g. an interrupted run's missing summary or a run without --network)."""
+    """(header, rows) of the comparison table of ``runs`` (``rundir.Run``): the run's directory
+    (its path where two runs share a name), the config fields that differ, then COMPARE_COLUMNS
+    from each summary.json ('-' where a run has no such value, e.g. an interrupted run's missing
+    summary or a run without --network). For people: rounded, bytes with binary prefixes."""
     fields = differing_fields([r.config for r in runs if r.config])
     header = ["run", *fields, *(h for h, _, _ in COMPARE_COLUMNS)]
     rows = []
-    for r in runs:
-        row = [r.name, *(config_cell(r.config, k) for k in fields)]
+    for r, name in zip(runs, _run_names(runs)):
+        row = [name, *(config_cell(r.config, k) for k in fields)]
         for _, key, fmt in COMPARE_COLUMNS:
-            value = r.summary.get(key)
+            value = _summary_value(r, key)
             if value is None or isinstance(value, (dict, list)):
                 row.append("-")
             elif fmt == "bytes":
@@ -116,3 +141,34 @@ def compare_rows(runs: list) -> tuple[list[str], list[list[str]]]:
                     row.append(str(value))
         rows.append(row)
     return header, rows
+
+
+def _raw(value):
+    """A summary value as a number where it is one: summary.json writes inf and nan as strings;
+    lists and tables are not table values (None)."""
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, (dict, list)):
+        return None
+    return value
+
+
+def compare_records(runs: list) -> tuple[list[str], list[dict]]:
+    """(columns, records) of ``runs`` for other programs (``compare --format csv|json``): ``run``
+    (the directory name) and ``path``, the config fields that differ (named as in config.toml;
+    ``config.NAME`` where a name is also a summary column), then the summary keys of
+    COMPARE_COLUMNS. Values are raw: bytes and rounds as integers, seconds and accuracies as
+    unrounded floats, an absent value as None; every column name appears once."""
+    fields = differing_fields([r.config for r in runs if r.config])
+    keys = [key for _, key, _ in COMPARE_COLUMNS]
+    named = {k: (f"config.{k}" if k in keys or k in ("run", "path") else k) for k in fields}
+    columns = ["run", "path", *named.values(), *keys]
+    records = []
+    for r in runs:
+        rec = {"run": r.name, "path": str(r.path)}
+        for k in fields:
+            rec[named[k]] = r.config.get(k) if r.config else None
+        for key in keys:
+            rec[key] = _raw(_summary_value(r, key))
+        records.append(rec)
+    return columns, records

@@ -90,7 +90,8 @@ def _common_title(runs: list[Run]) -> str:
 
 def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None) -> list[str]:
     """Overlays runs in one PNG at ``path``: test accuracy (peers' mean solid, average model
-    dashed) against round, against bytes sent (total over peers), and against simulated seconds
+    dashed) against round, against bytes sent (``bytes_sent_total``: peer to peer, client to
+    server and server to client), and against simulated seconds
     when some run has ``sim_seconds`` (else the training loss against round); the consensus
     distance against round. One color and marker per run (earlier runs drawn wider, so identical
     curves stay visible), one legend below the panels built from the
@@ -152,7 +153,7 @@ def plot_runs(runs: list[Run], path: str | os.PathLike, title: str | None = None
         curve(a_cons, rounds, [v if v is not None and v > 0 else None for v in cons], k)
         positive_bytes += [v for v in sent if v is not None and v > 0]
     a_round.set(xlabel="round", ylabel="test accuracy", title="accuracy vs round")
-    a_bytes.set(xlabel="bytes sent, all peers", ylabel="test accuracy",
+    a_bytes.set(xlabel="bytes sent: peers, clients and server", ylabel="test accuracy",
                 title="accuracy vs communication")
     if positive_bytes and max(positive_bytes) > 100 * min(positive_bytes):
         a_bytes.set_xscale("log")  # compressed and uncompressed runs differ by orders of magnitude

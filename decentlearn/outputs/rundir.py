@@ -1,13 +1,18 @@
 """The run directory: its layout, the writer that fills it as a run goes, and the reader.
 
 A run directory holds ``config.toml`` (the resolved configuration, replayable with ``--config``),
-``metrics.csv`` (one row per evaluation), ``summary.json``, ``curves.png`` and, with
-``--checkpoint-every``, ``checkpoint.npz``. :class:`RunWriter` writes them as the run goes:
+``metrics.csv`` (one row per evaluation), ``peers.csv`` (every peer's accuracy and loss at every
+evaluation, :mod:`decentlearn.outputs.peers`), ``summary.json``, ``run.log`` (the run's log
+records, :mod:`decentlearn.outputs.runlog`), ``curves.png`` and, with ``--checkpoint-every``,
+``checkpoint.npz``. :class:`RunWriter` writes them as the run goes:
 
-* at the start, ``config.toml`` and a ``summary.json`` with ``"status": "running"``;
+* at the start, ``config.toml`` and a ``summary.json`` with ``"status": "running"`` and the
+  process record that tells a live run from a dead one (:mod:`decentlearn.outputs.liveness`:
+  a reader shows a ``running`` run whose process is gone as ``stale``);
 * every evaluation row is appended to ``metrics.csv`` and flushed at once (header once), so a killed
   process (even SIGKILL) leaves every finished row on disk; a row that cannot be written whole is
-  cut off again, so the file only ever holds complete lines;
+  cut off again, so the file only ever holds complete lines; the peers' rows go to ``peers.csv``
+  just before;
 * at the end, ``summary.json`` with ``"status"`` ``"completed"``, ``"interrupted"`` (SIGINT, or
   SIGTERM through ``decentlearn.interrupts.signals_as_interrupts``), ``"diverged"``
   (``sim.DivergenceError``) or ``"failed"`` (any other exception, with its one-line message), and
@@ -27,6 +32,7 @@ import csv
 import errno
 import io
 import json
+import logging
 import math
 import os
 import time
@@ -36,9 +42,15 @@ from typing import IO, Any
 
 from decentlearn import atomic
 from decentlearn.atomic import OutputError, atomic_write
+from decentlearn.outputs.liveness import HEARTBEAT_SECONDS, Heartbeat, process_record, status_of
+from decentlearn.outputs.peers import PEERS_FILE, PeersWriter
+from decentlearn.outputs.runlog import RunLog
+
+_log = logging.getLogger("decentlearn.outputs")
 
 #: The files a run directory holds; a directory with any of them is an existing run.
-RUN_FILES = ("config.toml", "metrics.csv", "summary.json", "curves.png", "checkpoint.npz")
+RUN_FILES = ("config.toml", "metrics.csv", "peers.csv", "summary.json", "run.log", "curves.png",
+             "checkpoint.npz")
 
 #: Statuses summary.json can report.
 STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
@@ -145,11 +157,21 @@ class RunWriter:
 
     Leaving the block with an exception writes summary.json with the status it implies
     (``interrupted``, ``diverged`` or ``failed``) and the last round, and lets the exception go on.
+
+    ``peers``: write peers.csv (each evaluation's per-peer accuracy and loss, read from the
+    simulator's ``last_accuracy`` and ``last_loss``); ``log_level``: the level of run.log's
+    records (None: no run.log); ``heartbeat``: seconds between two heartbeats of the running
+    summary (decentlearn.outputs.liveness).
     """
 
-    def __init__(self, directory: str | os.PathLike, config: Any = None) -> None:
+    def __init__(self, directory: str | os.PathLike, config: Any = None, *, peers: bool = True,
+                 log_level: int | None = logging.INFO,
+                 heartbeat: float = HEARTBEAT_SECONDS) -> None:
         self.dir = Path(directory)
         self.config = config
+        self._peers = PeersWriter(self.dir / PEERS_FILE) if peers else None
+        self._runlog = RunLog(self.dir / "run.log", log_level) if log_level is not None else None
+        self._heartbeat = Heartbeat(self.dir / "summary.json", heartbeat)
         self.status = "running"
         self.last_round = 0
         self.rows = 0
@@ -196,6 +218,8 @@ class RunWriter:
                 status = "failed"
             message = str(exc).strip().splitlines()
             error = message[0] if message else type(exc).__name__
+            _log.log(logging.WARNING if status == "interrupted" else logging.ERROR,
+                     "run %s: %s (rounds finished: %d)", status, error, self.last_round)
             try:
                 self.write_summary(status, error=error)
             except OutputError:
@@ -205,29 +229,55 @@ class RunWriter:
             self.close()
 
     def start(self) -> None:
-        """Writes config.toml and a summary.json with status "running"."""
-        if self.config is not None:
-            atomic_write(self.dir / "config.toml", config_toml(self.config))
-        self.write_summary("running")
+        """Writes config.toml and a summary.json with status "running", starts run.log and the
+        heartbeat. On an error nothing stays attached (run.log's handler, the heartbeat)."""
+        try:
+            if self._runlog is not None:
+                try:
+                    self._runlog.attach()
+                except OSError as e:
+                    raise OutputError(self._runlog.path, e) from None
+            if self.config is not None:
+                atomic_write(self.dir / "config.toml", config_toml(self.config))
+            self.write_summary("running")
+            self._heartbeat.start()
+        except BaseException:
+            self.close()
+            raise
+        _log.info("run directory %s", self.dir)
 
     def close(self) -> None:
+        self._heartbeat.stop()
         if self._csv is not None:
             with contextlib.suppress(OSError):
                 self._csv.close()
             self._csv = None
+        if self._peers is not None:
+            self._peers.close()
+        if self._runlog is not None:
+            self._runlog.detach()
 
     # --- callback hooks (see sim.Callback) ----------------------------------------------------
     def on_round_end(self, sim: Any, t: int) -> None:
         self.last_round = t + 1
 
     def on_eval(self, sim: Any, row: dict) -> None:
+        acc, loss = getattr(sim, "last_accuracy", None), getattr(sim, "last_loss", None)
+        if self._peers is not None and acc is not None and loss is not None:
+            self._peers.append(row["round"], acc, loss)
         self.append(row)
 
     def resume(self, rows: list[dict], last_round: int) -> None:
-        """Continues the run directory from a checkpoint (decentlearn.runner.checkpoint): metrics.csv is
-        rewritten atomically with ``rows`` (the checkpoint's; rows written after it are dropped)
-        and later rows are appended. ``last_round`` is the checkpoint's finished rounds."""
-        self.close()
+        """Continues the run directory from a checkpoint (decentlearn.runner.checkpoint):
+        metrics.csv is rewritten atomically with ``rows`` (the checkpoint's; rows written after
+        it are dropped) and later rows are appended; peers.csv is cut back to the same round.
+        ``last_round`` is the checkpoint's finished rounds."""
+        if self._csv is not None:
+            with contextlib.suppress(OSError):
+                self._csv.close()
+            self._csv = None
+        if self._peers is not None:
+            self._peers.resume(int(last_round))
         self._columns = None
         data = b""
         if rows:
@@ -317,6 +367,8 @@ class RunWriter:
             out["error"] = error
         if self.config is not None and "config" not in out:
             out["config"] = self.config.to_dict()
+        if status == "running":
+            out["process"] = process_record(self._heartbeat.seconds)
         out["status"] = status
         text = json.dumps(_json_clean(out), indent=2, default=_json_default) + "\n"
         atomic_write(self.summary_path, text)
@@ -327,6 +379,7 @@ class RunWriter:
         """Marks the run completed: summary.json gets the simulator's ``summary``."""
         self.last_round = max(self.last_round, int(summary.get("rounds", self.last_round)))
         self.write_summary("completed", summary=summary)
+        _log.info("run completed: %d rounds, results in %s", self.last_round, self.dir)
 
 
 # --- reading a run directory back ------------------------------------------------------------
@@ -352,7 +405,9 @@ class Run:
 
     @property
     def status(self) -> str:
-        return str(self.summary.get("status", "unknown"))
+        """summary.json's status, ``stale`` for a ``running`` run whose process is gone
+        (decentlearn.outputs.liveness), ``unknown`` without summary.json."""
+        return status_of(self.summary, self.path / "summary.json")
 
     def column(self, name: str) -> list[float] | None:
         """The values of metrics.csv column ``name``, or None when no row has it."""
@@ -367,6 +422,59 @@ def _number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def holds_run(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a run directory: it holds config.toml or metrics.csv, or a
+    summary.json with a ``status`` (a sweep's own summary.json has none)."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    if (path / "config.toml").is_file() or (path / "metrics.csv").is_file():
+        return True
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and "status" in summary
+
+
+def find_runs(paths: list[str | os.PathLike]) -> list[Path]:
+    """The run directories named by ``paths``, in order: a path that is a run directory
+    (:func:`holds_run`) stands for itself; any other folder (a sweep's output, ``runs/``) for
+    every run directory below it, in sorted order (a run's own subfolders are not searched).
+    RunDirError (one line) for a missing path, a file, or a folder with no run in it."""
+    found: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_dir():
+            raise RunDirError(f"{p}: not a directory" if p.exists() else f"{p}: no such directory")
+        if holds_run(p) or (p / "summary.json").is_file() and not _is_sweep_summary(p):
+            found.append(p)
+            continue
+        below = []
+        for root, dirs, _ in os.walk(p):
+            dirs.sort()
+            keep = []
+            for d in dirs:
+                if holds_run(Path(root) / d):
+                    below.append(Path(root) / d)
+                else:
+                    keep.append(d)
+            dirs[:] = keep
+        if not below:
+            raise RunDirError(f"{p}: no runs in this folder (no run directory in it or below: "
+                              "none holds config.toml, metrics.csv or a run's summary.json)")
+        found += sorted(below)
+    return found
+
+
+def _is_sweep_summary(path: Path) -> bool:
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False  # unreadable: load_run reports it
+    return isinstance(summary, dict) and "status" not in summary
 
 
 def load_run(path: str | os.PathLike) -> Run:

@@ -31,6 +31,10 @@ class LocalBackend:
         """Threads of this process's kernels: the configuration's (None: the default)."""
         return config.threads
 
+    def device(self, config) -> str | None:
+        """The device of a torch model in this process: the configuration's."""
+        return config.device
+
     def make_comm(self, topology, *, n_threads, network, samples_per_round: float, mixing_kind):
         """The communicator of every peer (the runner wraps it in the run's mixing rule)."""
         return SimComm(topology, n_threads=n_threads, network=network,

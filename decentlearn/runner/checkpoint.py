@@ -24,6 +24,7 @@ the same names; :func:`read` gives them back.
 from __future__ import annotations
 
 import contextlib
+import logging
 import hashlib
 import io
 import json
@@ -254,6 +255,9 @@ class CheckpointCallback:
     def save(self, sim) -> None:
         sim.save_checkpoint(self.path, extra={"checkpoint_every": self.every})
         self.saved_round = sim.next_round
+        if getattr(sim, "is_root", True):
+            logging.getLogger(__name__).info("checkpoint of round %d written to %s",
+                                             sim.next_round, self.path)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ new algorithm with a new option needs no change here.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ import numpy as np
 
 from decentlearn import algorithms
 from decentlearn.comm import parse_mixing
+from decentlearn.data import ArrayDataset
 from decentlearn.network import load_network
 from decentlearn.nn import cocofl
 from decentlearn.nn.lowp import PRECISIONS
@@ -85,7 +87,9 @@ class RunConfig:
     a field nor an option of the algorithm is a ValueError naming it.
     """
 
-    dataset: str = "digits"
+    #: A registered data set's spec (``decentlearn.data.available_datasets()``), or the arrays of
+    #: an ``ArrayDataset`` (recorded as its spec ``arrays:NAME:DIGEST`` by ``to_dict``).
+    dataset: str | ArrayDataset = "digits"
     data_dir: str | None = None
     peers: int = 16
     topology: str = "ring"
@@ -93,6 +97,9 @@ class RunConfig:
     partition: str = "dirichlet:0.1"
     model: str = "mlp"
     torch_mode: str = "batched"
+    #: Where a torch model computes: None (views of the host matrix), "cpu", "cuda", "cuda:N"
+    #: (docs/torch.md, "GPU"); the state, the optimizer and the gossip stay on the host.
+    device: str | None = None
     precision: str = "fp32"
     cocofl: str | None = None
     algorithm: str = "dpsgd"
@@ -147,6 +154,10 @@ class RunConfig:
         self.__post_init__()
 
     def __post_init__(self):
+        if not isinstance(self.dataset, (str, ArrayDataset)):
+            raise TypeError(f"dataset must be a data set spec (str, e.g. 'digits') or an "
+                            f"ArrayDataset, got {type(self.dataset).__name__}")
+
         def positive_int(name, allow_none=False):
             v = getattr(self, name)
             if v is None and allow_none:
@@ -179,6 +190,15 @@ class RunConfig:
         if self.torch_mode != "batched" and not str(self.model).startswith("torch:"):
             raise ValueError(f"torch_mode applies to torch models (model='torch:...'), got "
                              f"model={self.model!r} with torch_mode={self.torch_mode!r}")
+        # the same rule as decentlearn.torch.device.parse_device, which needs torch to import
+        if self.device is not None and not (isinstance(self.device, str) and re.fullmatch(
+                r"cpu|cuda(:(0|[1-9][0-9]*))?", self.device)):
+            raise ValueError(f"device (--device) must be 'cpu', 'cuda' or 'cuda:N' (N a GPU "
+                             f"index >= 0), got {self.device!r}")
+        if self.device is not None and not str(self.model).startswith("torch:"):
+            raise ValueError(f"device (--device) applies to torch models (model='torch:...'); "
+                             f"decentlearn's native models run on the CPU: got model="
+                             f"{self.model!r} with device={self.device!r}")
         if self.cocofl is not None:
             cocofl.parse(self.cocofl)
             if self.precision != "fp32":
@@ -246,7 +266,12 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        """The fields as plain values (config.toml, summary.json, checkpoint fingerprints): an
+        ArrayDataset as its spec ``arrays:NAME:DIGEST``, the options resolved."""
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)
+             if f.name != "dataset"}  # (asdict would copy an ArrayDataset's arrays)
+        d = {"dataset": (self.dataset.spec if isinstance(self.dataset, ArrayDataset)
+                         else self.dataset), **d}
         d["options"] = dataclasses.asdict(self.algorithm_options())
         return d
 

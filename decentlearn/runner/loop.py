@@ -11,6 +11,7 @@ identity in one process.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -37,6 +38,10 @@ from decentlearn.topology import Topology, check_mixing, make as make_topology
 
 __all__ = ["Callback", "Runner"]
 
+#: The runner's log (decentlearn.outputs.runlog writes it to a run directory's run.log): the
+#: setup and the end of a run, and every evaluation, at INFO.
+_log = logging.getLogger("decentlearn.runner")
+
 
 class Callback:
     """Hooks called by the runner. Subclass and override what you need."""
@@ -60,6 +65,8 @@ class Runner:
         self.config = c = config
         self.backend = backend = backend if backend is not None else LocalBackend()
         backend.check(c)
+        if dataset is None and isinstance(c.dataset, Dataset):  # an ArrayDataset
+            dataset = c.dataset
         self.dataset = dataset if dataset is not None else load_dataset(
             c.dataset, c.data_dir, seed=stream_seed(c.seed, STREAM_DATA), n_peers=c.peers)
         d = self.dataset
@@ -100,6 +107,7 @@ class Runner:
         self.model.n_threads = threads
         if c.model.startswith("torch:"):
             self.model.mode = c.torch_mode
+            self.model.device = backend.device(c)  # this process's: one GPU per MPI rank
         self.model.peer0 = lo  # int8 layers key their rounding noise by peer
         init = self.model.init(stream_seed(c.seed, STREAM_INIT)).astype(np.float32)
         self._init_row = init
@@ -114,8 +122,9 @@ class Runner:
         self.lr_schedule = None if c.lr_schedule_of().constant else c.lr_schedule_of()
         #: Layers with parameters frozen by each peer (CoCoFL); None without --cocofl.
         self.frozen: np.ndarray | None = None
-        #: Test accuracy of every peer at the last evaluation.
+        #: Test accuracy and mean test loss of every peer at the last evaluation (peers.csv).
         self.last_accuracy: np.ndarray | None = None
+        self.last_loss: np.ndarray | None = None
         if c.cocofl is not None:
             self.frozen = cocofl.assign(cocofl.parse(c.cocofl), c.peers,
                                         len(self.model.param_layers),
@@ -137,7 +146,8 @@ class Runner:
             self.algorithm = cls(model=self.model, comm=self.comm, optimizer=optimizer,
                                  params=params, local_steps=c.local_steps,
                                  compressor=backend.wrap_compressor(compressor, self.comm),
-                                 seed=seed, frozen=frozen, variant=c.variant, **c.options)
+                                 seed=seed, frozen=frozen, variant=c.variant,
+                                 sample_counts=self.partition.sizes, **c.options)
         if c.clique_averaging:
             self.algorithm.gradient_transform = backend.clique_averaging(self.topology.groups,
                                                                          self.comm)
@@ -174,6 +184,18 @@ class Runner:
         #: Seconds of this process's rounds, and of the communicator's phases in them when it
         #: measures them (``comm.seconds``: compress, communicate, wait on MPI).
         self.spent: dict[str, float] = {"rounds_total": 0.0}
+
+    def _log_start(self) -> None:
+        """The run's setup (and its known problems) in the log, as ``run`` starts."""
+        c, d = self.config, self.dataset
+        _log.info("set up: %s (%d train, %d test samples, %d classes), %d peers, partition %s, "
+                  "topology %s, model %s (%d parameters), algorithm %s, compress %s, seed %d, "
+                  "backend %s", d.name, d.n_train, d.n_test, d.n_classes, c.peers, c.partition,
+                  c.topology, c.model, self.model.dim, c.algorithm, c.compress, c.seed,
+                  self.backend.name)
+        for problem in self.problems:
+            _log.warning("setup problem: %s", problem)
+        _log.info("running rounds %d to %d", self.next_round + 1, c.rounds)
 
     def _async_args(self, params, config: OptimizerConfig | SGDConfig, seed: int, segments,
                     frozen) -> dict:
@@ -224,23 +246,30 @@ class Runner:
         t0 = time.perf_counter()
         comm = self.comm
         pi = self._eval_peer_idx
-        acc, _ = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
+        acc, loss = self.model.evaluate(self.params, self.x_eval[pi], self.y_eval[pi])
         if comm.n_peers == comm.n_global:
-            self.last_accuracy = acc
-            row = self._eval_row(self.params, acc, comm.bytes_sent, final)
+            self.last_accuracy, self.last_loss = acc, loss
+            row = self._eval_row(self.params, acc, comm.bytes_sent, comm.upload_bytes, final)
         else:
             self.last_accuracy = comm.allgather_peers(np.asarray(acc, dtype=np.float64))
+            self.last_loss = comm.allgather_peers(np.asarray(loss, dtype=np.float64))
             X = comm.gather_rows(self.params)
             sent = comm.gather_rows(comm.bytes_sent)
-            row = (self._eval_row(X, self.last_accuracy, sent, final) if comm.rank == 0
+            up = comm.gather_rows(comm.upload_bytes)
+            row = (self._eval_row(X, self.last_accuracy, sent, up, final) if comm.rank == 0
                    else None)
             row = comm.bcast_json(row)
         self.eval_seconds += time.perf_counter() - t0
         return row
 
-    def _eval_row(self, X: np.ndarray, acc: np.ndarray, sent: np.ndarray, final: bool) -> dict:
-        """The evaluation row from all peers' parameters ``X``, accuracies and bytes sent: the
-        average model is evaluated here."""
+    def _eval_row(self, X: np.ndarray, acc: np.ndarray, sent: np.ndarray, up: np.ndarray,
+                  final: bool) -> dict:
+        """The evaluation row from all peers' parameters ``X``, accuracies and bytes sent (to
+        peers ``sent``, to the server ``up``, per peer): the average model is evaluated here.
+
+        Bytes, cumulative since round 0: ``bytes_peer`` (peer to peer), ``bytes_client_to_server``
+        and ``bytes_server_to_client``; ``bytes_sent_total`` is their sum and
+        ``bytes_sent_max_peer`` the most one peer sent (to peers and to the server)."""
         avg = X.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
         if final or self.eval_avg_samples >= len(self.y_eval):
             x_avg, y_avg = self.x_eval, self.y_eval
@@ -254,13 +283,14 @@ class Runner:
             "test_accuracy_avg_model": float(acc_avg[0]),
             "test_loss_avg_model": float(loss_avg[0]),
             "consensus_distance": metrics.consensus_distance(X),
-            "bytes_sent_total": int(sent.sum()),
-            "bytes_sent_max_peer": int(sent.max()),
+            "bytes_sent_total": 0,
+            "bytes_sent_max_peer": int((sent + up).max()),
+            "bytes_peer": int(sent.sum()),
+            "bytes_client_to_server": int(up.sum()),
+            "bytes_server_to_client": int(self.comm.server_bytes_sent),
         }
-        if self.algorithm.has_server:  # what the server sent joins the total
-            server = int(self.comm.server_bytes_sent)
-            row["bytes_sent_total"] += server
-            row["bytes_sent_server"] = server
+        row["bytes_sent_total"] = sum(row[k] for k in metrics.BYTE_COLUMNS)
+        row.update(self.algorithm.columns())  # its own figures (SkewScout's bytes saved)
         # Network hook: sim_seconds and fault rates with --network (nothing otherwise).
         row.update(self.comm.network_metrics())
         return row
@@ -370,6 +400,8 @@ class Runner:
         result.history = self.history
         root = list(callbacks) if self.is_root else []
         split = self.comm.n_peers != self.comm.n_global
+        if self.is_root:
+            self._log_start()
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
             losses = self._step(t)
@@ -385,6 +417,13 @@ class Runner:
                 result.history.append(row)
                 if split:  # the consensus bound, checked where the rows were gathered
                     self._check_consensus(t, row["consensus_distance"])
+                if self.is_root:
+                    _log.info("round %d/%d: test accuracy %.4f (min %.4f, max %.4f), average "
+                              "model %.4f, consensus distance %.4g, train loss %.4g, bytes sent "
+                              "%d", t + 1, c.rounds, row["test_accuracy_mean"],
+                              row["test_accuracy_min"], row["test_accuracy_max"],
+                              row["test_accuracy_avg_model"], row["consensus_distance"],
+                              row["train_loss"], row["bytes_sent_total"])
                 for cb in root:
                     cb.on_eval(self, row)
             self.next_round = t + 1
@@ -398,6 +437,11 @@ class Runner:
             raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
                              f"{self.next_round}); raise rounds to continue the run")
         result.summary = self._summary(time.perf_counter() - start)
+        if self.is_root:
+            _log.info("finished %d rounds in %.1f s: test accuracy %.4f, average model %.4f",
+                      c.rounds, time.perf_counter() - start,
+                      result.summary["test_accuracy_mean"],
+                      result.summary["test_accuracy_avg_model"])
         result.params = self.gather_params() if split else self.params
         return result
 
@@ -406,8 +450,6 @@ class Runner:
         c = self.config
         last = self.history[-1]
         summary = {k: last[k] for k in metrics.COLUMNS if k not in ("round", "train_loss")}
-        if "bytes_sent_server" in last:
-            summary["bytes_sent_server"] = last["bytes_sent_server"]
         summary.update(self.comm.network_summary())  # network hook: sim_seconds
         topo = self.topology
         summary.update(rounds=c.rounds, final_train_loss=last["train_loss"],
@@ -418,6 +460,7 @@ class Runner:
                        warnings=list(self.problems), config=c.to_dict())
         if hasattr(self.model, "mode_report"):  # a torch model: its mode, and what auto chose
             summary["torch_mode"] = self.model.mode_report()
+            summary["torch_device"] = self.model.device_report()  # rank 0's on MPI
         if hasattr(topo, "edge_count"):  # a periodic Topology; not the random per-round graphs
             edges = topo.edge_count()
             summary.update(edges=edges, edges_fraction_of_complete=(

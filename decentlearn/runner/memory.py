@@ -6,9 +6,11 @@
 * **optimizer state**, **algorithm state** and **gossip buffers**: every other ``(n_peers, ...)``
   array the run's algorithm, optimizer and communicator hold, *measured* by a probe: the same
   configuration on 16 peers of the embedded digits data (same model, algorithm, compressor,
-  optimizer, network) runs two rounds, and the arrays reachable from its algorithm, optimizer and
-  communicator are counted in bytes per parameter per peer (so a new algorithm's buffers are
-  counted without a table to keep up to date);
+  optimizer, network) runs two rounds, and the arrays its parts declare (their state, per peer,
+  per edge or replicated, and their ``scratch`` work arrays; decentlearn.state) are counted in
+  bytes per parameter per peer (so a new algorithm's buffers are counted from its declaration,
+  without a table to keep up to date; tests check each declaration against the arrays a run
+  really holds);
 * **data shares**: each peer's index list and sampler order (16 bytes per training sample in all);
 * **minibatch + activations**: one minibatch per peer (``batch x input`` float32 + labels) and
   what the layers keep for the backward pass, ``peers x batch x`` (sum of the layers' output
@@ -38,7 +40,6 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 #: Shapes of the fixed data sets (input shape, classes, training samples, test samples), so that
 #: an estimate needs no data file. Other data sets (synthetic) are loaded to learn them.
@@ -155,6 +156,8 @@ def _resident_bytes() -> int:
 
 def _dataset_shape(config) -> tuple[tuple[int, ...], int, int, int]:
     name = config.dataset
+    if not isinstance(name, str):  # an ArrayDataset: its arrays are here
+        return name.input_shape, name.n_classes, len(name.y_train), len(name.y_test)
     if name in KNOWN_DATASETS:
         return KNOWN_DATASETS[name]
     from decentlearn.data import load_dataset
@@ -162,38 +165,25 @@ def _dataset_shape(config) -> tuple[tuple[int, ...], int, int, int]:
     return d.input_shape, d.n_classes, len(d.y_train), len(d.y_test)
 
 
-def _arrays(root: Any, path: str, out: dict, seen: set, depth: int = 0) -> None:
-    """Collects (address range) -> (nbytes, path) of the NumPy arrays reachable from ``root``
-    through attributes, lists, tuples and dicts (views are counted once, by their base)."""
+def declared_arrays(sim) -> dict[str, int]:
+    """Bytes of every array a built run declares (decentlearn.state): the entries of its state
+    (per-peer, per-edge and replicated) and the work arrays of its algorithm, the algorithm's
+    state objects and its communicator (their ``scratch``), by dotted name."""
     import numpy as np
-    if depth > 6 or id(root) in seen:
-        return
-    seen.add(id(root))
-    if isinstance(root, np.ndarray):
-        base = root
+
+    from decentlearn.state import nest
+    sizes = {k: v.nbytes for k, v in sim.state_dict().items() if isinstance(v, np.ndarray)}
+    scratch = {**nest("algorithm", sim.algorithm.scratch_arrays()),
+               **nest("comm", sim.comm.scratch_arrays())}
+    seen: set[int] = set()
+    for name, a in scratch.items():  # a work array may be a view of another one
+        base = a
         while isinstance(base.base, np.ndarray):
             base = base.base
-        start = base.__array_interface__["data"][0]
-        out.setdefault(start, (base.nbytes, path))
-        return
-    if isinstance(root, (str, bytes, int, float, bool, type(None))):
-        return
-    if isinstance(root, dict):
-        items = list(root.items())
-    elif isinstance(root, (list, tuple)):
-        items = list(enumerate(root))
-    else:
-        module = type(root).__module__ or ""
-        if not module.startswith("decentlearn"):
-            return
-        items = list(getattr(root, "__dict__", {}).items())
-        for slot in getattr(type(root), "__slots__", ()):
-            if hasattr(root, slot):
-                items.append((slot, getattr(root, slot)))
-    for key, value in items:
-        if key in ("model", "dataset", "topology", "partition", "sampler", "network"):
-            continue  # not per-peer state (the model holds no parameters)
-        _arrays(value, f"{path}.{key}", out, seen, depth + 1)
+        if id(base) not in seen:
+            seen.add(id(base))
+            sizes[name] = base.nbytes
+    return sizes
 
 
 def probe_state(config) -> tuple[dict[str, float], str]:
@@ -226,21 +216,16 @@ def probe_state(config) -> tuple[dict[str, float], str]:
                 f"not probed ({str(last_error).splitlines()[0] if last_error else 'error'}): "
                 "assumed 4 float32 buffers")
     dim = sim.model.dim
-    found: dict[int, tuple[int, str]] = {}
-    seen: set = set()
-    params_addr = sim.params.__array_interface__["data"][0]
-    _arrays(sim.algorithm, "algorithm", found, seen)
-    _arrays(sim.comm, "comm", found, seen)
     parts = {"parameters": 0.0, "optimizer state": 0.0, "algorithm state": 0.0,
              "gossip buffers": 0.0}
-    for addr, (nbytes, path) in found.items():
+    for path, nbytes in declared_arrays(sim).items():
         if nbytes < PROBE_PEERS * dim:  # small per-peer vectors (byte counters, ...): not state
             continue
-        if addr == params_addr:
+        if path == "algorithm.params":
             part = "parameters"
-        elif ".optimizer" in path:
+        elif path.startswith("algorithm.optimizer."):
             part = "optimizer state"
-        elif path.startswith("comm") or ".comm" in path:
+        elif path.startswith("comm."):
             part = "gossip buffers"
         else:
             part = "algorithm state"

@@ -84,14 +84,14 @@ def _clique(adj: sp.csr_array, label: str, groups: np.ndarray | None) -> sp.csr_
 
 def clique_weights(adj: sp.csr_array, groups: np.ndarray) -> sp.csr_array:
     """The equal-clique weighting of D-Cliques (Bellet et al. 2022), as a canonical CSR matrix
-    (diagonal included). ``adj``: symmetric 0/1 adjacency; ``groups``: clique id of every peer
-    (equal clique sizes).
+    (diagonal included). ``adj``: symmetric 0/1 adjacency; ``groups``: clique id of every peer.
 
+    SIZE is the largest clique's size (a smaller last clique keeps the rest in its self weights).
     Every member gives 1/SIZE to each member of its clique (itself included), and an inter-clique
     edge (i, j) gets 1/(SIZE (1 + max(e_i, e_j))) taken out of both self weights (e_i:
     inter-clique edges of peer i). Symmetric, doubly stochastic and nonnegative (the self weight
-    stays >= 1/(SIZE (1 + e_i))); without inter-clique edges one gossip step is exactly the clique
-    average."""
+    stays >= 1/(SIZE (1 + e_i))); with equal cliques and no inter-clique edge one gossip step is
+    exactly the clique average."""
     n = adj.shape[0]
     size = int(np.bincount(groups).max())
     coo = adj.tocoo()

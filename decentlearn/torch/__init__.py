@@ -2,7 +2,9 @@
 model interface, trained by every peer at once on rows of the shared ``(n_peers, dim)`` float32
 array (decentlearn.torch.adapter); ``decentlearn.torch.models`` is the zoo behind
 ``--model torch:NAME`` (resnet20, vgg11, gn-lenet, char-lstm, and twins of the native mlp and cnn)
-and ``--model torch:package.module:factory``. See docs/torch.md.
+and ``--model torch:package.module:factory``; ``decentlearn.torch.device`` says where the passes
+may run (``--device cpu | cuda | cuda:N``, the CUDA report of ``decentlearn info``). See
+docs/torch.md.
 
 Needs the ``torch`` extra (``pip install "decentlearn[torch]"``); the rest of decentlearn never
 imports torch. This package is ``decentlearn.torch``: its modules import PyTorch as ``torch``

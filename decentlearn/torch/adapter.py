@@ -21,6 +21,15 @@ Floating-point buffers (BatchNorm's running mean and variance) are per-peer stat
 after all parameters: training passes update them in place, their gradient is zero, and every
 algorithm exchanges and averages them exactly like the weights (the policy of decentlearn's own
 BatchNorm, decentlearn.nn.batchnorm; the average model gets the peers' average statistics).
+
+``device`` (None, "cpu", "cuda", "cuda:N"; docs/torch.md, "GPU") chooses where the passes run.
+None (the default) is the path above: torch tensors are views of the host matrix. A device
+copies the ``(P, dim)`` matrix and the batch to that device once per call (through pinned host
+buffers on CUDA), runs the same passes there on column views of the device copy, gathers every
+gradient into one device ``(P, dim)`` buffer and copies it back once into the algorithm's host
+buffer (and the updated BatchNorm statistics into their rows), so optimizers, gossip,
+compressors, checkpoints and MPI work on host rows as before. ``"cpu"`` runs that same path on
+the CPU (what CI tests): it gives the host path's numbers bit for bit.
 """
 
 from __future__ import annotations
@@ -36,10 +45,19 @@ from torch.func import functional_call, vmap
 
 from decentlearn import ops
 from decentlearn import checks
+from decentlearn.torch.device import make_deterministic, resolve_device
 
 # Upper bound on P * chunk samples of one evaluation pass (keeps activations near 100 MB for the
 # zoo's models at 32x32).
 _EVAL_BUDGET_SAMPLES = 4096
+
+#: The same bound on a CUDA device (16 GB-class GPUs hold ResNet-20's evaluation activations of
+#: this many 32x32 samples several times over; fewer, larger passes keep the GPU busy).
+_EVAL_BUDGET_SAMPLES_CUDA = 16384
+
+#: Where the passes run (``TorchModel.device_report()["path"]``): views of the host matrix, or a
+#: copy of it on ``device`` made once per call.
+PATH_HOST_VIEWS, PATH_DEVICE_COPY = "host-views", "device-copy"
 
 
 #: Execution modes (``TorchModel.mode``); ``grouped:G`` takes a positive group size G.
@@ -150,6 +168,15 @@ class TorchModel:
         # auto's measurements: (n_peers, x shape, shared, first trained column) -> choice
         self._auto: dict[tuple, dict] = {}
         self.mode = mode
+        self._device: torch.device | None = None
+        self._device_name: str | None = None
+        # Reusable buffers of the device path: key -> flat tensor (grown, never shrunk).
+        self._staging: dict[tuple, torch.Tensor] = {}
+        # CUDA: per upload key, an event recorded after the copy out of its pinned buffer.
+        self._copied: dict[str, Any] = {}
+        #: CUDA: copies go through pinned host buffers (True) or straight from and to the
+        #: NumPy arrays' pageable memory (False; the benchmark compares the two).
+        self.pin_memory = True
 
     @property
     def mode(self) -> str:
@@ -170,6 +197,41 @@ class TorchModel:
         report: dict = {"mode": self._mode}
         if self._mode == "auto":
             report["chosen"] = [dict(v) for v in self._auto.values()]
+        return report
+
+    @property
+    def device(self) -> str | None:
+        """Where the passes run: None (the default: torch views of the host matrix), "cpu",
+        "cuda" or "cuda:N" (a copy of the matrix on that device each call; module docstring).
+        Setting a CUDA device checks it exists (ValueError naming ``device`` and what is
+        missing) and turns on deterministic CUDA kernels process-wide
+        (``decentlearn.torch.device.make_deterministic``)."""
+        return self._device_name
+
+    @device.setter
+    def device(self, value: str | None) -> None:
+        dev = resolve_device(value)
+        if dev is not None and dev.type == "cuda":
+            make_deterministic()
+        self._device = dev
+        self._device_name = None if dev is None else str(dev)
+        self._staging.clear()
+        self._copied.clear()
+        self._auto.clear()  # auto's timings were measured on the previous device
+
+    def device_report(self) -> dict:
+        """For the run summary: the device, the path that ran and, on CUDA, the GPU's name, the
+        CUDA version, whether deterministic kernels are on and whether TF32 is allowed (PyTorch's
+        settings: convolutions through cuDNN by default, matrix products not)."""
+        dev = self._device
+        report: dict = {"device": "cpu" if dev is None else str(dev),
+                        "path": PATH_HOST_VIEWS if dev is None else PATH_DEVICE_COPY,
+                        "torch": torch.__version__}
+        if dev is not None and dev.type == "cuda":
+            report.update(name=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
+                          deterministic=torch.are_deterministic_algorithms_enabled(),
+                          tf32={"cudnn": torch.backends.cudnn.allow_tf32,
+                                "matmul": torch.backends.cuda.matmul.allow_tf32})
         return report
 
     # ---- what decentlearn reads -----------------------------------------------------------
@@ -279,23 +341,32 @@ class TorchModel:
 
     # ---- passes ---------------------------------------------------------------------------
 
-    def _views(self, arr: np.ndarray, trained_from: int | None,
+    def _views(self, arr: np.ndarray | torch.Tensor, trained_from: int | None,
                plain: bool = False) -> tuple[dict, dict, list]:
         """Per-tensor torch views of the columns of ``arr`` (G, dim): (params, buffers, the
-        leaves to differentiate). Each view is its own ``from_numpy`` tensor, so an in-place
-        update of a buffer never bumps the version counter of a parameter saved for backward.
-        Parameters starting at or after column ``trained_from`` require grad. ``plain`` (G = 1):
-        views of the one row without the peer axis, buffers included (a plain BatchNorm updates
-        its statistics in place, straight into the row)."""
+        leaves to differentiate). Parameters starting at or after column ``trained_from``
+        require grad. ``arr`` a host array: each view is its own ``from_numpy`` tensor, so an
+        in-place update of a buffer never bumps the version counter of a parameter saved for
+        backward; ``plain`` (G = 1): views of the one row without the peer axis, buffers
+        included (a plain BatchNorm updates its statistics in place, straight into the row).
+        ``arr`` a device tensor (the device path): parameters are detached column views of
+        it; buffers are always contiguous copies, written back after the backward pass
+        (``_store_buffers``), so nothing writes into ``arr`` while autograd holds its views."""
         n = arr.shape[0]
+        host = isinstance(arr, np.ndarray)
         params: dict[str, torch.Tensor] = {}
         buffers: dict[str, torch.Tensor] = {}
         leaves: list[torch.Tensor] = []
         for i, (name, sl, shape) in enumerate(self._layout):
-            t = (torch.from_numpy(arr[0, sl]).view(shape) if plain
-                 else torch.from_numpy(arr[:, sl]).view(n, *shape))
+            if host:
+                t = (torch.from_numpy(arr[0, sl]).view(shape) if plain
+                     else torch.from_numpy(arr[:, sl]).view(n, *shape))
+            else:
+                t = arr[0, sl].view(shape) if plain else arr[:, sl].view(n, *shape)
             if i < self._n_params:
                 if trained_from is not None and sl.start >= trained_from:
+                    if not host:
+                        t = t.detach()
                     t.requires_grad_(True)
                     leaves.append(t)
                 params[name] = t
@@ -304,12 +375,64 @@ class TorchModel:
                 # which for a strided column view is a copy: the update would be lost. Buffers
                 # (a few floats per channel) go through a contiguous copy, written back by
                 # _store_buffers.
-                buffers[name] = t if plain else t.clone()
+                buffers[name] = t if plain and host else t.clone()
         return params, buffers, leaves
 
-    def _store_buffers(self, arr: np.ndarray, buffers: dict) -> None:
+    def _store_buffers(self, arr: np.ndarray | torch.Tensor, buffers: dict) -> None:
         for name, sl, _ in self._layout[self._n_params:]:
-            arr[:, sl] = buffers[name].reshape(arr.shape[0], -1).numpy()
+            if isinstance(arr, np.ndarray):
+                arr[:, sl] = buffers[name].reshape(arr.shape[0], -1).numpy()
+            else:
+                arr[:, sl] = buffers[name].reshape(arr.shape[0], -1)
+
+    # ---- the device path: buffers and copies ----------------------------------------------
+
+    def _buffer(self, key: str, shape: tuple[int, ...], dtype: torch.dtype,
+                pinned: bool = False) -> torch.Tensor:
+        """A reusable tensor of ``shape`` on the model's device (``pinned``: in pinned host
+        memory), a prefix of one flat buffer per key that grows to the largest size asked."""
+        numel = math.prod(shape)
+        k = (key, dtype, pinned)
+        flat = self._staging.get(k)
+        if flat is None or flat.numel() < numel:
+            flat = (torch.empty(numel, dtype=dtype, pin_memory=True) if pinned
+                    else torch.empty(numel, dtype=dtype, device=self._device))
+            self._staging[k] = flat
+        return flat[:numel].view(shape)
+
+    def _upload(self, key: str, src: torch.Tensor) -> torch.Tensor:
+        """``src`` (a host tensor) copied into the device buffer ``key``: through a pinned host
+        buffer and an asynchronous copy on CUDA (the host copy is done when this returns, so
+        ``src`` may change afterwards), else one copy (from pageable memory, which CUDA
+        stages itself, when ``pin_memory`` is False)."""
+        dst = self._buffer(key, tuple(src.shape), src.dtype)
+        if self._device.type == "cuda" and self.pin_memory:
+            done = self._copied.get(key)
+            if done is not None:  # the previous asynchronous copy out of this pinned buffer
+                done.synchronize()
+            pin = self._buffer(key, tuple(src.shape), src.dtype, pinned=True)
+            pin.copy_(src)
+            dst.copy_(pin, non_blocking=True)
+            if done is None:
+                done = self._copied[key] = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self._device))
+        else:
+            dst.copy_(src)
+        return dst
+
+    def _download(self, key: str, src: torch.Tensor, out: np.ndarray) -> None:
+        """The device tensor ``src`` copied into the host array ``out`` (same shape), through a
+        pinned buffer on CUDA; synchronous: ``out`` holds the values when this returns."""
+        target = torch.from_numpy(out)
+        if self._device.type == "cuda" and self.pin_memory:
+            pin = self._buffer(key, tuple(src.shape), src.dtype, pinned=True)
+            pin.copy_(src)
+            target.copy_(pin)
+        else:
+            target.copy_(src)
+
+    def _device_params(self, params: np.ndarray) -> torch.Tensor:
+        return self._upload("params", torch.from_numpy(params))
 
     def _logits(self, params: dict, buffers: dict, x: torch.Tensor, shared: bool,
                 plain: bool = False) -> torch.Tensor:
@@ -358,8 +481,12 @@ class TorchModel:
         params = self._check_params(params)
         xt, shared = self._check_x(x, params.shape[0])
         self.module.eval()
+        group = self._eval_group(params.shape[0])
         with torch.no_grad():
-            return self._eval_logits(params, xt, shared, self._eval_group(params.shape[0])).numpy()
+            if self._device is None:
+                return self._eval_logits(params, xt, shared, group).numpy()
+            return self._eval_logits(self._device_params(params), self._upload("x", xt), shared,
+                                     group).cpu().numpy()
 
     def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray,
                       grad: np.ndarray | None = None, step: int | None = None,
@@ -404,8 +531,13 @@ class TorchModel:
         n_peers = params.shape[0]
         if n_frozen == len(self.param_layers):  # nothing trains: a forward pass
             self.module.eval()
+            group = self._eval_group(n_peers)
             with torch.no_grad():
-                logits = self._eval_logits(params, xt, shared, self._eval_group(n_peers))
+                if self._device is None:
+                    logits = self._eval_logits(params, xt, shared, group)
+                else:
+                    logits = self._eval_logits(self._device_params(params),
+                                               self._upload("x", xt), shared, group).cpu()
             grad.fill(0)
             return self._loss(logits, yt).double().numpy()
         if self._group == "batched":
@@ -424,6 +556,8 @@ class TorchModel:
         """Training-mode forward and backward of peers ``[s, s + group)`` at a time (rows of
         ``params`` and ``grad`` are views, so buffers and gradients land in place); the
         gradients of columns >= ``cut`` are written into ``grad``, the others left alone."""
+        if self._device is not None:
+            return self._train_passes_device(params, xt, shared, yt, grad, cut, group)
         self.module.train()
         losses = np.empty(params.shape[0])
         trained = [(sl, shape) for _, sl, shape in self._layout[: self._n_params]
@@ -445,6 +579,46 @@ class TorchModel:
                     gv.copy_(g)
             losses[s:e] = loss.detach().double().numpy()
         return losses
+
+    def _train_passes_device(self, params: np.ndarray, xt: torch.Tensor, shared: bool,
+                             yt: torch.Tensor, grad: np.ndarray, cut: int,
+                             group: int) -> np.ndarray:
+        """``_train_passes`` on the model's device: the matrix, the batch and the labels are
+        copied there once, each pass runs on column views of the copy, every gradient lands in
+        one device (P, dim) buffer, and that buffer, the updated statistics and the losses
+        come back in one copy each (the columns < ``cut`` of ``grad`` are overwritten too: the
+        caller zeroes them)."""
+        self.module.train()
+        n_peers = params.shape[0]
+        dparams = self._device_params(params)
+        xd = self._upload("x", xt)
+        yd = self._upload("y", yt)
+        dgrad = self._buffer("grad", tuple(params.shape), torch.float32)
+        losses = self._buffer("loss", (n_peers,), torch.float32)
+        trained = [(sl, shape) for _, sl, shape in self._layout[: self._n_params]
+                   if sl.start >= cut]
+        for s, e in self._spans(n_peers, group):
+            plain = group == 1
+            arr = dparams[s:e]
+            p, b, leaves = self._views(arr, cut, plain)
+            xs = xd if shared else (xd[s] if plain else xd[s:e])
+            loss = self._loss(self._logits(p, b, xs, shared, plain), yd[s:e])
+            grads = torch.autograd.grad(loss.sum(), leaves)  # peers independent: d(sum)/dx_i
+            with torch.no_grad():
+                for (sl, shape), g in zip(trained, grads):
+                    dgrad[s:e, sl].view(e - s, *shape).copy_(g.view(e - s, *shape))
+                if b:  # the running statistics this pass updated, after autograd is done
+                    self._store_buffers(arr, {k: v.view(e - s, -1) for k, v in b.items()})
+                losses[s:e] = loss.detach()
+        if cut < self.params_dim:
+            self._download("grad", dgrad, grad)
+        if self.params_dim < self.dim:
+            stats = np.empty((n_peers, self.dim - self.params_dim), dtype=np.float32)
+            self._download("stats", dparams[:, self.params_dim:], stats)
+            params[:, self.params_dim:] = stats
+        out = np.empty(n_peers, dtype=np.float32)
+        self._download("loss", losses, out)
+        return out.astype(np.float64)
 
     def _auto_group(self, params: np.ndarray, xt: torch.Tensor, shared: bool,
                     yt: torch.Tensor, cut: int) -> int:
@@ -486,7 +660,8 @@ class TorchModel:
                  batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
         """Accuracy (P,) and mean loss (P,) (float64) of every peer's model on a shared dataset
         ``x`` (N, *input_shape), ``y`` (N,), in evaluation mode (running statistics), in chunks
-        of at most ``batch_size`` samples and ``4096 / P`` (memory stays bounded)."""
+        of at most ``batch_size`` samples and ``4096 / P`` (``16384 / P`` on a CUDA device:
+        memory stays bounded). On a device the counts and sums stay there until the end."""
         params = self._check_params(params)
         batch_size = _positive_int(batch_size, "batch_size")
         n_peers = params.shape[0]
@@ -497,17 +672,26 @@ class TorchModel:
         if n == 0:
             raise ValueError("x must hold at least one sample, got 0")
         yt = self._check_y(y, (n,))
-        chunk = max(1, min(batch_size, _EVAL_BUDGET_SAMPLES // n_peers))
-        correct = np.zeros(n_peers, dtype=np.int64)
-        loss_sum = np.zeros(n_peers, dtype=np.float64)
+        dev = self._device
+        budget = (_EVAL_BUDGET_SAMPLES_CUDA if dev is not None and dev.type == "cuda"
+                  else _EVAL_BUDGET_SAMPLES)
+        chunk = max(1, min(batch_size, budget // n_peers))
+        # Counts and sums stay where the logits are (no per-chunk copy back on a device).
+        where = dev if dev is not None else torch.device("cpu")
+        correct = torch.zeros(n_peers, dtype=torch.int64, device=where)
+        loss_sum = torch.zeros(n_peers, dtype=torch.float64, device=where)
         self.module.eval()
         group = self._eval_group(n_peers)
         with torch.no_grad():
+            src = params if dev is None else self._device_params(params)
+            if dev is not None:
+                yt = yt.to(dev)
             for start in range(0, n, chunk):
                 xc, _ = self._check_x(x[start:start + chunk], n_peers)
+                if dev is not None:
+                    xc = self._upload("eval_x", xc)
                 yc = yt[start:start + chunk]
-                logits = self._eval_logits(params, xc, True, group)
-                correct += (logits.argmax(dim=-1) == yc).sum(dim=1).numpy()
-                loss_sum += self._loss(logits, yc.expand(n_peers, -1)).double().numpy() \
-                    * yc.shape[0]
-        return correct / n, loss_sum / n
+                logits = self._eval_logits(src, xc, True, group)
+                correct += (logits.argmax(dim=-1) == yc).sum(dim=1)
+                loss_sum += self._loss(logits, yc.expand(n_peers, -1)).double() * yc.shape[0]
+        return correct.cpu().numpy() / n, loss_sum.cpu().numpy() / n

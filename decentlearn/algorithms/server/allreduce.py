@@ -22,6 +22,7 @@ class AllReduce(Algorithm):
     """
 
     state = replicated("anchor")
+    scratch = ("_buf",)
 
     def __init__(self, *, variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)

@@ -1,5 +1,6 @@
-"""What the server baselines share: the server's model, seeded client sampling, local steps of a
-subset of the peers, and the losses of the peers that did not train."""
+"""What the server baselines share: the server's model, seeded client sampling, the clients'
+aggregation weights, local steps of a subset of the peers, and the losses of the peers that did
+not train."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from decentlearn.algorithms.base import (Algorithm, Sampler, check_fraction, opt
                                          require_unfrozen)
 from decentlearn.state import replicated
 
-__all__ = ["ServerAlgorithm", "fill_inactive"]
+__all__ = ["WEIGHTINGS", "ServerAlgorithm", "fill_inactive"]
+
+#: How the server weights its clients' messages: "samples" (client k by n_k / sum of the round's
+#: n_j, McMahan et al. 2017, Algorithm 1) or "uniform" (1 / the round's clients).
+WEIGHTINGS = ("samples", "uniform")
 
 
 class ServerAlgorithm(Algorithm):
     """Shared machinery: the server model, seeded client sampling, local steps of a subset."""
 
-    state = replicated("server")
+    state = replicated("server", "bytes_up")
     #: Its messages go through a server: bytes the server sends are counted apart
     #: (``comm.server_bytes_sent``) and added to the run's byte totals.
     has_server = True
@@ -27,21 +32,30 @@ class ServerAlgorithm(Algorithm):
     class Options:
         participation: float = option(1.0, "fraction of the peers in (0, 1] that the server "
                                       "samples as clients each round")
+        weighting: str = option("samples", "how the server weights its clients: samples "
+                                "(n_k / n, FedAvg's rule) or uniform", metavar="RULE")
 
         def __post_init__(self) -> None:
             check_fraction(self.participation, "participation")
+            check_weighting(self.weighting)
 
-    def __init__(self, *, participation: float = 1.0, variant: str = "atc", **kwargs) -> None:
+    def __init__(self, *, participation: float = 1.0, weighting: str = "samples",
+                 variant: str = "atc", **kwargs) -> None:
         super().__init__(**kwargs)
         if variant != "atc":
             raise ValueError(f"{self.name} trains before communicating: variant must be 'atc', "
                              f"got {variant!r}")
         require_unfrozen(self)
         self.participation = check_fraction(participation, "participation")
+        self.weighting = check_weighting(weighting)
         n = self.comm.n_peers
-        self.n_clients = max(1, int(round(self.participation * self.comm.n_global)))
+        #: Clients per round: m = max(1, floor(C·K)) (McMahan et al. 2017, Algorithm 1; floored
+        #: as Flower's ``fraction_fit`` and the STC authors' ``participation_rate`` do).
+        self.n_clients = max(1, int(np.floor(self.participation * self.comm.n_global + 1e-9)))
         #: The server's model (1, dim) float32; every row of ``params`` equals it between rounds.
         self.server = self.params[:1].copy()
+        #: Bytes the clients sent to the server so far (all clients, all processes).
+        self.bytes_up = 0
         self._identity = compress.make("none")
         self._cut_all = np.full(n, self.model.dim, dtype=np.int64)
 
@@ -53,6 +67,35 @@ class ServerAlgorithm(Algorithm):
             return np.arange(n, dtype=np.int64)
         rng = np.random.default_rng([self.seed, t])
         return np.sort(rng.choice(n, self.n_clients, replace=False)).astype(np.int64)
+
+    def client_weights(self, clients: np.ndarray) -> np.ndarray:
+        """The server's weight of each of ``clients`` (global ids), float64, summing to 1:
+        n_k / sum_j n_j over the round's clients with ``weighting="samples"`` (McMahan et al.
+        2017, Algorithm 1; Flower's ``aggregate``), 1 / len(clients) with "uniform" or when the
+        sample counts are unknown or all zero."""
+        counts = self.sample_counts
+        if self.weighting == "samples" and counts is not None:
+            n_k = counts[clients].astype(np.float64)
+            total = n_k.sum()
+            if total > 0:
+                return n_k / total
+        return np.full(clients.size, 1.0 / clients.size)
+
+    def aggregate(self, rows: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """The weighted average (1, dim) float32 of ``rows`` (one per client of ``clients``, in
+        order): sum_k w_k rows_k with ``client_weights``, accumulated in float64 in client order
+        (whatever the thread count). Uniform weights give the plain mean."""
+        if self.weighting == "uniform" or self.sample_counts is None:
+            return rows.mean(axis=0, dtype=np.float64, keepdims=True).astype(np.float32)
+        w = self.client_weights(clients)
+        return (w @ rows.astype(np.float64)).reshape(1, -1).astype(np.float32)
+
+    def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+        """``comm.upload`` of this process's clients' messages; every client's decoded row. The
+        bytes are counted by the communicator (``upload_bytes``) and in ``bytes_up``."""
+        decoded = self.comm.upload(compressor, payload, t, clients)
+        self.bytes_up += int(self.comm.total(int(np.sum(payload.row_nbytes, dtype=np.int64))))
+        return decoded
 
     def mine(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """This process's share of the sorted global ``clients``: (active, a bool mask of its
@@ -108,9 +151,20 @@ class ServerAlgorithm(Algorithm):
         self.params[...] = self.server
 
     def report(self) -> dict:
-        """Clients per round and the bytes the server sent (to the clients, all rounds)."""
-        return {"clients_per_round": self.n_clients,
-                "server_bytes_sent": int(self.comm.server_bytes_sent)}
+        """Clients per round, the weighting, and the bytes the server sent to its clients and
+        received from them (all rounds, all clients)."""
+        return {"clients_per_round": self.n_clients, "weighting": self.weighting,
+                "server_bytes_sent": int(self.comm.server_bytes_sent),
+                "bytes_server_to_client": int(self.comm.server_bytes_sent),
+                "bytes_client_to_server": int(self.bytes_up)}
+
+
+def check_weighting(value) -> str:
+    """``value`` if it is one of WEIGHTINGS, else ValueError naming ``weighting``."""
+    if value not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(map(repr, WEIGHTINGS))}, "
+                         f"got {value!r}")
+    return value
 
 
 def fill_inactive(comm, losses: np.ndarray, active: np.ndarray,

@@ -1,4 +1,4 @@
-"""FedAvg (McMahan et al. 2017) with partial participation."""
+"""FedAvg (McMahan et al. 2017): sampled clients, local steps, the server's weighted average."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ __all__ = ["FedAvg"]
 
 @register("fedavg")
 class FedAvg(ServerAlgorithm):
-    """FedAvg with partial participation.
+    """FedAvg (McMahan et al. 2017, Algorithm 1) with partial participation.
 
-    Round t: the server samples ``round(participation·n)`` clients (seeded by (seed, t)); each
-    downloads the server model x (4·dim bytes), runs ``local_steps`` SGD steps on its own data, and
-    uploads Δ_i = x_i - x, compressed when a compressor is given (no error feedback: ``stc-fl`` is
-    the error-feedback variant); the server sets x <- x + mean_i decompress(C(Δ_i)).
+    Round t: the server samples m = max(1, floor(C·K)) of the K peers as clients, uniformly
+    without replacement (C = ``participation``; the sample is keyed by (seed, t)); each
+    downloads the server model x (4·dim bytes), runs ``local_steps`` SGD steps on its own data
+    (ClientUpdate), and uploads Δ_k = x_k - x, compressed when a compressor is given (no error
+    feedback: ``stc-fl`` is the error-feedback variant); the server sets
+    x <- x + sum_k w_k decompress(C(Δ_k)), with w_k = n_k / sum_{j in S_t} n_j (n_k: client k's
+    training samples; ``weighting="uniform"``: w_k = 1/m). Without compression this is the
+    paper's w_{t+1} = sum_k (n_k / m_t) w^k_{t+1} (Flower's ``aggregate``).
     Non-sampled clients neither compute nor communicate.
     """
 
@@ -37,6 +41,6 @@ class FedAvg(ServerAlgorithm):
         delta = self.params[rows] - self.server
         payload = self._up.compress(delta, seed=self.seed, step=t, peer0=first,
                                     n_threads=self.comm.n_threads)
-        decoded = self.comm.upload(self._up, payload, t, clients)
-        self.set_server(self.server + decoded.mean(axis=0, dtype=np.float64).astype(np.float32))
+        decoded = self.upload(self._up, payload, t, clients)
+        self.set_server(self.server + self.aggregate(decoded, clients))
         return fill_inactive(self.comm, losses / self.local_steps, active, clients)

@@ -55,9 +55,12 @@ class FedHiSyn(ServerAlgorithm):
     steps; in that time a category whose slowest participant has speed s_c makes
     h_c = min(hops_max, floor(s_c / s_min)) hops: every member trains ``local_steps`` steps on its
     own data and (between hops) passes its model to the next member of the category's ring
-    (members ordered by speed). Then every participant uploads its model (4·dim bytes) and
-    downloads the average (4·dim bytes). Bytes per round: participants · 4·dim · (2 + hops - 1)
-    at most. Only ring passes within a category are peer-to-peer (``comm.shift``).
+    (members ordered by speed). Then every participant uploads its model (4·dim bytes) and the
+    server takes their average weighted as FedAvg's, x = sum_k w_k x_k with w_k = n_k / sum_j
+    n_j (n_k: the uploading device's training samples; ``weighting="uniform"``: 1/m), which the
+    next round's participants download (4·dim bytes). Bytes per round and participant: 4·dim
+    down, 4·dim up, 4·dim · (hops - 1) to peers: only ring passes within a category are
+    peer-to-peer (``comm.shift``).
     """
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
@@ -132,8 +135,8 @@ class FedHiSyn(ServerAlgorithm):
                 self.params[...] = self.comm.shift(self.params, t, src)
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
-        uploaded = self.comm.upload(self._identity, self._identity.compress(self.params[rows]),
-                                    t, clients)
-        self.set_server(uploaded.mean(axis=0, dtype=np.float64).astype(np.float32))
+        uploaded = self.upload(self._identity, self._identity.compress(self.params[rows]), t,
+                               clients)
+        self.set_server(self.aggregate(uploaded, clients))
         per_step = losses / np.maximum(hops[mine], 1) / self.local_steps
         return fill_inactive(self.comm, per_step, local, clients)

@@ -31,11 +31,18 @@ class STCFL(ServerAlgorithm):
 
     Client i in the round's sample: downloads what it misses of the server model, trains
     ``local_steps`` steps from x, then A_i = e_i + (x_i - x); sends C_up(A_i); e_i <- A_i -
-    decompress(C_up(A_i)). Server: A = e + mean_i decompress(C_up(A_i)); broadcasts C_down(A);
-    e <- A - decompress(C_down(A)); x <- x + decompress(C_down(A)).
+    decompress(C_up(A_i)). Server: A = e + sum_i w_i decompress(C_up(A_i)); broadcasts
+    C_down(A); e <- A - decompress(C_down(A)); x <- x + decompress(C_down(A)).
+    The weights w_i are FedAvg's n_i / sum_j n_j over the round's clients by default
+    (``weighting="samples"``); the paper's Algorithm 2 and the authors' code
+    (``felisat/federated-learning``, ``aggregation="mean"`` for STC) average uniformly,
+    ``weighting="uniform"``; both agree when the clients hold equal sample counts.
+    The clients are sampled as FedAvg's (a fraction ``participation``, floor(C·K) of them).
     Download bytes of a client: nothing if it is up to date, the last C_down message if it missed
     exactly one update, else the sum of the missed updates as a sparse message
-    (4 + 8·nonzeros bytes, at most 4·dim dense).
+    (4 + 8·nonzeros bytes, at most 4·dim dense). Upload bytes: each client's C_up message
+    (``Payload.nbytes``). ``report()`` gives both directions (``bytes_client_to_server``,
+    ``bytes_server_to_client``).
     ``compressor`` is C_up (default ``stc:0.01``), ``server_compress`` the spec of C_down
     (default: C_up).
     """
@@ -73,6 +80,12 @@ class STCFL(ServerAlgorithm):
         self.synced_round = np.zeros(n, dtype=np.int64)
         self._last_down_nbytes = 0
 
+    def state_kinds(self) -> dict[str, str]:
+        """The server's compressor compresses the server's (1, dim) update: its state (an error
+        feedback residual) is the same on every process."""
+        return {k: ("replicated" if k.startswith("server_compressor.") else kind)
+                for k, kind in super().state_kinds().items()}
+
     def _download(self, clients: np.ndarray, t: int) -> None:
         """Counts the server's messages to this process's ``clients`` (local rows), summed over
         all processes, and records the clients as up to date."""
@@ -97,10 +110,9 @@ class STCFL(ServerAlgorithm):
         acc = self.client_error[rows] + (self.params[rows] - self.server)
         up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first,
                                       n_threads=self.comm.n_threads)
-        decoded = self.comm.upload(self.compressor, up, t, clients)
+        decoded = self.upload(self.compressor, up, t, clients)
         self.client_error[rows] = acc - decoded[first:first + rows.size]
-        server_acc = self.server_error + decoded.mean(axis=0, dtype=np.float64,
-                                                      keepdims=True).astype(np.float32)
+        server_acc = self.server_error + self.aggregate(decoded, clients)
         down = self.server_compressor.compress(server_acc, seed=self.seed, step=t,
                                                peer0=self.comm.n_global,
                                                n_threads=self.comm.n_threads)
