@@ -2,8 +2,8 @@
  *
  * avx512vnni runs every kernel's AVX-512 build except those with a VNNI build of their own.
  * The best path the CPU supports is taken (asked with __builtin_cpu_supports, which also checks
- * that the OS saves the wider registers); DECENTLEARN_ISA=generic|avx2|avx512 or dl_set_isa()
- * forces one, so tests can cover every path on one machine.
+ * that the OS saves the wider registers); DECENTLEARN_ISA=generic|avx2|avx512|avx512vnni or
+ * dl_set_isa() forces one, so tests can cover every path on one machine.
  */
 #include <string.h>
 

@@ -161,19 +161,30 @@ static void int8_chunk(const float *restrict x, int64_t len, int64_t j0, uint64_
     }
 }
 
+/* Whether the largest value a decoder makes of a row, top * step in float32, is finite: the
+ * decoders (quant.c) refuse a message where it is not, so the encoders never make one. */
+static inline int q_decodable(float top, float step) { return top * step <= FLT_MAX; }
+
 /* Row scale from the combined statistic; DL_E_NONFINITE when the row held NaN or infinity.
  * QSGD: norm = ||x||_2 (clamped to FLT_MAX), inv = S / norm. int8: scale = max|x| / 127,
- * inv = 1 / scale. Sign: scale = ||x||_1 / dim. inv is clamped to FLT_MAX, 0 for a zero scale. */
+ * inv = 1 / scale. Sign: scale = ||x||_1 / dim. inv is clamped to FLT_MAX, 0 for a zero scale.
+ * Near FLT_MAX the float32 rounding of norm / S (or max|x| / 127) may round up so that S times it
+ * overflows: the norm (scale) is then stepped down to the largest float32 whose message decodes
+ * (a few ulps, rows within a factor S of FLT_MAX only). */
 static inline int q_row_scale(int kind, double stat, int64_t dim, int levels, float *scale,
                               float *inv) {
     if (!isfinite(stat)) return DL_E_NONFINITE;
     double s;
     if (kind == Q_STAT_SUMSQ) {
         float n = (float)sqrt(stat);
-        *scale = isinf(n) ? FLT_MAX : n;
+        n = isinf(n) ? FLT_MAX : n;
+        while (!q_decodable((float)levels, (float)((double)n / levels))) n = nextafterf(n, 0.0f);
+        *scale = n;
         s = (double)*scale / levels;
     } else if (kind == Q_STAT_ABSMAX) {
-        *scale = (float)(stat / 127.0);
+        float sc = (float)(stat / 127.0);
+        while (!q_decodable(127.0f, sc)) sc = nextafterf(sc, 0.0f);
+        *scale = sc;
         s = *scale;
     } else {
         *scale = dim > 0 ? (float)(stat / (double)dim) : 0.0f;
@@ -366,7 +377,8 @@ static inline float q_from_key(int32_t k) {
     return v;
 }
 
-/* One bucket: lo = min, scale = (max - lo) / qmax (float64, rounded to float32), codes
+/* One bucket: lo = min, scale = (max - lo) / qmax (float64, rounded to float32; lowered to keep
+ * lo + qmax * scale finite), codes
  * q = floor(t) + (u < frac t), t = min((x - lo) * inv, qmax), inv = 1 / scale (0 when scale is 0).
  * Returns 0, or 1 when the bucket holds a non-finite value. */
 static int bucket_one(const float *restrict x, int64_t len, uint64_t key, int64_t j0, int qmax,
@@ -384,7 +396,14 @@ static int bucket_one(const float *restrict x, int64_t len, uint64_t key, int64_
     }
     if (amax >= 0x7f800000u) return 1;
     const float lo = q_from_key(kmin), hi_v = q_from_key(kmax);
-    const float scale = (float)(((double)hi_v - (double)lo) / qmax);
+    float scale = (float)(((double)hi_v - (double)lo) / qmax);
+    /* A bucket spanning (about) FLT_MAX or more: qmax * scale and lo + qmax * scale must stay
+     * finite (the decoder refuses the message otherwise), so the step is lowered to the largest
+     * that keeps them: from min(FLT_MAX - lo, FLT_MAX) / qmax, then a few ulps down. */
+    if (!(fabsf(lo + (float)qmax * scale) <= FLT_MAX)) {
+        scale = (float)(fmin((double)FLT_MAX - (double)lo, (double)FLT_MAX) / qmax);
+        while (!(fabsf(lo + (float)qmax * scale) <= FLT_MAX)) scale = nextafterf(scale, 0.0f);
+    }
     const float inv = scale > 0 ? (float)fmin(1.0 / (double)scale, (double)FLT_MAX) : 0.0f;
     const float tmax = (float)qmax;
     *lo_out = lo;

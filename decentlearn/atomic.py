@@ -57,17 +57,35 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def default_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the process's umask. (``mkstemp`` creates
+    its file 0o600 whatever the umask; a result others on a shared machine may read must not
+    keep that.) Read from /proc where Linux shows it, else by setting the umask and back."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """A binary file to write ``path``'s new content into; on success it replaces ``path``
-    atomically (temp file in the same directory, flush, fsync, ``os.replace``). On any error the
-    temporary file is removed, ``path`` is left as it was, and OSErrors become OutputError."""
+    atomically (temp file in the same directory, flush, fsync, ``os.replace``). The file gets the
+    mode ``open()`` would give it (0o666 less the umask). On any error the temporary file is
+    removed, ``path`` is left as it was, and OSErrors become OutputError."""
     path = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise OutputError(path, e) from None
     try:
+        os.fchmod(fd, default_mode())  # as open() would create it, not mkstemp's 0o600
         with io.BufferedWriter(_FdWriter(fd), buffer_size=1 << 16) as f:
             yield f
             f.flush()

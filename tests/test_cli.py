@@ -247,7 +247,7 @@ def test_divergence_stops_early_with_status(tmp_path, capsys):
     out = tmp_path / "run"
     code, _, err = run_cli(["run", "--compress", "qsgd:2", "--rounds", "100", "--eval-every", "1",
                             "--quiet", "--out", str(out)], capsys)
-    assert code == 2 and "Traceback" not in err
+    assert code == 3 and "Traceback" not in err  # 3: diverged (2 is a usage mistake)
     lines = err.strip().splitlines()
     assert len(lines) == 2 and "warning: compressed D-PSGD needs a low-variance" in lines[0]
     assert "training diverged at round" in lines[1]
@@ -320,7 +320,7 @@ def test_full_disk_is_one_line_and_leaves_no_empty_file(tmp_path, monkeypatch, c
                             capsys)
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines() == [
-        f"decentlearn run: error: cannot write {out / failing}: no space left on device"]
+        f"decentlearn: error: cannot write {out / failing}: no space left on device"]
     for name in ("summary.json", "config.toml"):
         assert not (out / name).exists() or (out / name).stat().st_size > 0
     if n_ok:
@@ -339,7 +339,7 @@ def test_plot_failure_keeps_results(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     code, stdout, err = run_cli(["run", *SMALL, "--out", str(out)], capsys)
     assert code == 0 and err.strip().splitlines() == [
-        f"decentlearn run: warning: {out / 'curves.png'} not written: no display"]
+        f"decentlearn: warning: {out / 'curves.png'} not written: no display"]
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     assert len(csv_rows(out / "metrics.csv")) == 2 and not (out / "curves.png").exists()
 
@@ -383,7 +383,7 @@ def test_download_errors_are_one_line(tmp_path, capsys, http_404, where):
                             "--mirror", url], capsys)
     assert code == 2 and "Traceback" not in err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("decentlearn download: error: mnist:")
+    assert len(lines) == 1 and lines[0].startswith("decentlearn: error: download mnist:")
     assert ("404" in lines[0]) if where == "404" else ("refused" in lines[0].lower())
 
 
@@ -513,7 +513,7 @@ def test_setup_warnings_are_one_line_each(tmp_path, capsys):
                             "--out", str(tmp_path / "a")], capsys)
     assert code == 0
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and all(line.startswith("decentlearn run: warning: ") for line in lines)
+    assert len(lines) == 1 and all(line.startswith("decentlearn: warning: ") for line in lines)
     assert "'topk:0.01' is biased" in lines[0] and "--compress ef:topk:0.01" in lines[0]
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert len(summary["warnings"]) == 1

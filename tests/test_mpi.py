@@ -6,6 +6,7 @@ compare them with in-process references. The fault tests launch a run and kill (
 (SIGSTOP) one rank. Skipped, with the reason, only where mpi4py or mpiexec is missing.
 """
 
+import csv
 import json
 import os
 import shutil
@@ -314,6 +315,10 @@ def test_stopped_rank_ends_the_job_within_the_timeout(launched):
     out, _, job = launched
     assert job["returncode"] != 0
     assert "a rank died or stopped answering" in job["stderr"], job["stderr"][-2000:]
+    # One line from decentlearn for the whole job (several ranks give up on rank 2; the first
+    # report's abort ends the others), beside whatever banner the launcher adds.
+    errors = [ln for ln in job["stderr"].splitlines() if ln.startswith("decentlearn: error:")]
+    assert len(errors) == 1, job["stderr"][-3000:]
     assert (out / "stopped" / "summary.json").is_file()  # it was training when rank 2 stopped
     elapsed = job["ended"] - float((out / "stopped_at").read_text())
     assert mpi_check.STOP_TIMEOUT <= elapsed < mpi_check.STOP_TIMEOUT + 30
@@ -373,7 +378,7 @@ def test_sigterm_to_one_rank_saves_the_round_and_stops_every_rank(tmp_path, caps
             proc.kill()
             proc.communicate()
     assert proc.returncode != 0
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("decentlearn run:")]
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("decentlearn:")]
     assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0], stderr[-2000:]
     assert "checkpoint of round" in lines[0] and "--resume" in lines[0]
     _assert_gone(pids)
@@ -496,3 +501,22 @@ def test_torch_modes_that_mpi_cannot_reproduce_are_refused(mode):
     from decentlearn.mpi.backend import check_supported
     with pytest.raises(ValueError, match=f"torch_mode='{mode}' is not available on the MPI"):
         check_supported(RunConfig(model="torch:mlp", torch_mode=mode))
+
+
+def test_divergence_on_mpi_keeps_metrics_and_exits_3(tmp_path):
+    """qsgd:4 diverges at round 10 (the consensus bound, checked on MPI where the evaluation rows
+    are gathered): one error line, exit status 3 (not a usage mistake's 2), and metrics.csv holds
+    the row that shows the divergence, the same row as the in-process run's."""
+    run = tmp_path / "run"
+    proc = _launch([str(HERE / "mpi_check.py"), "train", str(tmp_path), "--compress", "qsgd:4",
+                    "--out", str(run)])
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 3, stderr[-3000:]
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("decentlearn: error:")]
+    assert len(errors) == 1 and "training diverged at round 10" in errors[0], stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["last_round"] == 10
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in rows] == [10]
+    assert float(rows[0]["consensus_distance"]) > 100.0

@@ -300,3 +300,34 @@ def test_fuzzed_headers(spec, dim, byte):
     except ValueError:
         return
     assert np.isfinite(out).all()
+
+
+def test_encoders_never_make_a_message_their_decoders_refuse(isa):
+    """Issue 22: x[0, 5] = 3.4e38, x[0, 7] = -3.4e38 gave QSGD a norm of FLT_MAX whose
+    127 * float32(FLT_MAX / 127) overflows, which qsgd_decode refused as malformed; int8 (scale
+    FLT_MAX / 127) and buckets spanning more than FLT_MAX likewise. Near FLT_MAX the norm/scale
+    is now the largest float32 whose message decodes, in C on every ISA path as in the NumPy
+    reference."""
+    big = np.float32(np.finfo(np.float32).max)
+    x = np.zeros((4, 40), np.float32)
+    x[0, 5], x[0, 7] = 3.4e38, -3.4e38
+    x[1, 3] = big
+    x[2, :] = big
+    x[3, 0], x[3, 1] = -big, big
+    for levels in (1, 4, 25, 31, 49, 100, 127):
+        norm, packed = ops.qsgd_encode(x, levels)
+        r_norm, r_packed = ref.qsgd_encode(x, levels)
+        assert np.array_equal(norm, r_norm) and np.array_equal(packed, r_packed)
+        out = ops.qsgd_decode(norm, packed, levels, x.shape[1])
+        assert np.isfinite(out).all() and np.array_equal(
+            out, ref.qsgd_decode(norm, packed, levels, x.shape[1]))
+        assert (norm[:3] >= np.float32(3.4e38)).all()  # a few ulps below FLT_MAX at most
+    scale, q = ops.int8_encode(x)
+    r_scale, r_q = ref.int8_encode(x)
+    assert np.array_equal(scale, r_scale) and np.array_equal(q, r_q)
+    assert np.isfinite(ops.int8_decode(scale, q)).all()
+    for bits, bucket in ((4, 8), (8, 16), (4, 64)):
+        got = ops.bucket_encode(x, bits, bucket)
+        want = ref.bucket_encode(x, bits, bucket)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+        assert np.isfinite(ops.bucket_decode(*got, bits, bucket, x.shape[1])).all()

@@ -73,7 +73,7 @@ def plot(records: dict[str, dict], path: Path, title: str) -> None:
     ax.set_ylabel("test accuracy (mean over peers)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # below the axes: long labels never cover the curves
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

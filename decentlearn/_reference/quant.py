@@ -54,6 +54,20 @@ def _inv(s: np.ndarray) -> np.ndarray:
     return np.where(s > 0, inv, 0.0).astype(np.float32)
 
 
+def _decodable(scale: np.ndarray, top: int, levels: int = 1) -> np.ndarray:
+    """float32 ``scale`` (a row's norm, or its step when ``levels`` is 1) stepped down, where
+    needed, to the largest float32 whose decoded maximum ``top * float32(scale / levels)`` is
+    finite in float32 (the rounding of the division may round up near FLT_MAX)."""
+    scale = np.array(scale, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        while True:
+            step = (scale.astype(np.float64) / levels).astype(np.float32)
+            bad = ~(np.float32(top) * step <= np.float32(FLT_MAX))
+            if not bad.any():
+                return scale
+            scale[bad] = np.nextafter(scale[bad], np.float32(0))
+
+
 def _round(t: np.ndarray, u: np.ndarray) -> np.ndarray:
     """floor(t) + (u < t - floor(t)) as int32, t float32."""
     i = np.floor(t)
@@ -65,8 +79,10 @@ def qsgd_encode(x, levels, seed=0, step=0, peer0=0, out=None, n_threads=None):
     _check_finite(x)
     rows, dim = x.shape
     x64 = x.astype(np.float64)
-    norm = np.sqrt(row_sums(x64 * x64)).astype(np.float32)
+    with np.errstate(over="ignore"):  # a norm past FLT_MAX is clamped below
+        norm = np.sqrt(row_sums(x64 * x64)).astype(np.float32)
     norm = np.where(np.isinf(norm), np.float32(FLT_MAX), norm).astype(np.float32)
+    norm = _decodable(norm, levels, levels)
     inv = _inv(norm.astype(np.float64) / levels)
     u = ref_rng.rng_fast_unit(seed, step, peer0, rows, dim)
     t = np.minimum(np.abs(x) * inv[:, None], np.float32(levels))
@@ -109,6 +125,13 @@ def bucket_encode(x, bits, bucket, seed=0, step=0, peer0=0, out=None, n_threads=
     keys[:, dim:] = np.iinfo(np.int32).min
     hi = _from_keys(keys.reshape(rows, nb, bucket).max(axis=2))
     scale = ((hi.astype(np.float64) - lo.astype(np.float64)) / qmax).astype(np.float32)
+    with np.errstate(over="ignore"):  # a bucket spanning about FLT_MAX: keep lo + qmax s finite
+        bad = ~(np.abs(lo + np.float32(qmax) * scale) <= np.float32(FLT_MAX))
+        scale[bad] = (np.minimum(FLT_MAX - lo[bad].astype(np.float64), FLT_MAX)
+                      / qmax).astype(np.float32)
+        while bad.any():
+            bad = ~(np.abs(lo + np.float32(qmax) * scale) <= np.float32(FLT_MAX))
+            scale[bad] = np.nextafter(scale[bad], np.float32(0))
     inv = _inv(scale.astype(np.float64))
     per = lambda a: np.repeat(a, bucket, axis=1)[:, :dim]
     u = ref_rng.rng_fast_unit(seed, step, peer0, rows, dim)
@@ -153,7 +176,7 @@ def int8_encode(x, seed=0, step=0, peer0=0, out=None, n_threads=None):
     _check_finite(x)
     rows, dim = x.shape
     m = np.abs(x).max(axis=1) if dim else np.zeros(rows, np.float32)
-    scale = (m.astype(np.float64) / 127.0).astype(np.float32)
+    scale = _decodable((m.astype(np.float64) / 127.0).astype(np.float32), 127)
     inv = _inv(scale.astype(np.float64))
     u = ref_rng.rng_fast_unit(seed, step, peer0, rows, dim)
     a = np.minimum(np.abs(x * inv[:, None]), np.float32(127))

@@ -2,8 +2,10 @@
 (grids of runs), ``plot`` and ``compare`` (several runs), ``bench``, ``download`` and ``info``.
 
 A user's mistake (a bad flag, a bad value, a missing data directory) is reported on one line on
-stderr with exit code 2 and no traceback. Progress goes to stderr through tqdm; results go to the
-run directory (metrics.csv, summary.json, config.toml, curves.png) and a table on stdout.
+stderr, ``decentlearn: error: ...``, with exit code 2 and no traceback; a diverged run exits with
+3, a failed MPI job with 4, an interrupted one with 128 + the signal (``parser.EXIT_*``).
+Progress goes to stderr through tqdm; results go to the run directory (metrics.csv, summary.json,
+config.toml, curves.png) and a table on stdout.
 
 One module per command: :mod:`~decentlearn.cli.run` and :mod:`~decentlearn.cli.run_mpi`
 (``run``), :mod:`~decentlearn.cli.sweep`, :mod:`~decentlearn.cli.runs` (``plot``, ``compare``),
@@ -19,7 +21,7 @@ import signal
 import sys
 
 from decentlearn.cli import bench, data, info, run, run_mpi, runs, sweep
-from decentlearn.cli.parser import UsageError, build_parser
+from decentlearn.cli.parser import EXIT_USAGE, UsageError, build_parser, error_line
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -62,7 +64,7 @@ def import_modules(argv: list[str]) -> list[str]:
     while rest and (rest[0] == "--import" or rest[0].startswith("--import=")):
         if rest[0] == "--import":
             if len(rest) < 2:
-                raise UsageError("decentlearn: error: --import needs a module name")
+                raise UsageError("--import needs a module name")
             name, rest = rest[1], rest[2:]
         else:
             name, rest = rest[0].split("=", 1)[1], rest[1:]
@@ -71,7 +73,7 @@ def import_modules(argv: list[str]) -> list[str]:
         try:
             importlib.import_module(name)
         except ImportError as e:
-            raise UsageError(f"decentlearn: error: --import {name}: {e}") from None
+            raise UsageError(f"--import {name}: {e}") from None
     return rest
 
 
@@ -87,15 +89,12 @@ def _main(argv: list[str] | None) -> int:
         if args.command is None:
             args = parser.parse_args(["run", *argv])
         return COMMANDS[args.command](args)
-    except UsageError as e:
-        print(e, file=sys.stderr)
-        return 2
-    except OutputError as e:  # a full disk, a read-only or vanished directory
-        print(f"decentlearn {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except (UsageError, OutputError) as e:  # OutputError: a full disk, a read-only directory
+        print(error_line(e), file=sys.stderr)
+        return EXIT_USAGE
     except (FileNotFoundError, ValueError, TypeError) as e:
-        print(f"decentlearn {args.command if args else ''}: error: {e}", file=sys.stderr)
-        return 2
+        print(error_line(e), file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("decentlearn: interrupted", file=sys.stderr)
         return 130

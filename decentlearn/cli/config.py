@@ -26,8 +26,8 @@ def run_fields() -> dict[str, dataclasses.Field]:
 
 
 def load_toml(path: Path, what: str) -> dict:
-    """The parsed TOML file ``path``; UsageError (``{what}: no such file`` or ``not valid
-    TOML``) otherwise."""
+    """The parsed TOML file ``path``; UsageError (``{what}: no such file``, ``not valid
+    TOML``, ``not UTF-8 text``, ``nested too deeply``, one line) otherwise."""
     if not path.is_file():
         raise UsageError(f"{what}: no such file")
     try:
@@ -35,6 +35,13 @@ def load_toml(path: Path, what: str) -> dict:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{what}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 text
+        raise UsageError(f"{what}: not valid TOML: not UTF-8 text (byte {e.object[e.start]:#04x} "
+                         f"at offset {e.start})") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise UsageError(f"{what}: not valid TOML: arrays or tables nested too deeply") from None
+    except OSError as e:
+        raise UsageError(f"{what}: cannot be read ({e.strerror})") from None
 
 
 def config_options(loaded: dict, path: str) -> dict:
@@ -81,10 +88,10 @@ def resolve_run_config(args):
     if getattr(args, "error_feedback", False):
         spec = values.get("compress", "none")
         if spec == "none":
-            raise UsageError("run: --error-feedback needs a compressor: pass --compress SPEC")
+            raise UsageError("--error-feedback needs a compressor: pass --compress SPEC")
         if not str(spec).startswith("ef:"):
             values["compress"] = f"ef:{spec}"
     try:
         return RunConfig.from_dict(values)
     except (TypeError, ValueError) as e:
-        raise UsageError(f"run: {e}") from None
+        raise UsageError(str(e)) from None

@@ -26,7 +26,7 @@ def cmd_download(args) -> int:
             bar.close()
         bars.clear()
         reason = " ".join(str(e).split()) or type(e).__name__
-        raise UsageError(f"decentlearn download: error: {args.name}: {reason}") from None
+        raise UsageError(f"download {args.name}: {reason}") from None
     finally:
         for bar in bars.values():
             bar.close()

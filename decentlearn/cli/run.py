@@ -12,7 +12,7 @@ from pathlib import Path
 
 from decentlearn import __version__
 from decentlearn.cli.config import load_toml, resolve_run_config
-from decentlearn.cli.parser import UsageError
+from decentlearn.cli.parser import EXIT_DIVERGED, WARNING_PREFIX, UsageError, error_line
 
 
 def check_out(args) -> Path | None:
@@ -40,18 +40,17 @@ def check_model(config) -> None:
         try:
             import decentlearn.torch  # noqa: F401
         except ImportError as e:
-            raise UsageError(f"run: --model {config.model}: {' '.join(str(e).split())}") from None
+            raise UsageError(f"--model {config.model}: {' '.join(str(e).split())}") from None
         if config.device is not None and config.device != "cpu":  # fail before data loads
             from decentlearn.torch.device import resolve_device
             try:
                 resolve_device(config.device)
             except ValueError as e:
                 msg = str(e).removeprefix(f"device={config.device!r}: ")
-                raise UsageError(f"run: --device {config.device}: {msg}") from None
+                raise UsageError(f"--device {config.device}: {msg}") from None
         return
     if name not in available_models():
-        raise UsageError("run: " + unknown_message("model", name, available_models(),
-                                                   spec=config.model))
+        raise UsageError(unknown_message("model", name, available_models(), spec=config.model))
 
 
 def check_memory(config, dry_run: bool) -> bool:
@@ -77,9 +76,9 @@ def check_memory(config, dry_run: bool) -> bool:
             return True
         memory.check(config)
     except MemoryError as e:
-        raise UsageError(f"run: refused: {e}") from None
+        raise UsageError(f"refused: {e}") from None
     except (FileNotFoundError, ValueError) as e:  # the data set, the model spec
-        raise UsageError(f"run: {e}") from None
+        raise UsageError(str(e)) from None
     return False
 
 
@@ -91,9 +90,9 @@ def build(config):
         try:
             sim = Simulator(config)
         except (FileNotFoundError, TypeError, ValueError) as e:
-            raise UsageError(f"run: {e}") from None
+            raise UsageError(str(e)) from None
     for w in caught:
-        print(f"decentlearn run: warning: {str(w.message).splitlines()[0]}", file=sys.stderr)
+        print(f"{WARNING_PREFIX}{str(w.message).splitlines()[0]}", file=sys.stderr)
     return sim
 
 
@@ -125,7 +124,7 @@ def read_resume(args, extra_flags: tuple[str, ...] = ()) -> tuple:
     if given:
         names = ["--rounds", "--threads", "--data-dir", "--checkpoint-every", "--quiet", "--log-to",
                  *("--" + f.replace("_", "-") for f in extra_flags if f != "backend")]
-        raise UsageError(f"run: --resume continues the run configured in {run_dir}/config.toml; "
+        raise UsageError(f"--resume continues the run configured in {run_dir}/config.toml; "
                          f"only {', '.join(names[:-1])} and {names[-1]} may be given, got "
                          f"--{given[0].replace('_', '-')}")
     toml = run_dir / "config.toml"
@@ -169,15 +168,15 @@ def _resume(args) -> tuple:
 def cmd_run(args) -> int:
     """``decentlearn run`` in this process (``--backend inprocess``, the default)."""
     if args.mpi_timeout is not None:
-        raise UsageError("run: --mpi-timeout needs --backend mpi")
+        raise UsageError("--mpi-timeout needs --backend mpi")
     from decentlearn.atomic import OutputError
     from decentlearn.runner.checkpoint import FILENAME, CheckpointCallback, CheckpointError
     from decentlearn.interrupts import signals_as_interrupts
     from decentlearn.outputs.rundir import RunWriter, new_run_dir, prepare_run_dir
-    from decentlearn.sim import Callback
+    from decentlearn.sim import Callback, DivergenceError
 
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        raise UsageError(f"run: --checkpoint-every must be an integer >= 1, got "
+        raise UsageError(f"--checkpoint-every must be an integer >= 1, got "
                          f"{args.checkpoint_every}")
     check_dashboards(args)
     if args.resume:
@@ -200,7 +199,7 @@ def cmd_run(args) -> int:
     saver = None
     reason = getattr(sim.algorithm, "checkpoint_unsupported", None)
     if every is not None and reason:
-        raise UsageError(f"run: --checkpoint-every: algorithm {config.algorithm!r} cannot be "
+        raise UsageError(f"--checkpoint-every: algorithm {config.algorithm!r} cannot be "
                          f"checkpointed: {reason}")
     if every is not None:
         saver = CheckpointCallback(out / FILENAME, int(every))
@@ -252,13 +251,17 @@ def cmd_run(args) -> int:
             if saver.saved_round is not None:
                 saved = (f"; checkpoint of round {saver.saved_round} in {out}/{FILENAME} "
                          f"(continue with: decentlearn run --resume {out})")
-        print(f"decentlearn run: interrupted ({signal.Signals(signum).name}): stopped after "
+        print(f"decentlearn: interrupted ({signal.Signals(signum).name}): stopped after "
               f"round {writer.last_round} of "
               f"{config.rounds}; {writer.rows} evaluation rows in {out}/metrics.csv, "
               f"summary.json status '{writer.status}'{saved}", file=sys.stderr)
         return 128 + signum
-    except ValueError as e:  # DivergenceError and the like: one line, the files say the rest
-        raise UsageError(f"decentlearn run: error: {e} (results so far in {out}/)") from None
+    except DivergenceError as e:  # one line, exit 3; the files say the rest
+        print(error_line(f"{e} (results so far in {out}/: metrics.csv, summary.json)"),
+              file=sys.stderr)
+        return EXIT_DIVERGED
+    except ValueError as e:
+        raise UsageError(f"{e} (results so far in {out}/)") from None
     finally:
         if bar is not None:
             bar.close()
@@ -276,7 +279,7 @@ def check_dashboards(args) -> None:
         try:
             check_dashboard(name)
         except (ImportError, ValueError) as e:
-            raise UsageError(f"run: --log-to {name}: {e}") from None
+            raise UsageError(f"--log-to {name}: {e}") from None
 
 
 def make_dashboards(args, out: Path, config) -> list:
@@ -287,10 +290,10 @@ def make_dashboards(args, out: Path, config) -> list:
         try:
             made.append(make_dashboard(name, out, config))
         except ImportError as e:
-            raise UsageError(f"run: --log-to {name}: {e}") from None
+            raise UsageError(f"--log-to {name}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the dashboard's own refusal (a bad URI, ...)
             text = str(e).strip().splitlines()
-            raise UsageError(f"run: --log-to {name}: cannot start: "
+            raise UsageError(f"--log-to {name}: cannot start: "
                              f"{text[0] if text else type(e).__name__}") from None
     return made
 
@@ -315,9 +318,9 @@ def plot_curves(history, path: Path, title: str) -> bool:
     try:
         plotted = plot.plot_curves(history, path, title)
     except Exception as e:  # noqa: BLE001 - the results are already on disk
-        print(f"decentlearn run: warning: {path} not written: {str(e).splitlines()[0]}",
+        print(f"{WARNING_PREFIX}{path} not written: {str(e).splitlines()[0]}",
               file=sys.stderr)
         return False
     if not plotted:
-        print("decentlearn run: warning: install matplotlib for curves.png", file=sys.stderr)
+        print(f"{WARNING_PREFIX}install matplotlib for curves.png", file=sys.stderr)
     return plotted

@@ -18,7 +18,7 @@ def load_runs(paths: list[str]) -> list:
     try:
         return [load_run(p) for p in find_runs(paths)]
     except RunDirError as e:
-        raise UsageError(f"decentlearn: error: {e}") from None
+        raise UsageError(str(e)) from None
 
 
 def cmd_plot(args) -> int:
@@ -28,9 +28,9 @@ def cmd_plot(args) -> int:
     try:
         labels = plot_runs(runs, args.out, args.title)
     except RunDirError as e:
-        raise UsageError(f"decentlearn plot: error: {e}") from None
+        raise UsageError(f"plot: {e}") from None
     except ImportError:
-        raise UsageError("decentlearn plot: error: needs matplotlib (pip install "
+        raise UsageError("plot: needs matplotlib (pip install "
                          "'decentlearn[plot]')") from None
     print(f"{args.out}: {len(runs)} runs ({'; '.join(labels)})")
     return 0

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from decentlearn.cli.config import config_options, load_toml
-from decentlearn.cli.parser import UsageError
+from decentlearn.cli.parser import WARNING_PREFIX, UsageError, error_line
 
 
 def cmd_sweep(args) -> int:
@@ -52,21 +52,21 @@ def run_sweep(grid, out: Path, *, jobs: int = 1, quiet: bool = False) -> int:
     def progress(name: str, status: str) -> None:
         bar.update(1)
         if status not in ("skipped", "completed"):
-            bar.write(f"decentlearn sweep: {name}: {status}", file=sys.stderr)
+            bar.write(f"decentlearn: sweep: {name}: {status}", file=sys.stderr)
 
     try:
         report = run_grid(grid, out, jobs=jobs, progress=progress)
     except KeyboardInterrupt:
         bar.close()
-        print(f"decentlearn sweep: interrupted; finished runs are kept in {out}/ — run the same "
+        print(f"decentlearn: interrupted; finished runs are kept in {out}/ — run the same "
               "command again to resume", file=sys.stderr)
         return 130
     bar.close()
     for name, lines in report.warnings.items():
         for line in dict.fromkeys(lines):
-            print(f"decentlearn sweep: warning: {name}: {line}", file=sys.stderr)
+            print(f"{WARNING_PREFIX}{name}: {line}", file=sys.stderr)
     for name, error in report.failed.items():
-        print(f"decentlearn sweep: {name}: {error}", file=sys.stderr)
+        print(error_line(f"{name}: {error}"), file=sys.stderr)
     rows = aggregate(grid, out)
     write_summary(grid, out, rows)
     plotted = plot_grid(grid, out, out / "summary.png")

@@ -276,9 +276,14 @@ def load_network(spec: str | NetworkConfig) -> NetworkConfig:
     if not path.is_file():
         raise ValueError(f"network file {spec!r} does not exist")
     try:
-        table = tomllib.loads(path.read_text())
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"network file {spec!r} is not valid TOML ({e})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"network file {spec!r} is not valid TOML: not UTF-8 text") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ValueError(f"network file {spec!r} is not valid TOML: arrays or tables nested "
+                         "too deeply") from None
     table = dict(table.get("network", table))
     base = preset(table.pop("preset")) if "preset" in table else NetworkConfig(name=path.stem)
     known = {f.name for f in fields(NetworkConfig)}

@@ -205,7 +205,34 @@ def read(path: str | os.PathLike, *, fingerprint: str | None = None, n_peers: in
         if name in state:
             raise CheckpointError(f"{path}: checkpoint is corrupted (state {name!r} twice)")
         state[name] = a[()] if a.ndim == 0 else a
+    _check_progress(path, state, meta)
     return state, meta
+
+
+def _check_progress(path: Path, state: dict[str, Any], meta: dict[str, Any]) -> None:
+    """CheckpointError unless the checkpoint's progress agrees with itself: the metadata's
+    ``round`` (finished rounds) is an integer >= 0 and equals the run state's ``next_round``,
+    and its metrics rows are of rounds 1 .. round, in increasing order. (The checksum only says
+    the bytes are the ones written; a file rewritten with its checksum recomputed may say
+    anything.)"""
+    done = meta.get("round")
+    if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+        raise CheckpointError(f"{path}: checkpoint is inconsistent: its round must be an integer "
+                              f">= 0, got {done!r}")
+    if "run.next_round" not in state:
+        return
+    ahead = state["run.next_round"]
+    if isinstance(ahead, (bool, np.bool_)) or not isinstance(ahead, (int, np.integer)) \
+            or int(ahead) != done:
+        raise CheckpointError(f"{path}: checkpoint is inconsistent: its metadata says {done} "
+                              f"rounds done, its run state next_round={ahead!r}")
+    rounds = [row.get("round") if isinstance(row, dict) else None
+              for row in state.get("run.history") or []]
+    if not all(isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= done
+               for r in rounds) or rounds != sorted(set(rounds)):
+        raise CheckpointError(f"{path}: checkpoint is inconsistent: its metrics rows' rounds "
+                              f"{rounds[:5]}{'...' if len(rounds) > 5 else ''} are not "
+                              f"increasing rounds of 1..{done}")
 
 
 class CheckpointCallback:

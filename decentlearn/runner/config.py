@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -154,9 +155,8 @@ class RunConfig:
         self.__post_init__()
 
     def __post_init__(self):
-        if not isinstance(self.dataset, (str, ArrayDataset)):
-            raise TypeError(f"dataset must be a data set spec (str, e.g. 'digits') or an "
-                            f"ArrayDataset, got {type(self.dataset).__name__}")
+        check_field_types(type(self), {f.name: getattr(self, f.name)
+                                       for f in dataclasses.fields(self)})
 
         def positive_int(name, allow_none=False):
             v = getattr(self, name)
@@ -364,6 +364,38 @@ def config_keys() -> dict[str, dataclasses.Field]:
     return keys
 
 
+#: What a field's annotation accepts: name in the annotation -> (test, wording in errors).
+_KINDS = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "int": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, (bool, np.bool_)), "true or false"),
+    "Mapping[str, Any]": (lambda v: isinstance(v, Mapping), "a table of names to values"),
+    "None": (lambda v: v is None, "unset"),
+    "ArrayDataset": (lambda v: isinstance(v, ArrayDataset), "an ArrayDataset"),
+}
+
+
+def check_field_types(cls, values: Mapping[str, Any], what: str = "") -> None:
+    """TypeError naming the first value of ``values`` whose type its field of dataclass ``cls``
+    does not accept (by the field's annotation: ``int``, ``float | None``, ``str`` ...; a float
+    field takes an int). ``what`` prefixes the field's name (``"options of choco: "``). A config
+    file's ``topology = ["ring"]`` is then one line naming ``topology``, not a traceback from
+    deep inside the run."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, value in values.items():
+        f = fields.get(name)
+        if f is None:
+            continue
+        kinds = [_KINDS[k] for k in str(f.type).split(" | ") if k in _KINDS]
+        if not kinds or any(test(value) for test, _ in kinds):
+            continue
+        expected = " or ".join(words for _, words in kinds)
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise TypeError(f"{what}{name} must be {expected}, got {type(value).__name__} {shown}")
+
+
 def options_of(cls, given: Any) -> dict:
     """Every field of algorithm class ``cls``'s ``Options``, from the ``given`` mapping (the rest
     at their defaults), validated by the dataclass. ValueError naming an unknown option and the
@@ -376,10 +408,16 @@ def options_of(cls, given: Any) -> dict:
         if key not in names:
             takes = f"its options are {', '.join(names)}" if names else "it takes no options"
             raise ValueError(f"option {key!r} is not an option of algorithm {cls.name!r}; {takes}")
+    # The algorithm's own checks speak first (their ValueError names the option and its range);
+    # a value they let through or choke on (TypeError) is then checked against its annotation.
+    where = f"option of algorithm {cls.name!r}: "
     try:
-        return dataclasses.asdict(cls.Options(**given))
-    except TypeError as e:  # a value of a type the dataclass cannot compare or format
+        options = cls.Options(**given)
+    except (TypeError, AttributeError) as e:  # a value of a type its checks cannot handle
+        check_field_types(cls.Options, given, where)
         raise ValueError(f"options of algorithm {cls.name!r}: {e}") from None
+    check_field_types(cls.Options, given, where)
+    return dataclasses.asdict(options)
 
 
 def validate_network(config: RunConfig, cls) -> None:

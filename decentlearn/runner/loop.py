@@ -178,6 +178,7 @@ class Runner:
         self.history: list[dict] = []
         self.at_boundary = False
         self._loss_sum, self._loss_rounds = 0.0, 0
+        self._round_losses: np.ndarray | None = None  # the last round's, for _divergence_row
         self._loss0: float | None = None
         self._scale0: float | None = None
         self._elapsed = 0.0
@@ -370,10 +371,12 @@ class Runner:
         phases = getattr(comm, "seconds", None)
         before = dict(phases) if phases is not None else None
         r0 = time.perf_counter()
+        self._round_losses = None
         try:
             local = self._train_round(t)
         except NonFiniteError as e:  # a kernel refusing NaN/inf: training diverged
             if comm.n_peers == comm.n_global:
+                self._round_losses = np.full(comm.n_peers, np.nan)
                 raise DivergenceError(t, self.config) from e
             local = np.full(comm.n_peers, np.nan)  # every process must reach the check
         self.spent["rounds_total"] += time.perf_counter() - r0
@@ -382,8 +385,30 @@ class Runner:
                 self.spent[k] = self.spent.get(k, 0.0) + v - before[k]
         losses = (local if comm.n_peers == comm.n_global
                   else comm.allgather_peers(np.asarray(local, dtype=np.float64)))
+        self._round_losses = losses
         self.check_divergence(t, losses)
         return losses
+
+    def _divergence_row(self, t: int, start: float) -> dict:
+        """The metrics row of round t, after which training diverged: its training loss (mean
+        of the rounds since the last evaluation, this one's included, so inf or nan when it is)
+        and, when every peer's parameters are finite, the evaluation of the diverged models (the
+        consensus distance past its bound, the accuracies). Collective on a split run."""
+        losses = self._round_losses
+        loss = (self._loss_sum + float(np.mean(losses))) / (self._loss_rounds + 1)
+        row = {"round": t + 1, "train_loss": loss}
+        with np.errstate(all="ignore"):
+            finite = np.isfinite(self.params).all(axis=1).astype(np.float64)
+            comm = self.comm
+            if comm.n_peers != comm.n_global:
+                finite = comm.allgather_peers(finite)
+            if finite.all():
+                try:
+                    row.update(self.evaluate())
+                except (ArithmeticError, ValueError):  # values too large to evaluate: the loss
+                    pass  # row alone, and the divergence is what gets reported
+        row["wall_seconds"] = time.perf_counter() - start
+        return row
 
     def run(self, callbacks: list[Callback] | tuple = ()) -> Result:
         """Runs the rounds from ``next_round`` (0, or where a checkpoint left off) to
@@ -404,7 +429,15 @@ class Runner:
             self._log_start()
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
-            losses = self._step(t)
+            try:
+                losses = self._step(t)
+            except DivergenceError:  # the diverged round's row: metrics.csv shows how it ended
+                if self._round_losses is not None:
+                    row = self._divergence_row(t, start)
+                    result.history.append(row)
+                    for cb in root:
+                        cb.on_eval(self, row)
+                raise
             self._loss_sum += float(losses.mean())
             self._loss_rounds += 1
             for cb in root:
@@ -415,8 +448,6 @@ class Runner:
                 row["wall_seconds"] = time.perf_counter() - start
                 self._loss_sum, self._loss_rounds = 0.0, 0
                 result.history.append(row)
-                if split:  # the consensus bound, checked where the rows were gathered
-                    self._check_consensus(t, row["consensus_distance"])
                 if self.is_root:
                     _log.info("round %d/%d: test accuracy %.4f (min %.4f, max %.4f), average "
                               "model %.4f, consensus distance %.4g, train loss %.4g, bytes sent "
@@ -426,6 +457,9 @@ class Runner:
                               row["train_loss"], row["bytes_sent_total"])
                 for cb in root:
                     cb.on_eval(self, row)
+                if split:  # the consensus bound, checked where the rows were gathered (after
+                    # the callbacks: metrics.csv keeps the row that shows the divergence)
+                    self._check_consensus(t, row["consensus_distance"])
             self.next_round = t + 1
             self._elapsed = time.perf_counter() - start
             self.at_boundary = True

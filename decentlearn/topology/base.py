@@ -245,6 +245,11 @@ def available() -> list[str]:
     return _BUILDERS.available()
 
 
+def available_weights() -> list[str]:
+    """Names of every registered weight rule (``make(spec, n, weights=name)``), sorted."""
+    return _WEIGHT_RULES.available()
+
+
 def register_weights(name: str) -> Callable[[WeightRule], WeightRule]:
     """Registers a weight rule under ``name`` (``make(spec, n, weights=name)``): called as
     ``rule(adj, label, groups)`` on each round's symmetric 0/1 adjacency, with ``label`` naming
