@@ -1,5 +1,6 @@
 """Every notebook in notebooks/ runs top to bottom without error and shows a figure (nbclient,
-fresh kernel)."""
+fresh kernel; slow, as the docs build of tests/test_docs.py runs them in the default suite), and
+is stored without outputs: the figures are made by the build, never committed."""
 
 import os
 from pathlib import Path
@@ -18,8 +19,13 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ has no notebook"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path, monkeypatch):
+    """The notebook alone, in a fresh kernel. In the default suite the build of the docs site
+    executes every notebook the same way (short version, the same metadata skips) and
+    tests/test_docs.py checks each page for errors and figures: this is the same check without
+    mkdocs, for ``pytest -m slow``."""
     # The kernel imports the same decentlearn as this process (a checkout's in-place build or the
     # installed package), not whatever another path on the machine would give it.
     root = str(Path(decentlearn.__file__).resolve().parent.parent)

@@ -12,15 +12,32 @@ Three pages are generated at build time so that they cannot drift from the code:
 
 Images that the Markdown pages take from outside ``docs/`` (``../benchmarks/...``, so that they
 also render on a code host) are copied into the site under ``assets/`` and the links rewritten.
+
+The notebooks of ``notebooks/`` become pages under "Notebooks" (``notebooks/<name>/``), which the
+mkdocs-jupyter plugin executes during the build; one whose metadata names an optional module or a
+data set that this machine lacks (``"decentlearn": {"requires": [...], "datasets": [...]}``, as
+tests/test_notebooks.py reads it) is rendered without running it, and the build log says why.
+
+Formulas (``$...$`` and ``$$...$$`` in the pages, which ``pymdownx.arithmatex`` marks) are
+converted to MathML at build time by latex2mathml, so that the browser typesets them with no script
+and no font download (the notebooks' Markdown cells hold no formula). A formula that latex2mathml
+cannot read is a build warning (so an error under ``--strict``). The script tags that nbconvert's
+template points at other hosts (MathJax, mermaid) are removed from the notebook pages: the site
+makes no request to another host.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
+import importlib.util
+import json
+import logging
 import re
 import sys
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +47,8 @@ PACKAGE = ROOT / "decentlearn"
 SKIP = {"__main__", "__init__", "_core"}
 #: Where external images land in the site.
 ASSETS = "assets/external"
+NOTEBOOKS = ROOT / "notebooks"
+log = logging.getLogger("mkdocs.hooks.decentlearn")
 
 
 # ----------------------------------------------------------------------------- API pages
@@ -205,6 +224,17 @@ def on_config(config):
         return out
 
     nav = expand(config["nav"] or [])
+    notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
+    if notebooks:
+        nav.append({"Notebooks": [{_notebook_title(p): f"notebooks/{p.name}"} for p in notebooks]})
+    jupyter = config["plugins"].get("mkdocs-jupyter")
+    if jupyter is not None and jupyter.config["execute"]:
+        for path in notebooks:
+            missing = notebook_missing_needs(path)
+            if missing:
+                log.info("notebooks/%s is rendered without running it: %s", path.name,
+                         "; ".join(missing))
+                jupyter.config["execute_ignore"].append(f"*/notebooks/{path.name}")
     listed = _nav_files(nav)
     docs = Path(config["docs_dir"])
     extra = sorted(str(p.relative_to(docs)).replace("\\", "/") for p in docs.rglob("*.md"))
@@ -215,6 +245,7 @@ def on_config(config):
     return config
 
 
+@event_priority(100)  # before the plugins: mkdocs-jupyter must see the notebooks added here
 def on_files(files, config):
     modules = public_modules()
     files.append(File.generated(config, "cli.md", content=cli_reference()))
@@ -222,6 +253,10 @@ def on_files(files, config):
     for module, subs in modules:
         files.append(File.generated(config, f"api/{module.split('.', 1)[1]}.md",
                                     content=_api_page(module, subs)))
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        uri = f"notebooks/{path.name}"
+        if files.get_file_from_path(uri) is None:
+            files.append(_notebook_file(path, uri, config))
     # Images referenced from outside docs/ (../benchmarks/...): copied into the site.
     docs = Path(config["docs_dir"])
     for page in docs.rglob("*.md"):
@@ -250,3 +285,83 @@ def on_page_markdown(markdown, page, config, files):
     if page.file.abs_src_path is None:
         return markdown
     return _EXTERNAL.sub(rewrite, markdown)
+
+
+# ----------------------------------------------------------------------------- notebooks
+
+
+def _notebook_title(path: Path) -> str:
+    """The notebook's first Markdown heading, else its file name."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            match = re.search(r"^#+\s+(.+)$", "".join(cell.get("source", "")), flags=re.M)
+            if match:
+                return match.group(1).strip()
+    return path.stem
+
+
+def notebook_missing_needs(path: Path) -> list[str]:
+    """What the notebook needs beyond the docs extras and this machine lacks, one line each (the
+    metadata tests/test_notebooks.py reads: ``"decentlearn": {"requires": [...], "datasets":
+    [...]}``); empty when it can run."""
+    needs = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("decentlearn", {})
+    missing = [f"needs {m}, which is not installed" for m in needs.get("requires", [])
+               if importlib.util.find_spec(m) is None]
+    for name in needs.get("datasets", []):
+        try:
+            from decentlearn.data import load_dataset
+            load_dataset(name)
+        except FileNotFoundError:
+            missing.append(f"needs the {name} data set, which is not on this machine")
+    return missing
+
+
+def _notebook_file(path: Path, uri: str, config) -> File:
+    """A File of the site at ``uri`` whose source is a notebook outside docs/; mkdocs-jupyter's
+    ``on_files``, which runs after this hook's (see ``on_files``), makes it a page."""
+    return File(uri, src_dir=str(ROOT), dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"])
+
+
+# ----------------------------------------------------------------------------- formulas
+
+#: pymdownx.arithmatex (generic mode) output: \(...\) in a span, \[...\] in a div.
+_ARITHMATEX = re.compile(
+    r'<(span|div) class="arithmatex">\s*\\([\(\[])(.*?)\\[\)\]]\s*</\1>', flags=re.S)
+#: What nbconvert's template adds for MathJax and mermaid, both fetched from a CDN: a script with a
+#: remote (or, with no MathJax URL given, empty) src, MathJax's inline configuration, and the
+#: module that imports mermaid from a CDN when a page has a diagram.
+_REMOTE_SCRIPT = re.compile(
+    r'<script[^>]*\ssrc="(?:(?:https?:)?//[^"]*)?"[^>]*>\s*</script>'
+    r'|<script type="text/x-mathjax-config">.*?</script>'
+    r'|<script type="module">(?:(?!</script>).)*?(?:https?:)?//(?:(?!</script>).)*</script>',
+    flags=re.S)
+
+
+def to_mathml(tex: str, display: bool, where: str) -> str:
+    """MathML for one formula; a formula latex2mathml cannot read is a build warning (an error
+    under ``--strict``) and stays as its TeX source."""
+    from latex2mathml.converter import convert
+
+    try:
+        mathml = convert(tex, display="block" if display else "inline")
+    except Exception as e:  # noqa: BLE001 - latex2mathml raises many types for bad input
+        log.warning("%s: cannot typeset the formula %r: %s", where, tex, e)
+        return html.escape(tex)
+    # latex2mathml keeps a command it does not know as text (<mi>\foo</mi>): the reader would see
+    # the backslash, so that is a warning too.
+    unknown = re.findall(r"<m[io][^>]*>(\\[A-Za-z]+)</m[io]>", mathml)
+    if unknown:
+        log.warning("%s: the formula %r uses %s, which latex2mathml does not know", where, tex,
+                    ", ".join(dict.fromkeys(unknown)))
+    return mathml
+
+
+def on_page_content(content, page, config, files):
+    where = page.file.src_uri
+    content = _ARITHMATEX.sub(
+        lambda m: to_mathml(html.unescape(m.group(3)).strip(), m.group(2) == "[", where), content)
+    if where.endswith(".ipynb"):
+        content = _REMOTE_SCRIPT.sub("", content)
+    return content
