@@ -164,7 +164,7 @@ def test_bench_cpu_time(capsys):
 # Results survive: streamed rows, summary statuses, signals (real subprocesses)
 
 ROOT = str(Path(decentlearn.__file__).resolve().parent.parent)
-ENV = dict(os.environ, PYTHONWARNINGS="ignore",
+ENV = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONFAULTHANDLER="1",
            PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
 
 
@@ -204,7 +204,12 @@ def test_signal_leaves_rows_and_interrupted_summary(tmp_path, sig, code):
     proc = start_long_run(out)
     wait_for_rows(proc, out / "metrics.csv", 3)
     proc.send_signal(getattr(signal, sig))
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # show where it hangs: faulthandler dumps on SIGABRT
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"no exit 60 s after {sig}; its threads:\n{err}") from None
     assert proc.returncode == code, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and sig in err
     rows = csv_rows(out / "metrics.csv")
