@@ -178,11 +178,20 @@ def csv_rows(path):
     return list(csv.DictReader(lines))
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that a test interrupts with SIGINT: SIGINT at its default
+    disposition. A shell starts background jobs with SIGINT ignored, children inherit that, and
+    Python (and decentlearn) leave it ignored, as a nohup'ed program should."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_long_run(out):
     return subprocess.Popen(
         [sys.executable, "-m", "decentlearn", "run", "--peers", "4", "--model", "linear",
          "--rounds", "100000", "--eval-every", "1", "--quiet", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=out.parent)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=out.parent,
+        preexec_fn=default_sigint)
 
 
 def wait_for_rows(proc, path, n, timeout=60.0):

@@ -96,6 +96,14 @@ def test_rerun_skips_everything(full_sweep, tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in full_sweep.glob("*/summary.json")} == before
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that a test interrupts with SIGINT: SIGINT at its default
+    disposition. A shell starts background jobs with SIGINT ignored, children inherit that, and
+    Python (and decentlearn) leave it ignored, as a nohup'ed program should."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_then_resume_redoes_only_unfinished(full_sweep, tmp_path, capsys):
     config = write(tmp_path, GRID.replace("rounds = 4", "rounds = 4\nthreads = 1"))
     out = tmp_path / "out"
@@ -105,7 +113,8 @@ def test_ctrl_c_then_resume_redoes_only_unfinished(full_sweep, tmp_path, capsys)
     env = {**os.environ, "PYTHONPATH": pkg_root}
     proc = subprocess.Popen([sys.executable, "-m", "decentlearn", "sweep", str(config), "--out",
                              str(out), "--quiet"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
 
     def completed():
         n = 0
