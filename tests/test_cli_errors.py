@@ -175,16 +175,20 @@ def test_checkpoint_progress_must_agree_with_itself(tmp_path, capsys):
 def test_exit_codes_are_documented():
     """The codes the CLI returns are the ones docs/getting-started.md lists."""
     from decentlearn.cli import parser
-    text = (Path(decentlearn.__file__).parents[1] / "docs" / "getting-started.md").read_text()
+    # the checkout's docs (an installed package has none beside it)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text()
     for code in (parser.EXIT_OK, parser.EXIT_FAILED, parser.EXIT_USAGE, parser.EXIT_DIVERGED,
                  parser.EXIT_MPI, 130, 143):
         assert f"| {code} |" in text, code
     assert parser.ERROR_PREFIX.strip() in text
 
 
-def _isa_paths() -> list[str]:
+def _isa_paths(cwd) -> list[str]:
+    # cwd away from the checkout, whose decentlearn/ (unbuilt when the package is installed)
+    # would shadow the package under test through sys.path[0]
+    env = dict(os.environ, PYTHONPATH=str(Path(decentlearn.__file__).parents[1]))
     text = subprocess.run([sys.executable, "-c", "import decentlearn; decentlearn.show_config()"],
-                          capture_output=True, text=True, check=True).stdout
+                          capture_output=True, text=True, check=True, cwd=cwd, env=env).stdout
     line = next(ln for ln in text.splitlines() if "isa_supported" in ln)
     return [p.strip() for p in line.split(":", 1)[1].split(",")]
 
@@ -193,7 +197,7 @@ def test_every_isa_path_gives_the_documented_results(tmp_path):
     """A short default run on every ISA path this CPU has: the vector paths (avx2, avx512,
     avx512vnni) agree bit for bit; generic, without FMA, agrees to float32 rounding (the
     difference docs/performance.md states)."""
-    paths = _isa_paths()
+    paths = _isa_paths(tmp_path)
     assert paths[0] == "generic"
     env = dict(os.environ, PYTHONPATH=str(Path(decentlearn.__file__).parents[1]))
     got = {}
@@ -202,7 +206,7 @@ def test_every_isa_path_gives_the_documented_results(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "decentlearn", "run", "--peers", "8",
                                "--rounds", "20", "--eval-every", "10", "--quiet", "--out",
                                str(out)], env=dict(env, DECENTLEARN_ISA=isa),
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
         s = json.loads((out / "summary.json").read_text())
         got[isa] = {k: s[k] for k in ("test_accuracy_mean", "test_accuracy_avg_model",

@@ -167,7 +167,7 @@ def test_sigkilled_run_shows_as_stale(tmp_path, capsys):
     proc = subprocess.Popen([sys.executable, "-m", "decentlearn", "run", "--peers", "4",
                              "--rounds", "1000000", "--eval-every", "1", "--quiet", "--out",
                              str(out)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         assert _wait_for(lambda: (out / "metrics.csv").is_file()
                          and (out / "metrics.csv").read_text().count("\n") >= 2)

@@ -109,7 +109,7 @@ def test_cli_stderr_gets_no_log_records(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen([sys.executable, "-m", "decentlearn", *SMALL[:-3], "--rounds",
                              "1000000", "--eval-every", "1", "--quiet", "--compress",
-                             "topk:0.1", "--out", str(out)], env=env,
+                             "topk:0.1", "--out", str(out)], env=env, cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

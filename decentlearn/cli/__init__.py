@@ -68,11 +68,16 @@ def import_modules(argv: list[str]) -> list[str]:
             name, rest = rest[1], rest[2:]
         else:
             name, rest = rest[0].split("=", 1)[1], rest[1:]
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` would: the current folder first
+        # The current folder is searched too, last: a module there is found, and it never
+        # shadows an installed package (decentlearn itself, when run from a checkout).
+        added = os.getcwd() not in sys.path and "" not in sys.path
+        if added:
+            sys.path.append(os.getcwd())
         try:
             importlib.import_module(name)
         except ImportError as e:
+            if added:
+                sys.path.remove(os.getcwd())
             raise UsageError(f"--import {name}: {e}") from None
     return rest
 
