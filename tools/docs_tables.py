@@ -57,6 +57,8 @@ class Table:
     sentence: object = None
     #: Minutes rather than seconds to make: its test runs with the slow ones (pytest -m slow).
     slow: bool = False
+    #: Data sets its commands read besides the embedded ones (its test skips without them).
+    datasets: tuple[str, ...] = ()
 
 
 def _noniid_sentence(f: dict) -> str:
@@ -113,6 +115,18 @@ TABLES = (
                    for model in ("cnn", "cnn:gn") for precision in ("fp32", "int8")),
         columns=(("test accuracy (peers mean)", "mean"), ("average model", "avg")),
         slow=True,
+    ),
+    Table(
+        name="int8-fashion",
+        files=("docs/low-precision.md",),
+        rows=tuple((f"`{partition}`, {precision}",
+                    f"decentlearn run --dataset fashion-mnist --partition {partition} "
+                    f"--rounds 500 --eval-every 500 --precision {precision} "
+                    f"--out runs/fashion-{partition.replace(':', '-')}-{precision}")
+                   for partition in ("iid", "dirichlet:0.5", "shards:2")
+                   for precision in ("fp32", "int8")),
+        columns=(("test accuracy (peers mean)", "mean"), ("average model", "avg")),
+        datasets=("fashion-mnist",),
     ),
 )
 
