@@ -115,6 +115,19 @@ def test_download_and_load(server, tmp_path):
     assert len(requests) == 4
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_downloaded_files_respect_the_umask(server, tmp_path, umask):
+    base, folder, _ = server
+    entries = serve_fake_mnist(folder, base)
+    old = os.umask(umask)
+    try:
+        root = download("mnist", tmp_path / "mnist", files=entries)
+    finally:
+        os.umask(old)
+    for e in entries:
+        assert (root / e.filename).stat().st_mode & 0o777 == 0o666 & ~umask, e.filename
+
+
 def test_skip_present_and_replace_corrupt(server, tmp_path):
     base, folder, requests = server
     entries = serve_fake_mnist(folder, base)

@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from decentlearn.atomic import default_mode
+
 __all__ = [
     "DATASET_FILES",
     "ChecksumError",
@@ -227,7 +229,7 @@ def _fetch(
                 f"checksum mismatch for {entry.filename}: expected {entry.algorithm} "
                 f"{entry.digest}, got {actual}; the download was deleted",
             )
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, default_mode())  # as open() would make it: 0o666 less the umask
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
