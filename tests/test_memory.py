@@ -81,7 +81,7 @@ def _variants():
         dict(algorithm="choco", compress="ef:topk:0.1", gamma=0.3),
         dict(mixing="finite-time", momentum=0.0), dict(mixing="nonlinear"),
         dict(network="mobile"), dict(network="edge", asynchronous=True),
-        dict(algorithm="stc-fl", server_compress="ef:topk:0.1"),
+        dict(algorithm="stc-fl", server_compress="topk:0.1"),
     ]
 
 

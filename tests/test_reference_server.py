@@ -356,3 +356,13 @@ def test_compare_shows_byte_columns(tmp_path, capsys):
     row = 4 * DIM
     from decentlearn.units import format_bytes
     assert format_bytes(16 * row) in out.splitlines()[2]
+
+
+@pytest.mark.parametrize("kw", [dict(compress="ef:stc:0.01"),
+                                dict(compress="stc:0.01", server_compress="ef:topk:0.1")])
+def test_stc_fl_refuses_a_second_error_feedback(kw):
+    """STC-FL keeps its own residuals on both sides (the authors' Algorithm: error accumulation
+    at the clients and the server); an ef: compressor would add a second feedback loop."""
+    name = "server_compress" if "server_compress" in kw else "compress"
+    with pytest.raises(ValueError, match=rf"{name} must be a compressor without 'ef:'"):
+        RunConfig(algorithm="stc-fl", **kw)

@@ -67,6 +67,17 @@ class STCFL(ServerAlgorithm):
                 except ValueError as e:
                     raise ValueError(f"server_compress: {e}") from None
 
+    @classmethod
+    def check_run(cls, options: Options, compress: str) -> None:
+        """STC-FL keeps its own error feedback on both sides (``client_error``,
+        ``server_error``): an ``ef:`` compressor would feed the residuals back twice (and one
+        wrapper shared by the clients' rows and the server's row would reset at every call)."""
+        for name, spec in (("compress", compress), ("server_compress", options.server_compress)):
+            if spec is not None and spec.startswith("ef:"):
+                raise ValueError(f"algorithm 'stc-fl' keeps its own error feedback on the "
+                                 f"clients and the server: {name} must be a compressor without "
+                                 f"'ef:' (e.g. {spec[3:]!r}), got {spec!r}")
+
     def __init__(self, *, server_compress: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.compressor = none_if_identity(self.compressor) or compress.make("stc:0.01")
