@@ -26,7 +26,7 @@ _FIELDS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
     "test": (np.dtype(np.bool_), ()),
 }
 # Errors zipfile/zlib raise on a damaged archive or member (zipfile raises NotImplementedError
-# for a member whose compression method it does not support: a foreign file, not a stub).
+# for a member whose compression method it does not support: a foreign file, reported as damaged).
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError,
                struct.error)
 _MAX_HEADER = 10_000
