@@ -13,12 +13,41 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import pkgutil
 import platform
 
 import numpy as np
 
 __version__ = "0.1.0"
+
+#: How many times an idle OpenMP thread of libgomp (GCC's OpenMP, which the C extension links)
+#: checks for work before it sleeps. libgomp's own default (300,000 checks, milliseconds of a
+#: core) makes threads spin at every barrier against the other processes on a busy machine: the
+#: README's Fashion-MNIST example ran 18x slower beside two busy loops on 2 cores, and 2.2x with
+#: this count, at the same quiet speed (benchmarks/bench_load.py, docs/performance.md).
+OMP_SPINCOUNT_DEFAULT = "10000"
+
+
+def _set_omp_wait() -> str:
+    """Sets GOMP_SPINCOUNT to OMP_SPINCOUNT_DEFAULT unless the user chose a wait policy or a spin
+    count; libgomp reads them once, when it is loaded, which is when ``_core`` is first imported
+    (after this). Returns how the policy was chosen, for ``config()``."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        chosen = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}
+        return " ".join(f"{k}={v}" for k, v in chosen.items()) + " (from the environment)"
+    try:
+        with open("/proc/self/maps") as f:
+            loaded = any("/libgomp.so" in line for line in f)
+    except OSError:  # not Linux: nothing to tell
+        loaded = False
+    if loaded:  # another extension loaded libgomp first: too late to change it
+        return "libgomp's default (libgomp was loaded before decentlearn)"
+    os.environ["GOMP_SPINCOUNT"] = OMP_SPINCOUNT_DEFAULT
+    return f"GOMP_SPINCOUNT={OMP_SPINCOUNT_DEFAULT} (decentlearn's default)"
+
+
+_OMP_WAIT = _set_omp_wait()
 
 def _submodules() -> list[str]:
     """The public submodules and subpackages (found on disk, not listed by hand)."""
@@ -73,6 +102,7 @@ def config() -> dict:
         "openmp": core["openmp"],
         "openmp_version": core["omp_version"],
         "threads": ops.resolve_threads(None),
+        "openmp_wait": _OMP_WAIT,
         "isa": core["isa"],
         "isa_supported": core["isa_supported"],
         "numpy": np.__version__,

@@ -15,6 +15,7 @@ import logging
 import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from decentlearn import algorithms, compress, metrics
 from decentlearn._core import NonFiniteError
@@ -23,6 +24,7 @@ from decentlearn.data import Dataset, load_dataset, make_partition
 from decentlearn.errors import CheckpointError
 from decentlearn.network import NetworkModel, OfflineHook
 from decentlearn.nn import cocofl, make_model
+from decentlearn.ops.threads import resolve_threads
 from decentlearn.optim import OptimizerConfig, SGDConfig, make as make_optimizer
 from decentlearn.runner import checkpoint as ck
 from decentlearn.runner.backend import LocalBackend
@@ -90,6 +92,8 @@ class Runner:
                                      seed=stream_seed(c.seed, STREAM_NETWORK))
                         if c.network is not None else None)
         threads = backend.threads(c)
+        #: The kernels' thread count; numpy's BLAS gets the same during run() (never more).
+        self.threads = resolve_threads(threads)
         #: The communicator: the only seam between the algorithms and where the peers run. It
         #: hosts peers [comm.peer0, comm.peer0 + comm.n_peers) (all of them in process).
         self.comm = backend.make_comm(
@@ -427,6 +431,24 @@ class Runner:
         split = self.comm.n_peers != self.comm.n_global
         if self.is_root:
             self._log_start()
+        # numpy's BLAS (evaluation included) runs on the run's threads, never oversubscribing
+        # the kernels' (threadpoolctl; restored when the run returns or raises).
+        with threadpool_limits(limits=self.threads, user_api="blas"):
+            self._rounds(c, result, start, root, callbacks, split)
+        if not result.history:
+            raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
+                             f"{self.next_round}); raise rounds to continue the run")
+        result.summary = self._summary(time.perf_counter() - start)
+        if self.is_root:
+            _log.info("finished %d rounds in %.1f s: test accuracy %.4f, average model %.4f",
+                      c.rounds, time.perf_counter() - start,
+                      result.summary["test_accuracy_mean"],
+                      result.summary["test_accuracy_avg_model"])
+        result.params = self.gather_params() if split else self.params
+        return result
+
+    def _rounds(self, c, result, start, root, callbacks, split) -> None:
+        """The rounds of run(), from next_round to c.rounds."""
         for t in range(self.next_round, c.rounds):
             self.at_boundary = False
             try:
@@ -467,17 +489,6 @@ class Runner:
                 hook = getattr(cb, "on_round_complete", None)
                 if hook is not None:
                     hook(self, t)
-        if not result.history:
-            raise ValueError(f"nothing to run: all {c.rounds} rounds are done (next_round="
-                             f"{self.next_round}); raise rounds to continue the run")
-        result.summary = self._summary(time.perf_counter() - start)
-        if self.is_root:
-            _log.info("finished %d rounds in %.1f s: test accuracy %.4f, average model %.4f",
-                      c.rounds, time.perf_counter() - start,
-                      result.summary["test_accuracy_mean"],
-                      result.summary["test_accuracy_avg_model"])
-        result.params = self.gather_params() if split else self.params
-        return result
 
     def _summary(self, run_seconds: float) -> dict:
         """summary.json of the run that just ended (its last evaluation row and the setup)."""

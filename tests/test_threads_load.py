@@ -1,0 +1,79 @@
+"""Threads on a busy machine (issue 24): decentlearn's OpenMP wait default and BLAS limits.
+
+The speed itself is measured by benchmarks/bench_load.py, never asserted here; these tests check
+the mechanisms: the spin count reaches libgomp unless the user chose one, and numpy's BLAS runs on
+the run's thread count during a run (evaluation included)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from threadpoolctl import threadpool_info
+
+from decentlearn.sim import Callback, RunConfig, Simulator
+
+
+def _python(code: str, env: dict) -> str:
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~"))
+                          else "/", check=True)
+    return done.stdout.strip()
+
+
+def _env(**overrides) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.update(overrides)
+    return env
+
+
+def test_spin_count_default_is_set_before_libgomp_loads():
+    code = ("import os, decentlearn as dl\n"
+            "before = os.environ.get('GOMP_SPINCOUNT')\n"
+            "from decentlearn import _core\n"
+            "print(before, dl.config()['openmp_wait'])")
+    out = _python(code, _env())
+    import decentlearn
+    assert out == (f"{decentlearn.OMP_SPINCOUNT_DEFAULT} GOMP_SPINCOUNT="
+                   f"{decentlearn.OMP_SPINCOUNT_DEFAULT} (decentlearn's default)")
+    # libgomp reads the variable when it loads: _core must not be loaded before the default is set
+    code = "import sys, decentlearn\nprint('decentlearn._core' in sys.modules)"
+    assert _python(code, _env()) == "False"
+
+
+@pytest.mark.parametrize("var,value", [("OMP_WAIT_POLICY", "active"), ("GOMP_SPINCOUNT", "7")])
+def test_a_users_wait_policy_is_kept(var, value):
+    code = "import os, decentlearn as dl\nprint(os.environ.get('GOMP_SPINCOUNT'), dl.config()['openmp_wait'])"
+    spin, _, how = _python(code, _env(**{var: value})).partition(" ")
+    assert spin == (value if var == "GOMP_SPINCOUNT" else "None")
+    assert how == f"{var}={value} (from the environment)"
+
+
+class _BlasThreads(Callback):
+    def __init__(self):
+        self.seen = []
+
+    def _record(self):
+        self.seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+    def on_round_end(self, sim, t):
+        self._record()
+
+    def on_eval(self, sim, row):
+        self._record()
+
+
+def test_blas_runs_on_the_runs_threads_and_is_restored():
+    blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
+    if not blas:
+        pytest.skip("numpy's BLAS is not visible to threadpoolctl")
+    before = {i["num_threads"] for i in blas}
+    cb = _BlasThreads()
+    sim = Simulator(RunConfig(peers=4, rounds=2, eval_every=1, threads=1, eval_peer_samples=20,
+                              eval_samples=40))
+    sim.run([cb])
+    assert cb.seen and all(s == {1} for s in cb.seen), cb.seen
+    assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == before
