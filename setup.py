@@ -2,7 +2,8 @@
 CPython/NumPy glue), OpenMP, per-file ISA flags.
 
 Every file is compiled with portable flags (-O3, no -march=native, no -ffast-math). Files named
-*_avx2.c / *_avx512.c get their own -m flags on x86-64 only; the code in them runs only after the
+*_avx2.c / *_avx512.c / *_avx512vnni.c / *_amx.c get their own -m flags on x86-64 only; the code
+in them runs only after the
 run-time dispatch in csrc/dispatch.c has checked the CPU. OpenMP is used when the compiler can
 compile and link an OpenMP program with the same flags as the build (CFLAGS, LDFLAGS, sanitizer
 flags); otherwise the kernels build single-threaded and the build prints a loud warning
@@ -29,7 +30,13 @@ ISA_FLAGS = {
                   "-mprefer-vector-width=512"],
     "_avx512vnni.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
                       "-mavx2", "-ffp-contract=fast", "-mprefer-vector-width=512"],
+    # AMX tiles (int8 GEMMs, peak loop): the AVX-512 VNNI flags plus the tile instructions. A
+    # compiler without them (GCC < 11) builds the files as stubs and the dispatch never picks amx.
+    "_amx.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
+               "-mavx2", "-ffp-contract=fast", "-mprefer-vector-width=512", "-mamx-tile",
+               "-mamx-int8"],
 }
+AMX_FLAGS = ["-mamx-tile", "-mamx-int8"]
 
 
 #: DECENTLEARN_SANITIZE=1 builds with AddressSanitizer + UndefinedBehaviorSanitizer (see
@@ -43,15 +50,21 @@ def _env_flags(name: str) -> list[str]:
     return shlex.split(os.environ.get(name, ""))
 
 
-def _compiler_accepts(compiler, flags: list[str], link_flags: list[str]) -> bool:
-    """Compiles and links a tiny OpenMP program with the given flags plus the build's own: CFLAGS
+_OMP_PROBE = "#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n"
+_AMX_PROBE = ("#include <immintrin.h>\nint main(void) { _tile_release(); return 0; }\n"
+              "#if !defined(__AMX_TILE__) || !defined(__AMX_INT8__)\n#error no AMX\n#endif\n")
+
+
+def _compiler_accepts(compiler, flags: list[str], link_flags: list[str],
+                      source: str = _OMP_PROBE) -> bool:
+    """Compiles and links a tiny program (default: OpenMP) with the given flags plus the build's own: CFLAGS
     and LDFLAGS from the environment (distutils adds them to shared-library links but not to
     link_executable, so a sanitizer build's probe would fail to link and silently drop OpenMP)."""
     extra = (SANITIZE_FLAGS if SANITIZE else [])
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "probe.c")
         with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n")
+            f.write(source)
         try:
             objs = compiler.compile([src], output_dir=tmp,
                                     extra_postargs=_env_flags("CFLAGS") + extra + flags)
@@ -89,12 +102,18 @@ class BuildExt(build_ext):
         omp = ["-fopenmp"] if openmp else []
         san = SANITIZE_FLAGS if SANITIZE else []
         generic, objects = [], []
+        amx = X86 and _compiler_accepts(self.compiler, AMX_FLAGS, [], _AMX_PROBE)
+        if X86 and not amx:
+            sys.stderr.write("decentlearn: the compiler does not accept -mamx-tile -mamx-int8; "
+                             "the amx path is left out of this build\n")
         for src in ext.sources:
             isa = next((flags for suffix, flags in sorted(ISA_FLAGS.items(), key=lambda kv: -len(kv[0]))
                         if src.endswith(suffix)), None)
             if isa is None:
                 generic.append(src)
                 continue
+            if not amx:
+                isa = [f for f in isa if f not in AMX_FLAGS]
             flags = BASE_FLAGS + san + omp + (isa if X86 else [])
             objects += self.compiler.compile([src], output_dir=self.build_temp,
                                              include_dirs=ext.include_dirs, extra_postargs=flags,

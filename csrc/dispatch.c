@@ -1,19 +1,32 @@
 /* dispatch.c: chooses each kernel's instruction-set path once, at import.
  *
- * avx512vnni runs every kernel's AVX-512 build except those with a VNNI build of their own.
- * The best path the CPU supports is taken (asked with __builtin_cpu_supports, which also checks
- * that the OS saves the wider registers); DECENTLEARN_ISA=generic|avx2|avx512|avx512vnni or
- * dl_set_isa() forces one, so tests can cover every path on one machine.
+ * avx512vnni runs every kernel's AVX-512 build except those with a VNNI build of their own; amx
+ * runs every avx512vnni kernel except the int8 GEMMs (gemm_s8, batched, the fused dense layer) and
+ * the int8 peak loop, which have AMX tile builds on the same packed-B layout. The best path the
+ * CPU and OS support is taken (asked with __builtin_cpu_supports, which also checks that the OS
+ * saves the wider registers; for AMX, CPUID leaf 7 AMX-TILE/AMX-INT8, XCR0 bits 17-18 and, on
+ * Linux, the per-process permission for the tile data, requested once with arch_prctl);
+ * DECENTLEARN_ISA=generic|avx2|avx512|avx512vnni|amx or dl_set_isa() forces one, so tests can
+ * cover every path on one machine.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* syscall() */
+#endif
 #include <string.h>
 
 #include "dl.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define DL_X86 1
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 
-static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512", "avx512vnni"};
+static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512", "avx512vnni",
+                                                           "amx"};
 
 /* The tables. Kernels with one build per ISA are listed once, in DL_ISA_KERNELS (a new kernel
  * family adds its members there); `W` keeps x86-only symbols out of other builds. AVX-512 without
@@ -76,6 +89,18 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_avx512vnni),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni),
      DL_NN_KERNELS(avx2, DL_X86_ONLY)},
+    {.isa = DL_ISA_AMX, .name = "amx", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
+     .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
+     .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
+     .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_amx),
+     .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
+     .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
+     .gemm_qstoch_f32 = DL_X86_ONLY(dl_gemm_qstoch_f32_avx2),
+     .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_amx),
+     .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_amx),
+     .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_amx),
+     .peak_s8 = DL_X86_ONLY(dl_peak_s8_amx),
+     DL_NN_KERNELS(avx2, DL_X86_ONLY)},
 };
 
 static const dl_dispatch_t *active = NULL;
@@ -83,6 +108,32 @@ static const dl_dispatch_t *active = NULL;
 const char *dl_isa_name(dl_isa_t isa) {
     return (isa >= 0 && isa < DL_ISA_COUNT) ? isa_names[isa] : "unknown";
 }
+
+#ifdef DL_X86
+/* AMX-TILE and AMX-INT8 usable by this process: CPUID.(7,0):EDX bits 24 and 25, the OS enables
+ * the tile state in XCR0 (bits 17 TILECFG and 18 TILEDATA), and on Linux the kernel grants this
+ * process the tile data (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; without it the first tile
+ * instruction faults). Asked once; the answer is kept. */
+static int amx_usable(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    int ok = dl_gemm_s8_amx_built && __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1) /* OSXSAVE */;
+    if (ok) ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1);
+    if (ok) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        (void)hi;
+        ok = (lo & (3u << 17)) == (3u << 17);
+    }
+#if defined(__linux__)
+    if (ok) ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                         18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+    known = ok;
+    return known;
+}
+#endif
 
 int dl_isa_supported(dl_isa_t isa) {
     switch (isa) {
@@ -99,6 +150,8 @@ int dl_isa_supported(dl_isa_t isa) {
                __builtin_cpu_supports("fma");
     case DL_ISA_AVX512VNNI:
         return dl_isa_supported(DL_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
+    case DL_ISA_AMX:
+        return dl_isa_supported(DL_ISA_AVX512VNNI) && amx_usable();
 #endif
     default:
         return 0;

@@ -3,8 +3,9 @@
  * Kernels in csrc/ work on raw pointers and sizes, never include Python.h, and report failure
  * through a negative DL_E_* status that the glue (module.c) turns into a Python exception naming
  * the argument at fault. Each kernel family that has ISA-specific builds declares one symbol per
- * ISA (suffix _generic, _avx2, _avx512) and is reached through the dispatch table below, filled
- * once at import from __builtin_cpu_supports (or forced with DECENTLEARN_ISA).
+ * ISA (suffix _generic, _avx2, _avx512, _avx512vnni, _amx) and is reached through the dispatch
+ * table below, filled once at import from __builtin_cpu_supports and CPUID/XCR0 (AMX), or forced
+ * with DECENTLEARN_ISA.
  */
 #ifndef DL_H
 #define DL_H
@@ -44,7 +45,8 @@ typedef enum {
     DL_ISA_AVX2 = 1,
     DL_ISA_AVX512 = 2,     /* F, BW, VL, DQ */
     DL_ISA_AVX512VNNI = 3, /* the above + VNNI (vpdpbusd): int8 dot products */
-    DL_ISA_COUNT = 4
+    DL_ISA_AMX = 4,        /* the above + AMX-TILE, AMX-INT8 (tdpbssd), enabled by the OS */
+    DL_ISA_COUNT = 5
 } dl_isa_t;
 
 typedef int (*dl_gossip_csr_f32_fn)(const dl_csr_f32_t *w, int64_t dim, const float *x, float *y,
@@ -91,7 +93,7 @@ typedef int (*dl_int8_encode_f32_fn)(int64_t n_rows, int64_t dim, const float *x
 /* >>> dispatch-types gemm */
 /* Where a packed B's bytes go (one layout per microkernel family; see gemm_s8_impl.h). */
 typedef struct {
-    const char *name; /* "s16" (generic, avx2, avx512) or "vnni" (avx512vnni) */
+    const char *name; /* "s16" (generic, avx2, avx512) or "vnni" (avx512vnni, amx) */
     int mr, nr, kg;   /* register tile rows x columns; k values per group */
     int b_elem;       /* bytes per packed B value */
 } dl_gemm_s8_layout_t;
@@ -466,6 +468,23 @@ int dl_gemm_s8_avx2(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint
 int dl_gemm_s8_avx512vnni(int64_t m, int64_t k, int64_t n, const int8_t *a,
                           const uint8_t *packed, const int32_t *colsum,
                           const dl_gemm_s8_out_t *out, int n_threads);
+/* gemm_s8_amx.c (x86-64): the AMX int8 GEMMs on the "vnni" packed layout (packed by
+ * dl_gemm_s8_pack_b_avx512vnni); dl_gemm_s8_amx_built is 0 when the compiler lacked AMX. The
+ * caller of any tile instruction loads the tile configuration in its thread first
+ * (dl_amx_tile_begin) and releases it after (dl_amx_tile_end). */
+extern const int dl_gemm_s8_amx_built;
+void dl_amx_tile_begin(void);
+void dl_amx_tile_end(void);
+#if defined(__AMX_TILE__)
+/* A tile load that the compiler knows reads memory (GCC 12's _tile_loadd names only the
+ * pointer, so stores into a buffer just before could be dropped or moved past the load). */
+#define DL_AMX_LOADD(t, base, stride)                                                              \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)),                 \
+                     "r"((long)(stride))                                                          \
+                     : "memory")
+#endif
+int dl_gemm_s8_amx(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8_t *packed,
+                   const int32_t *colsum, const dl_gemm_s8_out_t *out, int n_threads);
 uint32_t dl_gemm_qnearest_f32_generic(const float *x, const float *inv, float inv0, int64_t n,
                                       int8_t *q);
 uint32_t dl_gemm_qnearest_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
@@ -503,13 +522,16 @@ int dl_gemm_quantize_tensor_s8(int64_t rows, int64_t cols, const float *x, int64
 int dl_gemm_s8_batched_generic(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx2(const dl_gemm_s8_batch_t *bt, int n_threads);
 int dl_gemm_s8_batched_avx512vnni(const dl_gemm_s8_batch_t *bt, int n_threads);
+int dl_gemm_s8_batched_amx(const dl_gemm_s8_batch_t *bt, int n_threads);
 /* Fused int8 dense layer over peers (gemm_s8_impl.h, one build per layout; dl_gemm_s8_dense_t). */
 int dl_gemm_s8_dense_forward_generic(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_forward_avx2(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_forward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_forward_amx(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_backward_generic(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_backward_avx2(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_backward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_threads);
+int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads);
 /* <<< section gemm */
 
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */
@@ -526,6 +548,7 @@ int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int
 int dl_peak_s8_generic(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
 int dl_peak_s8_avx2(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
 int dl_peak_s8_avx512vnni(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
+int dl_peak_s8_amx(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
 /* <<< section limits */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -28,6 +28,20 @@
 #define DL_CAT2(a, b) a##_##b
 #define DL_CAT(a, b) DL_CAT2(a, b)
 
+/* Hooks with defaults: k values per group of a packed A tile (an ISA file whose A tiles are read
+ * as rows of many consecutive k values sets it larger; k is zero-padded to a multiple of it), and
+ * the per-thread set-up and tear-down around every use of the microkernel (AMX: load and release
+ * the tile configuration, which is per thread). */
+#ifndef DL_GEMM_AKG
+#define DL_GEMM_AKG DL_GEMM_KG
+#endif
+#ifndef DL_GEMM_THREAD_BEGIN
+#define DL_GEMM_THREAD_BEGIN() ((void)0)
+#define DL_GEMM_THREAD_END() ((void)0)
+#endif
+/* Elements of one packed A tile (MR rows, k zero-padded to a multiple of DL_GEMM_AKG). */
+#define DL_GEMM_A_TILE(k) (dl_cdiv_i64((k), DL_GEMM_AKG) * DL_GEMM_MR * DL_GEMM_AKG)
+
 #define DL_GEMM_TASK_COLS 256 /* columns of C per task (B panels reused across its row tiles) */
 #define DL_GEMM_TASK_TILES 16 /* most register-tile rows per task */
 
@@ -36,42 +50,42 @@
  * transpose). */
 static void gemm_pack_a(int64_t m, int64_t k, const int8_t *a, int64_t rs, int64_t cs, int64_t t,
                         dl_gemm_a_t *dst) {
-    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG), kfull = k / DL_GEMM_KG, i0 = t * DL_GEMM_MR;
+    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_AKG), kfull = k / DL_GEMM_AKG, i0 = t * DL_GEMM_MR;
     const dl_gemm_a_t pad = dl_gemm_a_conv(0);
     if (i0 + DL_GEMM_MR <= m && (cs == 1 || rs == 1)) { /* full tile: no bounds tests */
         const int8_t *a0 = a + i0 * rs;
         for (int64_t g = 0; g < kfull; g++) {
-            dl_gemm_a_t *d = dst + g * DL_GEMM_MR * DL_GEMM_KG;
-            const int8_t *ag = a0 + g * DL_GEMM_KG * cs;
+            dl_gemm_a_t *d = dst + g * DL_GEMM_MR * DL_GEMM_AKG;
+            const int8_t *ag = a0 + g * DL_GEMM_AKG * cs;
             for (int r = 0; r < DL_GEMM_MR; r++)
-                for (int kk = 0; kk < DL_GEMM_KG; kk++)
-                    d[r * DL_GEMM_KG + kk] = dl_gemm_a_conv(ag[r * rs + kk * cs]);
+                for (int kk = 0; kk < DL_GEMM_AKG; kk++)
+                    d[r * DL_GEMM_AKG + kk] = dl_gemm_a_conv(ag[r * rs + kk * cs]);
         }
         if (kfull < kgn)
             for (int r = 0; r < DL_GEMM_MR; r++)
-                for (int kk = 0; kk < DL_GEMM_KG; kk++) {
-                    const int64_t kr = kfull * DL_GEMM_KG + kk;
-                    dst[kfull * DL_GEMM_MR * DL_GEMM_KG + r * DL_GEMM_KG + kk] =
+                for (int kk = 0; kk < DL_GEMM_AKG; kk++) {
+                    const int64_t kr = kfull * DL_GEMM_AKG + kk;
+                    dst[kfull * DL_GEMM_MR * DL_GEMM_AKG + r * DL_GEMM_AKG + kk] =
                         kr < k ? dl_gemm_a_conv(a0[r * rs + kr * cs]) : pad;
                 }
         return;
     }
     for (int r = 0; r < DL_GEMM_MR; r++) {
-        dl_gemm_a_t *d = dst + r * DL_GEMM_KG;
+        dl_gemm_a_t *d = dst + r * DL_GEMM_AKG;
         if (i0 + r >= m) {
             for (int64_t g = 0; g < kgn; g++)
-                for (int kk = 0; kk < DL_GEMM_KG; kk++) d[g * DL_GEMM_MR * DL_GEMM_KG + kk] = pad;
+                for (int kk = 0; kk < DL_GEMM_AKG; kk++) d[g * DL_GEMM_MR * DL_GEMM_AKG + kk] = pad;
             continue;
         }
         const int8_t *row = a + (i0 + r) * rs;
         for (int64_t g = 0; g < kfull; g++)
-            for (int kk = 0; kk < DL_GEMM_KG; kk++)
-                d[g * DL_GEMM_MR * DL_GEMM_KG + kk] =
-                    dl_gemm_a_conv(row[(g * DL_GEMM_KG + kk) * cs]);
+            for (int kk = 0; kk < DL_GEMM_AKG; kk++)
+                d[g * DL_GEMM_MR * DL_GEMM_AKG + kk] =
+                    dl_gemm_a_conv(row[(g * DL_GEMM_AKG + kk) * cs]);
         if (kfull < kgn)
-            for (int kk = 0; kk < DL_GEMM_KG; kk++) {
-                const int64_t kr = kfull * DL_GEMM_KG + kk;
-                d[kfull * DL_GEMM_MR * DL_GEMM_KG + kk] =
+            for (int kk = 0; kk < DL_GEMM_AKG; kk++) {
+                const int64_t kr = kfull * DL_GEMM_AKG + kk;
+                d[kfull * DL_GEMM_MR * DL_GEMM_AKG + kk] =
                     kr < k ? dl_gemm_a_conv(row[kr * cs]) : pad;
             }
     }
@@ -185,7 +199,7 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
     if (m == 0 || n == 0) return DL_OK;
     const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
-    const int64_t a_tile = kgn * DL_GEMM_MR * DL_GEMM_KG; /* elements of one packed A tile */
+    const int64_t a_tile = DL_GEMM_A_TILE(k); /* elements of one packed A tile */
     const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
     size_t a_bytes = (size_t)(mt * a_tile) * sizeof(dl_gemm_a_t);
     a_bytes = (a_bytes + 63) / 64 * 64 + 64;
@@ -226,6 +240,7 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
 #pragma omp for schedule(static)
 #endif
         for (int64_t t = 0; t < mt; t++) gemm_pack_a(m, k, a, k, 1, t, ap + t * a_tile);
+        DL_GEMM_THREAD_BEGIN();
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
@@ -246,6 +261,7 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
                 }
             }
         }
+        DL_GEMM_THREAD_END();
     }
     free(ap);
     free(sc);
@@ -270,7 +286,7 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
     if (P == 0 || m == 0 || n == 0) return DL_OK;
     const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG), n_pad = np * DL_GEMM_NR;
-    const int64_t a_tile = kgn * DL_GEMM_MR * DL_GEMM_KG, b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    const int64_t a_tile = DL_GEMM_A_TILE(k), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
     const int64_t pa = bt->a_ps == 0 ? 1 : P; /* distinct A matrices */
     const int64_t pb = bt->b_ps == 0 ? 1 : P; /* distinct B matrices (a shared B is packed once) */
     /* element strides of A[i, kk] and B[kk, j] for plain or stored-transposed operands */
@@ -332,6 +348,7 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
             const int64_t p = it / mt, t = it % mt;
             gemm_pack_a(m, k, bt->a + p * bt->a_ps, a_rs, a_cs, t, ap + it * a_tile);
         }
+        DL_GEMM_THREAD_BEGIN();
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -360,6 +377,7 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
                 }
             }
         }
+        DL_GEMM_THREAD_END();
     }
     free(ap);
     free(bp);
@@ -380,8 +398,7 @@ typedef struct {
 #define gemm_dense_buf_t DL_CAT(gemm_dense_buf, DL_SUFFIX)
 
 static size_t gemm_dense_a_elems(int64_t m, int64_t k) {
-    return (size_t)(dl_cdiv_i64(m, DL_GEMM_MR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_MR *
-                    DL_GEMM_KG);
+    return (size_t)(dl_cdiv_i64(m, DL_GEMM_MR) * DL_GEMM_A_TILE(k));
 }
 static size_t gemm_dense_b_elems(int64_t k, int64_t n) {
     return (size_t)(dl_cdiv_i64(n, DL_GEMM_NR) * dl_cdiv_i64(k, DL_GEMM_KG) * DL_GEMM_NR *
@@ -466,7 +483,7 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
     if (m == 0 || n == 0) return;
     const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
-    const int64_t a_tile = kgn * DL_GEMM_MR * DL_GEMM_KG, b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    const int64_t a_tile = DL_GEMM_A_TILE(k), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
     for (int64_t t = 0; t < mt; t++) gemm_pack_a(m, k, a, a_rs, a_cs, t, wb->ap + t * a_tile);
     for (int64_t q = 0; q < np; q++)
         gemm_pack_b_panel(k, n, b, b_rs, b_cs, q, wb->bp + q * b_panel, wb->colsum);
@@ -562,6 +579,7 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
 #endif
     {
         gemm_dense_buf_t wb;
+        DL_GEMM_THREAD_BEGIN();
         if (!gemm_dense_buf_init(&wb, B, I, O, 0)) {
             status = DL_E_NOMEM;
         } else {
@@ -593,6 +611,7 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
             }
         }
         gemm_dense_buf_free(&wb);
+        DL_GEMM_THREAD_END();
     }
     return status;
 }
@@ -614,6 +633,7 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
 #endif
     {
         gemm_dense_buf_t wb;
+        DL_GEMM_THREAD_BEGIN();
         if (!gemm_dense_buf_init(&wb, B, I, O, 1)) {
             status = DL_E_NOMEM;
         } else {
@@ -647,6 +667,7 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
             }
         }
         gemm_dense_buf_free(&wb);
+        DL_GEMM_THREAD_END();
     }
     return status;
 }

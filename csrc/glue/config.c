@@ -54,7 +54,8 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     }
     PyErr_Format(PyExc_ValueError,
-                 "set_isa: isa must be one of 'generic', 'avx2', 'avx512', 'avx512vnni', got '%s'",
+                 "set_isa: isa must be one of 'generic', 'avx2', 'avx512', 'avx512vnni', 'amx', "
+                 "got '%s'",
                  name);
     return NULL;
 }
@@ -74,7 +75,7 @@ int glue_isa_from_env(void) {
     }
     if (!found) {
         PyErr_Format(PyExc_ImportError,
-                     "DECENTLEARN_ISA must be 'generic', 'avx2', 'avx512' or 'avx512vnni', "
+                     "DECENTLEARN_ISA must be 'generic', 'avx2', 'avx512', 'avx512vnni' or 'amx', "
                      "got '%s'",
                      forced);
         return -1;
@@ -85,7 +86,7 @@ int glue_isa_from_env(void) {
 static PyMethodDef methods[] = {
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS,
-     "set_isa(name): force 'generic', 'avx2', 'avx512' or 'avx512vnni'."},
+     "set_isa(name): force 'generic', 'avx2', 'avx512', 'avx512vnni' or 'amx'."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,157 @@
+/* gemm_s8_amx.c: the exact int8 GEMMs on AMX tiles (tdpbssd), packed B in the "vnni" layout.
+ *
+ * B is packed exactly as for avx512vnni (panels of 64 columns, groups of 4 k values; column j's 4
+ * values at byte 4 j of each 256-byte group), so a PackedB and the layout object are shared by the
+ * two paths: the 16-column block c of 16 consecutive groups is an AMX B tile (16 rows of 64 bytes)
+ * read from the panel with a stride of 256 bytes at byte offset 64 c. A is packed here as rows of
+ * 64 consecutive k values (DL_GEMM_AKG: k zero-padded to a multiple of 64, rows to 32), so an A
+ * tile is 16 rows at a stride of 64 bytes. tdpbssd multiplies signed by signed bytes into int32
+ * without saturation: no +128 shift and no colsum correction, and since the exact sum fits in
+ * int32 for k <= DL_GEMM_S8_MAX_K the result equals the other paths' bit for bit. Microkernel: 32
+ * rows x 64 columns as two 32 x 32 halves, each 2 A tiles x 2 B tiles -> 4 C tiles (tmm0-3 C,
+ * tmm4-5 A, tmm6-7 B). The last k block of a k that is not a multiple of 64 takes its B rows from
+ * a zero-padded copy (the packed panel holds only ceil(k / 4) groups). Tile state is per thread:
+ * every parallel region loads the tile configuration in each thread before its first tile
+ * instruction and releases it after the last (DL_GEMM_THREAD_BEGIN/END). Compiled to stubs (and
+ * dl_gemm_s8_amx_built = 0) when the compiler lacks AMX, to an empty unit off x86-64.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <stdint.h>
+#include <string.h>
+
+#include "dl.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#include <immintrin.h>
+
+const int dl_gemm_s8_amx_built = 1;
+
+/* The one tile configuration: palette 1, eight tiles of 16 rows x 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} dl_amx_cfg_t;
+
+void dl_amx_tile_begin(void) {
+    dl_amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    /* not _tile_loadconfig: GCC 12's operand covers 8 of the 64 bytes, so the compiler drops the
+     * stores of the rest */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+void dl_amx_tile_end(void) { _tile_release(); }
+
+#define DL_SUFFIX amx
+#define DL_GEMM_MR 32
+#define DL_GEMM_NR 64
+#define DL_GEMM_KG 4
+#define DL_GEMM_AKG 64
+#define DL_GEMM_THREAD_BEGIN() dl_amx_tile_begin()
+#define DL_GEMM_THREAD_END() dl_amx_tile_end()
+typedef int8_t dl_gemm_a_t;
+typedef int8_t dl_gemm_b_t;
+static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return v; }
+
+/* Copies the kr (< 16) groups of the last k block of column blocks c0, c0 + 1 of a panel (bp at
+ * the block's first group) into two zero-padded B tiles of 16 rows x 64 bytes. */
+static inline void amx_tail_b(const int8_t *bp, int kr, int c0, int8_t tail[2][1024]) {
+    memset(tail, 0, 2 * 1024);
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < kr; g++) memcpy(tail[h] + 64 * g, bp + 256 * g + 64 * (c0 + h), 64);
+}
+
+/* C tiles 0-3 += A rows 0-15 (tmm4) and 16-31 (tmm5) x column blocks c0, c0 + 1 of the panel over
+ * every k block; stored into tile (32 x 64 int32) at columns 16 c0 ... Only rows 0-15 (C tiles 0
+ * and 1) when two_a is 0. */
+static inline void amx_half(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
+                            int32_t *tile) {
+    const int64_t nkb = kgn / 16, kr = kgn % 16;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const int8_t *a = ap + kb * DL_GEMM_MR * 64, *b = bp + kb * 16 * 256 + 64 * c0;
+        DL_AMX_LOADD(4, a, 64);
+        DL_AMX_LOADD(6, b, 256);
+        DL_AMX_LOADD(7, b + 64, 256);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        if (two_a) {
+            DL_AMX_LOADD(5, a + 16 * 64, 64);
+            _tile_dpbssd(2, 5, 6);
+            _tile_dpbssd(3, 5, 7);
+        }
+    }
+    if (kr) {
+        int8_t tail[2][1024] __attribute__((aligned(64)));
+        const int8_t *a = ap + nkb * DL_GEMM_MR * 64;
+        amx_tail_b(bp + nkb * 16 * 256, (int)kr, c0, tail);
+        DL_AMX_LOADD(4, a, 64);
+        DL_AMX_LOADD(6, tail[0], 64);
+        DL_AMX_LOADD(7, tail[1], 64);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        if (two_a) {
+            DL_AMX_LOADD(5, a + 16 * 64, 64);
+            _tile_dpbssd(2, 5, 6);
+            _tile_dpbssd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, tile + 16 * c0, DL_GEMM_NR * 4);
+    _tile_stored(1, tile + 16 * c0 + 16, DL_GEMM_NR * 4);
+    if (two_a) {
+        _tile_stored(2, tile + 16 * DL_GEMM_NR + 16 * c0, DL_GEMM_NR * 4);
+        _tile_stored(3, tile + 16 * DL_GEMM_NR + 16 * c0 + 16, DL_GEMM_NR * 4);
+    }
+}
+
+/* The first mr (1..32) rows of tile (32 x 64) = packed A tile @ packed B panel over kgn groups of
+ * 4 k values (colsum unused: tdpbssd is signed x signed). Up to 16 rows use one A tile. */
+#define DL_GEMM_HAVE_UKERNEL_ROWS 1
+static inline void dl_gemm_ukernel_rows(int mr, int64_t kgn, const int8_t *ap, const int8_t *bp,
+                                        const int32_t *colsum, int32_t *tile) {
+    (void)colsum;
+    amx_half(kgn, ap, bp, 0, mr > 16, tile);
+    amx_half(kgn, ap, bp, 2, mr > 16, tile);
+}
+
+/* tile (32 x 64) = packed A tile @ packed B panel over kgn groups of 4 k values. */
+static inline void dl_gemm_ukernel(int64_t kgn, const int8_t *ap, const int8_t *bp,
+                                   const int32_t *colsum, int32_t *tile) {
+    dl_gemm_ukernel_rows(DL_GEMM_MR, kgn, ap, bp, colsum, tile);
+}
+
+#include "gemm_s8_impl.h"
+
+#else /* the compiler lacks AMX: stubs the dispatch never selects (dl_isa_supported checks) */
+const int dl_gemm_s8_amx_built = 0;
+void dl_amx_tile_begin(void) {}
+void dl_amx_tile_end(void) {}
+int dl_gemm_s8_amx(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8_t *packed,
+                   const int32_t *colsum, const dl_gemm_s8_out_t *out, int n_threads) {
+    (void)m, (void)k, (void)n, (void)a, (void)packed, (void)colsum, (void)out, (void)n_threads;
+    return DL_E_ARG;
+}
+int dl_gemm_s8_batched_amx(const dl_gemm_s8_batch_t *bt, int n_threads) {
+    (void)bt, (void)n_threads;
+    return DL_E_ARG;
+}
+int dl_gemm_s8_dense_forward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
+    (void)d, (void)n_threads;
+    return DL_E_ARG;
+}
+int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
+    (void)d, (void)n_threads;
+    return DL_E_ARG;
+}
+#endif
+#else
+typedef int dl_gemm_s8_amx_unused;
+#endif
