@@ -549,6 +549,10 @@ int dl_peak_s8_generic(int64_t reps, int n_threads, int64_t *ops, int64_t *check
 int dl_peak_s8_avx2(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
 int dl_peak_s8_avx512vnni(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
 int dl_peak_s8_amx(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
+/* Every thread runs chunks of `chunk` iterations of fn (one thread each) until `seconds` after a
+ * common start: *ops done by all, *elapsed seconds from the start to the last end (peak.c). */
+int dl_peak_s8_window(dl_peak_s8_fn fn, int64_t chunk, double seconds, int n_threads,
+                      int64_t *ops, double *elapsed, int64_t *check);
 /* <<< section limits */
 
 static inline int64_t dl_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

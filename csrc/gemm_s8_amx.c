@@ -45,7 +45,10 @@ void dl_amx_tile_begin(void) {
      * stores of the rest */
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
-void dl_amx_tile_end(void) { _tile_release(); }
+void dl_amx_tile_end(void) {
+    _tile_release();
+    _mm_sfence(); /* the non-temporal stores of dl_gemm_store_row, before the region's barrier */
+}
 
 #define DL_SUFFIX amx
 #define DL_GEMM_MR 32
@@ -126,6 +129,48 @@ static inline void dl_gemm_ukernel_rows(int mr, int64_t kgn, const int8_t *ap, c
 static inline void dl_gemm_ukernel(int64_t kgn, const int8_t *ap, const int8_t *bp,
                                    const int32_t *colsum, int32_t *tile) {
     dl_gemm_ukernel_rows(DL_GEMM_MR, kgn, ap, bp, colsum, tile);
+}
+
+/* Full rows of 64 outputs of a wide C (n >= 512: large, written once and not read back by the
+ * kernel) go out with non-temporal stores, which skip the read for ownership: the row is computed
+ * into an aligned buffer, its whole 64-byte lines are streamed, the partial lines at either end
+ * stored as usual. The float value is the FMA that the portable store's loop contracts to in the
+ * AVX-512 builds, so results stay bit-identical. */
+#define DL_GEMM_HAVE_STORE_ROW 1
+static inline int dl_gemm_store_rows_ok(const dl_gemm_s8_out_t *o, int64_t n, int64_t j0) {
+    (void)o, (void)j0;
+    return n >= 512;
+}
+static inline void dl_gemm_store_row(const int32_t *t, int64_t off, const dl_gemm_s8_out_t *o,
+                                     const float *sc, const float *bias) {
+    int32_t row[64] __attribute__((aligned(64)));
+    for (int h = 0; h < 4; h++) {
+        const __m512i v = _mm512_load_si512((const void *)(t + 16 * h));
+        if (o->c != NULL)
+            _mm512_store_si512((void *)(row + 16 * h), v);
+        else
+            _mm512_store_ps((float *)row + 16 * h,
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(sc + 16 * h),
+                                            _mm512_loadu_ps(bias + 16 * h)));
+    }
+    char *dst = o->c != NULL ? (char *)(o->c + off) : (char *)(o->c_f32 + off);
+    const int head = (int)((64 - (uintptr_t)dst % 64) % 64) / 4; /* values before the first line */
+    int j = head;
+    memcpy(dst, row, (size_t)head * 4);
+    for (; j + 16 <= 64; j += 16)
+        _mm512_stream_si512((void *)(dst + 4 * j), _mm512_loadu_si512((const void *)(row + j)));
+    memcpy(dst + 4 * j, row + j, (size_t)(64 - j) * 4);
+}
+
+/* nt (1..4) row tiles against one panel: per half of the panel's columns, every row tile in turn,
+ * so the half panel (32 columns x k) is read from L1 after the first tile and only A streams. */
+#define DL_GEMM_UK_TILES 4
+static inline void dl_gemm_ukernel_multi(int nt, int64_t kgn, const int8_t *ap, int64_t a_tile,
+                                         const int8_t *bp, const int32_t *colsum, int32_t *tiles) {
+    (void)colsum;
+    for (int c0 = 0; c0 < 4; c0 += 2)
+        for (int u = 0; u < nt; u++)
+            amx_half(kgn, ap + u * a_tile, bp, c0, 1, tiles + u * DL_GEMM_MR * DL_GEMM_NR);
 }
 
 #include "gemm_s8_impl.h"

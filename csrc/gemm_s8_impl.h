@@ -39,6 +39,15 @@
 #define DL_GEMM_THREAD_BEGIN() ((void)0)
 #define DL_GEMM_THREAD_END() ((void)0)
 #endif
+/* Register tiles of consecutive rows one microkernel call computes against one B panel in the
+ * drivers of gemm_s8 and the batched GEMM (AMX: B stays in L1 across them); with more than one
+ * the ISA file defines dl_gemm_ukernel_multi(nt, kgn, ap, a_tile, bp, colsum, tiles), tile u at
+ * tiles + u * MR * NR from the A tile at ap + u * a_tile. */
+#ifndef DL_GEMM_UK_TILES
+#define DL_GEMM_UK_TILES 1
+#define dl_gemm_ukernel_multi(nt, kgn, ap, a_tile, bp, colsum, tiles)                             \
+    ((void)(nt), (void)(a_tile), dl_gemm_ukernel((kgn), (ap), (bp), (colsum), (tiles)))
+#endif
 /* Elements of one packed A tile (MR rows, k zero-padded to a multiple of DL_GEMM_AKG). */
 #define DL_GEMM_A_TILE(k) (dl_cdiv_i64((k), DL_GEMM_AKG) * DL_GEMM_MR * DL_GEMM_AKG)
 
@@ -174,6 +183,13 @@ int DL_CAT(dl_gemm_s8_pack_b, DL_SUFFIX)(int64_t k, int64_t n, const int8_t *b, 
 static inline void gemm_store(const int32_t *tile, int64_t i0, int mv, int64_t j0, int nv,
                               int64_t n, const dl_gemm_s8_out_t *o, const float *sc,
                               const float *bias) {
+#ifdef DL_GEMM_HAVE_STORE_ROW
+    if (nv == DL_GEMM_NR && dl_gemm_store_rows_ok(o, n, j0)) {
+        for (int r = 0; r < mv; r++)
+            dl_gemm_store_row(tile + r * DL_GEMM_NR, (i0 + r) * n + j0, o, sc + j0, bias + j0);
+        return;
+    }
+#endif
     if (o->c != NULL) {
         for (int r = 0; r < mv; r++)
             memcpy(o->c + (i0 + r) * n + j0, tile + r * DL_GEMM_NR, (size_t)nv * sizeof(int32_t));
@@ -245,7 +261,7 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int64_t task = 0; task < n_tasks; task++) {
-            int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+            int32_t tile[DL_GEMM_UK_TILES * DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
             const int64_t rb = task / n_cb, cb = task % n_cb;
             const int64_t t0 = rb * mb, t1 = dl_min_i64(mt, t0 + mb);
             const int64_t p0 = cb * nb, p1 = dl_min_i64(np, p0 + nb);
@@ -253,11 +269,14 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
                 const int64_t j0 = p * DL_GEMM_NR;
                 const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
                 const dl_gemm_b_t *bp = (const dl_gemm_b_t *)packed + p * b_panel;
-                for (int64_t t = t0; t < t1; t++) {
-                    const int64_t i0 = t * DL_GEMM_MR;
-                    dl_gemm_ukernel(kgn, ap + t * a_tile, bp, colsum + j0, tile);
-                    gemm_store(tile, i0, (int)dl_min_i64(DL_GEMM_MR, m - i0), j0, nv, n, out, sc,
-                               bias);
+                for (int64_t t = t0; t < t1; t += DL_GEMM_UK_TILES) {
+                    const int nt = (int)dl_min_i64(DL_GEMM_UK_TILES, t1 - t);
+                    dl_gemm_ukernel_multi(nt, kgn, ap + t * a_tile, a_tile, bp, colsum + j0, tile);
+                    for (int u = 0; u < nt; u++) {
+                        const int64_t i0 = (t + u) * DL_GEMM_MR;
+                        gemm_store(tile + u * DL_GEMM_MR * DL_GEMM_NR, i0,
+                                   (int)dl_min_i64(DL_GEMM_MR, m - i0), j0, nv, n, out, sc, bias);
+                    }
                 }
             }
         }
@@ -353,7 +372,7 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
 #pragma omp for schedule(static)
 #endif
         for (int64_t task = 0; task < n_tasks; task++) {
-            int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+            int32_t tile[DL_GEMM_UK_TILES * DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
             const int64_t p = task / per_peer, rb = (task % per_peer) / n_cb, cb = task % n_cb;
             const int64_t t0 = rb * mb, t1 = dl_min_i64(mt, t0 + mb);
             const int64_t p0 = cb * nb, p1 = dl_min_i64(np, p0 + nb);
@@ -368,12 +387,17 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
                 const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
                 const int64_t pq = bt->b_ps == 0 ? 0 : p;
                 const dl_gemm_b_t *bq = bp + (pq * np + q) * b_panel;
-                for (int64_t t = t0; t < t1; t++) {
-                    const int64_t i0 = t * DL_GEMM_MR;
-                    dl_gemm_ukernel(kgn, apk + t * a_tile, bq, colsum + pq * n_pad + j0, tile);
-                    gemm_store(tile, i0, (int)dl_min_i64(DL_GEMM_MR, m - i0), j0, nv, bt->c_rs, &o,
-                               sc != NULL ? sc + p * n_pad : NULL,
-                               bias != NULL ? bias + p * n_pad : NULL);
+                for (int64_t t = t0; t < t1; t += DL_GEMM_UK_TILES) {
+                    const int nt = (int)dl_min_i64(DL_GEMM_UK_TILES, t1 - t);
+                    dl_gemm_ukernel_multi(nt, kgn, apk + t * a_tile, a_tile, bq,
+                                          colsum + pq * n_pad + j0, tile);
+                    for (int u = 0; u < nt; u++) {
+                        const int64_t i0 = (t + u) * DL_GEMM_MR;
+                        gemm_store(tile + u * DL_GEMM_MR * DL_GEMM_NR, i0,
+                                   (int)dl_min_i64(DL_GEMM_MR, m - i0), j0, nv, bt->c_rs, &o,
+                                   sc != NULL ? sc + p * n_pad : NULL,
+                                   bias != NULL ? bias + p * n_pad : NULL);
+                    }
                 }
             }
         }

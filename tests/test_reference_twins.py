@@ -13,13 +13,16 @@ import pytest
 import decentlearn._reference
 import decentlearn.ops
 
-#: ops modules that are not kernel families: thread counts and the shared argument checks.
-NOT_FAMILIES = {"threads", "args"}
+#: ops modules that are not kernel families: thread counts, the shared argument checks and the
+#: choice of ISA path.
+NOT_FAMILIES = {"threads", "args", "isa"}
 #: Functions without a same-signature twin, and why. as_csr converts an argument and runs no
 #: kernel (the gossip twin reads W on its own); peak_s8's twin is the operation count it reports
+#: (peak_s8_window's counts are whole chunks of it)
 #: (_reference.peak.peak_ops); packing B is the layout of one microkernel (a packed B is B in the
 #: spec, which gemm_s8 and gemm_s8_f32 take directly).
-NO_TWIN = {("gossip", "as_csr"), ("peak", "peak_s8"), ("gemm_s8", "pack_b_s8")}
+NO_TWIN = {("gossip", "as_csr"), ("peak", "peak_s8"), ("peak", "peak_s8_window"),
+           ("gemm_s8", "pack_b_s8")}
 
 FAMILIES = sorted(m.name for m in pkgutil.iter_modules(decentlearn.ops.__path__)
                   if m.name not in NOT_FAMILIES)

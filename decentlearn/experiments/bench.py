@@ -132,15 +132,44 @@ def blas_info() -> dict:
             "file": None}
 
 
+#: The instruction of each ISA path's int8 GEMM and peak loop.
+INT8_PEAK_INSTRUCTION = {"generic": "pmaddwd (SSE2)", "avx2": "vpmaddwd (AVX2)",
+                         "avx512": "vpmaddwd (AVX2; AVX-512 path without VNNI)",
+                         "avx512vnni": "vpdpbusd (AVX-512 VNNI)", "amx": "tdpbssd (AMX tiles)"}
+
+
+def measure_int8_peak(n_threads: int | None = None, repeat: int = 5,
+                      seconds: float = 0.05) -> float:
+    """The active ISA path's int8 peak in GOP/s on ``n_threads`` threads: the best of ``repeat``
+    windows of ``seconds`` in which every thread runs the path's in-register loop at once
+    (ops.peak_s8_window; chunks of about 1 ms of one thread's loop)."""
+    from decentlearn import ops
+
+    threads = ops.resolve_threads(n_threads)
+    chunk = 64
+    while True:  # about 1 ms of one thread's loop per chunk: the window's end is that precise
+        t, _ = best_of(lambda: ops.peak_s8(chunk, n_threads=1), 1)
+        if t >= 1e-3 or chunk > 1 << 30:
+            break
+        chunk *= 2
+    best = 0.0
+    for _ in range(max(repeat, 1)):
+        n_ops, elapsed, _ = ops.peak_s8_window(chunk, seconds, n_threads=threads)
+        best = max(best, n_ops / max(elapsed, 1e-9) / 1e9)
+    return best
+
+
 def measure_limits(n_threads: int | None = None, nbytes: int = 1 << 28, repeat: int = 5) -> dict:
     """This machine's limits, measured now in this process (see the module docstring).
 
     ``copy_gbs`` is the faster of the C streaming copy and np.copyto of ``nbytes`` float32 bytes,
     both counting 2 x nbytes moved; ``sgemm_gflops`` numpy's 1024^3 float32 matmul;
-    ``int8_peak_gops`` the active path's int8 multiply-add loop on ``threads`` threads."""
+    ``int8_peak_gops`` the active path's int8 multiply-add loop on ``threads`` threads
+    (measure_int8_peak: all threads over one time window, measured first)."""
     from decentlearn import config, ops
 
     threads = ops.resolve_threads(n_threads)
+    peak = measure_int8_peak(threads, repeat)  # first: before numpy's BLAS threads run
     a = np.ones(max(nbytes // 4, 1 << 16), np.float32)
     b = np.empty_like(a)
     t = best_of({"c": lambda: ops.copy_f32(a, b, n_threads=threads),
@@ -149,19 +178,8 @@ def measure_limits(n_threads: int | None = None, nbytes: int = 1 << 28, repeat: 
     m = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
     mo = np.empty_like(m)
     t_mm, _ = best_of(lambda: np.matmul(m, m, out=mo), repeat)
-    reps = 20_000
-    ops_done, _ = ops.peak_s8(reps, n_threads=threads)
-    while True:  # grow until one run takes >= 20 ms, so the timer's resolution does not matter
-        t_pk, _ = best_of(lambda: ops.peak_s8(reps, n_threads=threads), 1)
-        if t_pk >= 0.02 or reps > 1 << 30:
-            break
-        reps *= max(2, int(0.03 / max(t_pk, 1e-6)))
-    ops_done, _ = ops.peak_s8(reps, n_threads=threads)
-    t_pk, _ = best_of(lambda: ops.peak_s8(reps, n_threads=threads), repeat)
     cfg = config()
-    instr = {"generic": "pmaddwd (SSE2)", "avx2": "vpmaddwd (AVX2)",
-             "avx512": "vpmaddwd (AVX2; AVX-512 path without VNNI)",
-             "avx512vnni": "vpdpbusd (AVX-512 VNNI)"}[cfg["isa"]]
+    instr = INT8_PEAK_INSTRUCTION[cfg["isa"]]
     copy_nt, copyto = moved / t["c"][0] / 1e9, moved / t["np"][0] / 1e9
     return {"cpu": cpu_info(), "isa": cfg["isa"], "threads": threads, "clock": _CLOCK["name"],
             "numpy": cfg["numpy"],
@@ -169,7 +187,7 @@ def measure_limits(n_threads: int | None = None, nbytes: int = 1 << 28, repeat: 
             "copy_nt_gbs": copy_nt, "copyto_gbs": copyto, "copy_gbs": max(copy_nt, copyto),
             "copyto_s_per_byte": t["np"][0] / a.nbytes,
             "sgemm_gflops": 2 * 1024 ** 3 / t_mm / 1e9,
-            "int8_peak_gops": ops_done / t_pk / 1e9, "int8_peak_instruction": instr}
+            "int8_peak_gops": peak, "int8_peak_instruction": instr}
 
 
 def format_limits(lim: dict) -> str:
@@ -534,15 +552,92 @@ GEMM_SHAPES = (("1024^3", 1024, 1024, 1024), ("256x784x256", 256, 784, 256),
                ("mlp bwd X^TdY", 784, 512, 128))
 
 
+def default_gemm_paths() -> tuple[str, ...]:
+    """The ISA paths bench_gemm compares: the active one, and avx512vnni beside amx."""
+    from decentlearn import ops
+
+    act = ops.active_isa()
+    return ("avx512vnni", "amx") if act == "amx" else (act,)
+
+
+def bench_gemm_paths(paths, shape=GEMM_SHAPES[0], repeat: int = 15,
+                     n_threads: int | None = None) -> dict:
+    """The int8 GEMM of one shape on each ISA path of ``paths``, in one process: per path its own
+    int8 peak (measure_int8_peak) and the best time of ``pipeline`` (absmax + quantize of A, the
+    fused dequantizing gemm_s8_f32 against a B packed once for the path) and ``kernel`` (gemm_s8
+    alone), all paths and numpy sgemm run round-robin so that a shared machine slows them alike;
+    returns per path GOP/s, the fraction of its peak and the ratio to the first path."""
+    from decentlearn import ops
+
+    threads = ops.resolve_threads(n_threads)
+    name, m, k, n = shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    y, y2 = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+    xq, c = np.empty((m, k), np.int8), np.empty((m, n), np.int32)
+    w_scale = ops.absmax_scale(w, axis=1)
+    wq = ops.quantize_s8(w, w_scale, axis=1)
+    peaks, packed, fns = {}, {}, {}
+    for p in paths:
+        with ops.using_isa(p):
+            peaks[p] = measure_int8_peak(threads)
+            packed[p] = ops.pack_b_s8(wq, n_threads=threads)
+
+        def pipeline(p=p):
+            with ops.using_isa(p):
+                s = ops.absmax_scale(x, n_threads=threads)
+                ops.quantize_s8(x, s, out=xq, n_threads=threads)
+                ops.gemm_s8_f32(xq, packed[p], s, w_scale, out=y, n_threads=threads)
+
+        def kernel(p=p):
+            with ops.using_isa(p):
+                ops.gemm_s8(xq, packed[p], out=c, n_threads=threads)
+
+        fns[f"{p} pipeline"], fns[f"{p} kernel"] = pipeline, kernel
+    fns["numpy sgemm"] = lambda: np.matmul(x, w, out=y2)
+    times = best_of(fns, repeat)
+    work = 2.0 * m * n * k
+    rows = []
+    for p in paths:
+        row = {"isa": p, "shape": name, "peak_gops": peaks[p],
+               "peak_instruction": INT8_PEAK_INSTRUCTION[p]}
+        for v in ("pipeline", "kernel"):
+            g = work / times[f"{p} {v}"][0] / 1e9
+            row[f"{v}_gops"], row[f"{v}_fraction_of_peak"] = g, g / peaks[p]
+            row[f"{v}_over_first"] = times[f"{paths[0]} {v}"][0] / times[f"{p} {v}"][0]
+            row[f"{v}_over_numpy"] = times["numpy sgemm"][0] / times[f"{p} {v}"][0]
+        rows.append(row)
+    return {"threads": threads, "shape": name, "repeat": repeat,
+            "numpy_gflops": work / times["numpy sgemm"][0] / 1e9, "paths": rows}
+
+
+def format_gemm_paths(res: dict) -> list[str]:
+    """bench_gemm_paths as report lines."""
+    first = res["paths"][0]["isa"]
+    out = [f"per ISA path, {res['shape']}, {res['threads']} threads (numpy sgemm "
+           f"{res['numpy_gflops']:.0f} GFLOP/s, same process):"]
+    for r in res["paths"]:
+        out.append(f"  {r['isa']:>10}: peak {r['peak_gops']:.0f} GOP/s ({r['peak_instruction']}); "
+                   f"pipeline {r['pipeline_gops']:.0f} GOP/s = "
+                   f"{r['pipeline_fraction_of_peak']:.0%} of its peak, "
+                   f"{r['pipeline_over_first']:.2f}x {first}, {r['pipeline_over_numpy']:.2f}x "
+                   f"numpy; kernel {r['kernel_gops']:.0f} GOP/s = "
+                   f"{r['kernel_fraction_of_peak']:.0%}, {r['kernel_over_first']:.2f}x {first}")
+    return out
+
+
 def bench_gemm(shapes=GEMM_SHAPES, repeat: int = 15, n_threads: int | None = None,
-               limits: dict | None = None) -> dict:
+               limits: dict | None = None, paths=None) -> dict:
     """The int8 GEMM against NumPy float32 matmul on each (name, m, k, n) of ``shapes``.
 
     Rows per shape: ``pipeline`` (absmax + quantize + pack of A, fused dequantizing gemm_s8_f32
     against a B quantized and packed once), ``pipeline+packB`` (B quantized and packed inside
     every call too), ``kernel`` (gemm_s8 alone, int32 out) and ``kernel_f32`` (the fused
     dequantizing kernel alone), each against ``np.matmul`` float32 (the baseline, run
-    round-robin with it). GOP/s counts 2 m n k, as a fraction of the measured int8 peak."""
+    round-robin with it). GOP/s counts 2 m n k, as a fraction of the measured int8 peak. Then
+    the first shape on each ISA path of ``paths`` (default_gemm_paths(): avx512vnni and amx
+    where amx is active), each against its own peak (bench_gemm_paths)."""
     from decentlearn import ops
 
     if repeat < 1:
@@ -586,8 +681,11 @@ def bench_gemm(shapes=GEMM_SHAPES, repeat: int = 15, n_threads: int | None = Non
                              m=m, k=k, n=n, variant=vname)
             row["numpy_gflops"] = 2.0 * m * n * k / times["numpy sgemm"][0] / 1e9
             rows.append(row)
+    paths = default_gemm_paths() if paths is None else tuple(paths)
+    per_path = bench_gemm_paths(paths, shapes[0], repeat, threads) if shapes else None
     return _report("gemm", f"int8 GEMM vs numpy float32 matmul, {threads} threads, best of "
-                   f"{repeat}", lim, rows, threads=threads, repeat=repeat)
+                   f"{repeat}", lim, rows, threads=threads, repeat=repeat, per_path=per_path,
+                   notes=format_gemm_paths(per_path) if per_path else [])
 
 
 # ---- everything, with the acceptance figures -----------------------------------------------------
@@ -634,11 +732,19 @@ def acceptance(reports: dict) -> list[dict]:
             f"np.copyto time")
     gm = next(r for r in reports["gemm"]["rows"] if r["variant"] == "pipeline")
     s = gm["baselines"]["numpy sgemm"]["speedup"]
-    need = 3.0 if reports["gemm"]["limits"]["isa"] == "avx512vnni" else 1.5
+    need = 3.0 if reports["gemm"]["limits"]["isa"] in ("avx512vnni", "amx") else 1.5
     add(f"gemm_s8 with quantize+pack of A ({gm['shape']}) vs numpy sgemm", s, f">= {need}x",
         s >= need,
         f"{gm['gops']:.0f} GOP/s = {gm['fraction_of_limit']:.0%} of the int8 peak; numpy "
         f"{gm['numpy_gflops']:.0f} GFLOP/s")
+    pp = reports["gemm"].get("per_path")
+    if pp and [r["isa"] for r in pp["paths"]] == ["avx512vnni", "amx"]:
+        amx = pp["paths"][1]
+        r = amx["pipeline_over_first"]
+        add(f"gemm_s8 with quantize+pack of A ({pp['shape']}): amx / avx512vnni", r, ">= 4x",
+            r >= 4, f"{amx['pipeline_gops']:.0f} vs {pp['paths'][0]['pipeline_gops']:.0f} GOP/s;"
+            f" {amx['pipeline_fraction_of_peak']:.0%} / "
+            f"{pp['paths'][0]['pipeline_fraction_of_peak']:.0%} of each path's peak")
     return out
 
 

@@ -5,8 +5,8 @@ One module per kernel family, named like its C file in ``csrc/`` and its NumPy t
 ``decentlearn/_reference/`` (the twin has the same function names and signatures, and is the
 spec the tests compare against): ``gossip``, ``rng``, ``bitpack``, ``natural``, ``topk``,
 ``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``copy``,
-``consensus``, ``peak``. ``threads`` resolves thread counts and ``args`` holds the argument
-checks the families share. Every public name is re-exported here, so callers write
+``consensus``, ``peak``. ``threads`` resolves thread counts, ``args`` holds the argument
+checks the families share and ``isa`` names and forces the kernels' instruction-set path. Every public name is re-exported here, so callers write
 ``ops.gossip(W, X)``; note that ``ops.gossip``, ``ops.bitpack``, ``ops.topk`` and
 ``ops.gemm_s8`` are the functions, which shadow the modules of the same name.
 
@@ -48,7 +48,8 @@ from decentlearn.ops.conv import conv_fold, conv_unfold
 from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
 from decentlearn.ops.copy import copy_f32, read_f32
 from decentlearn.ops.consensus import consensus_sums
-from decentlearn.ops.peak import peak_s8
+from decentlearn.ops.peak import peak_s8, peak_s8_window
+from decentlearn.ops.isa import active_isa, supported_isas, using_isa
 
 __all__ = [
     "SMALL_WORK", "cpu_count", "get_num_threads", "resolve_threads", "set_num_threads", "PEER_MAX",
@@ -62,4 +63,5 @@ __all__ = [
     "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",
     "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "conv_fold", "conv_unfold",
     "maxpool2_backward", "maxpool2_forward", "copy_f32", "read_f32", "consensus_sums", "peak_s8",
+    "peak_s8_window", "active_isa", "supported_isas", "using_isa",
 ]

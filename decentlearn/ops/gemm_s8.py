@@ -43,8 +43,8 @@ class PackedB:
 
     data: the packed panels (uint8 bytes, 64-byte aligned, read-only); colsum: int32 column sums
     of B (padded to whole panels; the VNNI kernel subtracts 128 * colsum). layout: "s16" (generic,
-    avx2 and avx512 paths) or "vnni" (avx512vnni). A PackedB is rejected by a path of another
-    layout: pack again with :func:`pack_b_s8`.
+    avx2 and avx512 paths) or "vnni" (avx512vnni and amx: the AMX tile kernel reads the same
+    bytes). A PackedB is rejected by a path of another layout: pack again with :func:`pack_b_s8`.
     """
 
     data: np.ndarray
