@@ -3,11 +3,11 @@ CPython/NumPy glue), OpenMP, per-file ISA flags.
 
 Every file is compiled with portable flags (-O3, no -march=native, no -ffast-math). Files named
 *_avx2.c / *_avx512.c / *_avx512vnni.c / *_amx.c get their own -m flags on x86-64 only; the code
-in them runs only after the
-run-time dispatch in csrc/dispatch.c has checked the CPU. OpenMP is used when the compiler can
-compile and link an OpenMP program with the same flags as the build (CFLAGS, LDFLAGS, sanitizer
-flags); otherwise the kernels build single-threaded and the build prints a loud warning
-(DECENTLEARN_REQUIRE_OPENMP=1 makes it an error). DECENTLEARN_SANITIZE=1 adds AddressSanitizer and
+in them runs only after the run-time dispatch in csrc/dispatch.c has checked the CPU (and, for
+AMX, the OS). OpenMP is used when the compiler can compile and link an OpenMP program with the
+same flags as the build (CFLAGS, LDFLAGS, sanitizer flags); otherwise the kernels build
+single-threaded and the build prints a loud warning (DECENTLEARN_REQUIRE_OPENMP=1 makes it an
+error). DECENTLEARN_SANITIZE=1 adds AddressSanitizer and
 UndefinedBehaviorSanitizer to every compile and link (tools/sanitize.sh).
 """
 
@@ -118,6 +118,9 @@ class BuildExt(build_ext):
             objects += self.compiler.compile([src], output_dir=self.build_temp,
                                              include_dirs=ext.include_dirs, extra_postargs=flags,
                                              depends=ext.depends)
+        # the ISA files are objects here, not sources: list them as dependencies too, or a change
+        # to one alone would not relink the extension
+        ext.depends = list(ext.depends) + [s for s in ext.sources if s not in generic]
         ext.sources = generic
         ext.extra_objects = objects
         ext.extra_compile_args = BASE_FLAGS + san + omp

@@ -71,6 +71,28 @@ def test_peak_ops_closed_form(isa):
         ops.peak_s8(-1)
 
 
+def test_peak_window_counts_whole_chunks(isa):
+    """peak_s8_window: every thread runs whole chunks (each peak_s8(chunk, 1)'s closed-form count)
+    until the window ends, so the count is a multiple of one chunk's, at least one per thread,
+    and the window lasts at least the time asked."""
+    want_isa = isa if platform.machine().lower() in ("x86_64", "amd64") else None
+    for threads in (1, 2, 3):
+        n_ops, elapsed, check = ops.peak_s8_window(3, 0.002, n_threads=threads)
+        one = ops.peak_s8(3, n_threads=1)[0]
+        if want_isa is not None:
+            assert one == ref_peak.peak_ops(want_isa, 3, 1)
+        assert n_ops % one == 0 and n_ops >= threads * one
+        assert elapsed >= 0.002 and isinstance(check, int)
+    n_ops, elapsed, _ = ops.peak_s8_window(1, 0, n_threads=2)  # a zero window: one chunk each
+    assert n_ops == 2 * ops.peak_s8(1, n_threads=1)[0] and elapsed >= 0
+    with pytest.raises(ValueError, match="chunk"):
+        ops.peak_s8_window(0, 0.01)
+    with pytest.raises(ValueError, match="seconds"):
+        ops.peak_s8_window(1, -1.0)
+    with pytest.raises(ValueError, match="seconds"):
+        ops.peak_s8_window(1, float("nan"))
+
+
 def test_best_of_round_robin():
     calls = []
     out = bench.best_of({"a": lambda: calls.append("a"), "b": (lambda: calls.append("b"), 2)}, 3)
