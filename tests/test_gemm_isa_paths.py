@@ -279,3 +279,16 @@ def test_using_isa_restores_the_active_path():
         with ops.using_isa(ISAS[0]):
             raise RuntimeError
     assert ops.active_isa() == before
+
+
+def test_outputs_are_allocated_aligned():
+    """ops allocates the GEMMs' outputs on 64-byte lines (the AMX path streams whole lines)."""
+    for shape, dtype in (((3, 5), np.float32), ((1024, 520), np.int32), ((2, 3, 4), np.int8)):
+        a = ops.empty_aligned(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+        assert a.flags.writeable and a.ctypes.data % 64 == 0
+    a, b = _ab(5, 9, 600)
+    pb = ops.pack_b_s8(b)
+    assert ops.gemm_s8(a, pb).ctypes.data % 64 == 0
+    assert ops.gemm_s8_f32(a, pb, 1.0, 1.0).ctypes.data % 64 == 0
+    assert ops.gemm_s8_batched(a[None], b[None]).ctypes.data % 64 == 0

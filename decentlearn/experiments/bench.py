@@ -580,8 +580,8 @@ def bench_gemm_paths(paths, shape=GEMM_SHAPES[0], repeat: int = 15,
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((k, n), dtype=np.float32)
-    y, y2 = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-    xq, c = np.empty((m, k), np.int8), np.empty((m, n), np.int32)
+    y, y2 = ops.empty_aligned((m, n), np.float32), np.empty((m, n), np.float32)
+    xq, c = np.empty((m, k), np.int8), ops.empty_aligned((m, n), np.int32)
     w_scale = ops.absmax_scale(w, axis=1)
     wq = ops.quantize_s8(w, w_scale, axis=1)
     peaks, packed, fns = {}, {}, {}
@@ -655,11 +655,11 @@ def bench_gemm(shapes=GEMM_SHAPES, repeat: int = 15, n_threads: int | None = Non
     for name, m, k, n in shapes:
         x = rng.standard_normal((m, k), dtype=np.float32)
         w = rng.standard_normal((k, n), dtype=np.float32)
-        y, y2 = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+        y, y2 = ops.empty_aligned((m, n), np.float32), np.empty((m, n), np.float32)
         w_scale = ops.absmax_scale(w, axis=1)
         pb = ops.pack_b_s8(ops.quantize_s8(w, w_scale, axis=1), n_threads=threads)
         xq = np.empty((m, k), np.int8)
-        c = np.empty((m, n), np.int32)
+        c = ops.empty_aligned((m, n), np.int32)  # as ops allocates its outputs
         s0 = ops.absmax_scale(x)
         ops.quantize_s8(x, s0, out=xq)
 

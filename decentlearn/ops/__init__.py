@@ -6,9 +6,10 @@ One module per kernel family, named like its C file in ``csrc/`` and its NumPy t
 spec the tests compare against): ``gossip``, ``rng``, ``bitpack``, ``natural``, ``topk``,
 ``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``copy``,
 ``consensus``, ``peak``. ``threads`` resolves thread counts, ``args`` holds the argument
-checks the families share and ``isa`` names and forces the kernels' instruction-set path. Every public name is re-exported here, so callers write
-``ops.gossip(W, X)``; note that ``ops.gossip``, ``ops.bitpack``, ``ops.topk`` and
-``ops.gemm_s8`` are the functions, which shadow the modules of the same name.
+checks (and the aligned allocation) the families share and ``isa`` names and forces the kernels'
+instruction-set path. Every public name is re-exported here, so callers write
+``ops.gossip(W, X)``; note that ``ops.gossip``, ``ops.bitpack``, ``ops.topk`` and ``ops.gemm_s8``
+are the functions, which shadow the modules of the same name.
 
 Thread counts follow scikit-learn's convention: None means min(OpenMP's maximum, CPU count), which
 honours OMP_NUM_THREADS; -1 means every CPU; positive values are capped at the CPU count (more
@@ -22,7 +23,9 @@ count.
 from decentlearn.ops.threads import (
     SMALL_WORK, cpu_count, get_num_threads, resolve_threads, set_num_threads,
 )
-from decentlearn.ops.args import PEER_MAX, SEED_MAX, as_rows, check_int, check_seed, f32_operand
+from decentlearn.ops.args import (
+    PEER_MAX, SEED_MAX, as_rows, check_int, check_seed, empty_aligned, f32_operand,
+)
 from decentlearn.ops.gossip import as_csr, gossip
 from decentlearn.ops.rng import rng_fast_u32, rng_u32
 from decentlearn.ops.bitpack import bitpack, bitunpack
@@ -53,7 +56,8 @@ from decentlearn.ops.isa import active_isa, supported_isas, using_isa
 
 __all__ = [
     "SMALL_WORK", "cpu_count", "get_num_threads", "resolve_threads", "set_num_threads", "PEER_MAX",
-    "SEED_MAX", "as_rows", "check_int", "check_seed", "f32_operand", "as_csr", "gossip",
+    "SEED_MAX", "as_rows", "check_int", "check_seed", "empty_aligned", "f32_operand", "as_csr",
+    "gossip",
     "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p", "check_dither_s",
     "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "threshold",
     "topk", "GOLOMB_MAX_B", "golomb_decode", "golomb_encode", "golomb_max_bytes", "golomb_param",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SEED_MAX", "PEER_MAX", "as_rows", "check_seed", "check_int", "f32_operand"]
+__all__ = ["SEED_MAX", "PEER_MAX", "as_rows", "check_seed", "check_int", "empty_aligned",
+           "f32_operand"]
 
 
 def as_rows(name: str, x: np.ndarray, dtype) -> np.ndarray:
@@ -61,3 +62,14 @@ def f32_operand(name: str, a: object, ndim: int) -> np.ndarray:
     if a.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {a.shape}")
     return a
+
+
+def empty_aligned(shape, dtype, align: int = 64) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on an ``align``-byte boundary (a view
+    of a slightly larger buffer): the int8 GEMMs stream whole 64-byte lines of a wide output
+    (numpy's own large arrays start 16 bytes into a page)."""
+    dt = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    buf = np.empty(size * dt.itemsize + align, dtype=np.uint8)
+    off = (-buf.ctypes.data) % align
+    return buf[off:off + size * dt.itemsize].view(dt).reshape(shape)

@@ -23,7 +23,7 @@ from decentlearn._core import (
     gemm_s8_pack_b as _core_gemm_s8_pack_b,
     quantize_s8 as _core_quantize_s8,
 )
-from decentlearn.ops.args import as_rows, check_seed, f32_operand
+from decentlearn.ops.args import as_rows, check_seed, empty_aligned, f32_operand
 from decentlearn.ops.threads import resolve_threads
 
 __all__ = [
@@ -124,7 +124,7 @@ def gemm_s8(a: np.ndarray, b, out: np.ndarray | None = None,
     _gemm_check_k(a2.shape[1], "gemm_s8")
     pb = _gemm_packed(b, n_threads)
     if out is None:
-        out = np.empty((pb.n,) if vec else (a2.shape[0], pb.n), dtype=np.int32)
+        out = empty_aligned((pb.n,) if vec else (a2.shape[0], pb.n), np.int32)
     elif not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     out2 = out.reshape(1, -1) if (vec and out.ndim == 1) else out
@@ -152,7 +152,7 @@ def gemm_s8_f32(a: np.ndarray, packed_b, a_scale: float, b_scale, bias: np.ndarr
     else:
         raise TypeError(f"b_scale must be a float or a float32 array, got {type(b_scale).__name__}")
     if out is None:
-        out = np.empty((pb.n,) if vec else (a2.shape[0], pb.n), dtype=np.float32)
+        out = empty_aligned((pb.n,) if vec else (a2.shape[0], pb.n), np.float32)
     elif not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     out2 = out.reshape(1, -1) if (vec and out.ndim == 1) else out
@@ -272,7 +272,7 @@ def _gemm_batch_b(b) -> np.ndarray:
 
 def _gemm_batch_out(out, shape, dtype) -> np.ndarray:
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        return empty_aligned(shape, dtype)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     if out.dtype != dtype:
