@@ -69,11 +69,37 @@ static inline void amx_tail_b(const int8_t *bp, int kr, int c0, int8_t tail[2][1
         for (int g = 0; g < kr; g++) memcpy(tail[h] + 64 * g, bp + 256 * g + 64 * (c0 + h), 64);
 }
 
+/* Rows of 32 results (one half of a 32 x 64 register tile in a tile buffer, row stride 64) still
+ * to be written to a 64-byte aligned C with non-temporal stores, int32 as they are or float32
+ * float(c) * sc[j] + bias[j] (the FMA the portable store's loop contracts to). amx_half writes
+ * a few between its tile instructions, so that the stores of one tile overlap the next tile's
+ * multiplies instead of following them. */
+typedef struct {
+    const int32_t *src;
+    char *dst;
+    int64_t dst_rs; /* bytes between rows of C */
+    int rows;       /* rows left */
+    const float *sc, *bias; /* the half's 32 columns, or NULL for int32 */
+} amx_pend_t;
+
+static inline void amx_pend_rows(amx_pend_t *p, int r) {
+    for (; r > 0 && p->rows > 0; r--, p->rows--, p->src += DL_GEMM_NR, p->dst += p->dst_rs)
+        for (int h = 0; h < 2; h++) {
+            const __m512i v = _mm512_load_si512((const void *)(p->src + 16 * h));
+            if (p->sc == NULL)
+                _mm512_stream_si512((void *)(p->dst + 64 * h), v);
+            else
+                _mm512_stream_ps((float *)(p->dst + 64 * h),
+                                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(p->sc + 16 * h),
+                                                 _mm512_loadu_ps(p->bias + 16 * h)));
+        }
+}
+
 /* C tiles 0-3 += A rows 0-15 (tmm4) and 16-31 (tmm5) x column blocks c0, c0 + 1 of the panel over
  * every k block; stored into tile (32 x 64 int32) at columns 16 c0 ... Only rows 0-15 (C tiles 0
- * and 1) when two_a is 0. */
-static inline void amx_half(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
-                            int32_t *tile) {
+ * and 1) when two_a is 0. pend (may be NULL): rows written two per k block, all by the end. */
+static inline void amx_half_p(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
+                              int32_t *tile, amx_pend_t *pend) {
     const int64_t nkb = kgn / 16, kr = kgn % 16;
     _tile_zero(0);
     _tile_zero(1);
@@ -91,7 +117,9 @@ static inline void amx_half(int64_t kgn, const int8_t *ap, const int8_t *bp, int
             _tile_dpbssd(2, 5, 6);
             _tile_dpbssd(3, 5, 7);
         }
+        if (pend != NULL) amx_pend_rows(pend, 2);
     }
+    if (pend != NULL) amx_pend_rows(pend, DL_GEMM_MR);
     if (kr) {
         int8_t tail[2][1024] __attribute__((aligned(64)));
         const int8_t *a = ap + nkb * DL_GEMM_MR * 64;
@@ -114,6 +142,10 @@ static inline void amx_half(int64_t kgn, const int8_t *ap, const int8_t *bp, int
         _tile_stored(3, tile + 16 * DL_GEMM_NR + 16 * c0 + 16, DL_GEMM_NR * 4);
     }
 }
+static inline void amx_half(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
+                            int32_t *tile) {
+    amx_half_p(kgn, ap, bp, c0, two_a, tile, NULL);
+}
 
 /* The first mr (1..32) rows of tile (32 x 64) = packed A tile @ packed B panel over kgn groups of
  * 4 k values (colsum unused: tdpbssd is signed x signed). Up to 16 rows use one A tile. */
@@ -131,35 +163,34 @@ static inline void dl_gemm_ukernel(int64_t kgn, const int8_t *ap, const int8_t *
     dl_gemm_ukernel_rows(DL_GEMM_MR, kgn, ap, bp, colsum, tile);
 }
 
-/* Full rows of 64 outputs of a wide C (n >= 512: large, written once and not read back by the
- * kernel) go out with non-temporal stores, which skip the read for ownership: the row is computed
- * into an aligned buffer, its whole 64-byte lines are streamed, the partial lines at either end
- * stored as usual. The float value is the FMA that the portable store's loop contracts to in the
- * AVX-512 builds, so results stay bit-identical. */
-#define DL_GEMM_HAVE_STORE_ROW 1
-static inline int dl_gemm_store_rows_ok(const dl_gemm_s8_out_t *o, int64_t n, int64_t j0) {
-    (void)o, (void)j0;
-    return n >= 512;
-}
-static inline void dl_gemm_store_row(const int32_t *t, int64_t off, const dl_gemm_s8_out_t *o,
-                                     const float *sc, const float *bias) {
-    int32_t row[64] __attribute__((aligned(64)));
-    for (int h = 0; h < 4; h++) {
-        const __m512i v = _mm512_load_si512((const void *)(t + 16 * h));
-        if (o->c != NULL)
-            _mm512_store_si512((void *)(row + 16 * h), v);
-        else
-            _mm512_store_ps((float *)row + 16 * h,
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(sc + 16 * h),
-                                            _mm512_loadu_ps(bias + 16 * h)));
-    }
-    char *dst = o->c != NULL ? (char *)(o->c + off) : (char *)(o->c_f32 + off);
-    const int head = (int)((64 - (uintptr_t)dst % 64) % 64) / 4; /* values before the first line */
-    int j = head;
-    memcpy(dst, row, (size_t)head * 4);
-    for (; j + 16 <= 64; j += 16)
-        _mm512_stream_si512((void *)(dst + 4 * j), _mm512_loadu_si512((const void *)(row + j)));
-    memcpy(dst + 4 * j, row + j, (size_t)(64 - j) * 4);
+/* nt (1..4) whole row tiles (32 rows each) x one full panel of 64 columns, computed and written
+ * to a wide C (n >= 512: large, written once, not read back by the kernel) whose rows start on
+ * 64-byte lines, with non-temporal stores (no read for ownership) that overlap the next half
+ * tile's multiplies (amx_pend_t). Returns 0, computing nothing, when C does not qualify; the
+ * driver then takes the plain path (dl_gemm_ukernel_multi, gemm_store). */
+#define DL_GEMM_HAVE_UKERNEL_STORE 1
+static inline int dl_gemm_ukernel_store(int nt, int64_t kgn, const int8_t *ap, int64_t a_tile,
+                                        const int8_t *bp, int64_t i0, int64_t m, int64_t j0,
+                                        int nv, int64_t n, const dl_gemm_s8_out_t *o,
+                                        const float *sc, const float *bias, int32_t *tiles) {
+    char *c0p = o->c != NULL ? (char *)(o->c + i0 * n + j0) : (char *)(o->c_f32 + i0 * n + j0);
+    if (n < 512 || nv != DL_GEMM_NR || i0 + (int64_t)nt * DL_GEMM_MR > m || (n * 4) % 64 != 0 ||
+        (uintptr_t)c0p % 64 != 0)
+        return 0;
+    amx_pend_t pend = {NULL, NULL, 0, 0, NULL, NULL};
+    for (int c0 = 0; c0 < 4; c0 += 2)
+        for (int u = 0; u < nt; u++) {
+            int32_t *t = tiles + u * DL_GEMM_MR * DL_GEMM_NR;
+            amx_half_p(kgn, ap + u * a_tile, bp, c0, 1, t, &pend);
+            pend.src = t + 16 * c0;
+            pend.dst = c0p + ((int64_t)u * DL_GEMM_MR * n + 16 * c0) * 4;
+            pend.dst_rs = n * 4;
+            pend.rows = DL_GEMM_MR;
+            pend.sc = o->c != NULL ? NULL : sc + j0 + 16 * c0;
+            pend.bias = o->c != NULL ? NULL : bias + j0 + 16 * c0;
+        }
+    amx_pend_rows(&pend, DL_GEMM_MR);
+    return 1;
 }
 
 /* nt (1..4) row tiles against one panel: per half of the panel's columns, every row tile in turn,

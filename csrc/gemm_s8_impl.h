@@ -42,7 +42,9 @@
 /* Register tiles of consecutive rows one microkernel call computes against one B panel in the
  * drivers of gemm_s8 and the batched GEMM (AMX: B stays in L1 across them); with more than one
  * the ISA file defines dl_gemm_ukernel_multi(nt, kgn, ap, a_tile, bp, colsum, tiles), tile u at
- * tiles + u * MR * NR from the A tile at ap + u * a_tile. */
+ * tiles + u * MR * NR from the A tile at ap + u * a_tile. DL_GEMM_HAVE_UKERNEL_STORE: the ISA
+ * file's dl_gemm_ukernel_store() may compute and store such a call itself (returning 1), e.g.
+ * with stores that overlap its multiplies. */
 #ifndef DL_GEMM_UK_TILES
 #define DL_GEMM_UK_TILES 1
 #define dl_gemm_ukernel_multi(nt, kgn, ap, a_tile, bp, colsum, tiles)                             \
@@ -183,13 +185,6 @@ int DL_CAT(dl_gemm_s8_pack_b, DL_SUFFIX)(int64_t k, int64_t n, const int8_t *b, 
 static inline void gemm_store(const int32_t *tile, int64_t i0, int mv, int64_t j0, int nv,
                               int64_t n, const dl_gemm_s8_out_t *o, const float *sc,
                               const float *bias) {
-#ifdef DL_GEMM_HAVE_STORE_ROW
-    if (nv == DL_GEMM_NR && dl_gemm_store_rows_ok(o, n, j0)) {
-        for (int r = 0; r < mv; r++)
-            dl_gemm_store_row(tile + r * DL_GEMM_NR, (i0 + r) * n + j0, o, sc + j0, bias + j0);
-        return;
-    }
-#endif
     if (o->c != NULL) {
         for (int r = 0; r < mv; r++)
             memcpy(o->c + (i0 + r) * n + j0, tile + r * DL_GEMM_NR, (size_t)nv * sizeof(int32_t));
@@ -271,6 +266,11 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
                 const dl_gemm_b_t *bp = (const dl_gemm_b_t *)packed + p * b_panel;
                 for (int64_t t = t0; t < t1; t += DL_GEMM_UK_TILES) {
                     const int nt = (int)dl_min_i64(DL_GEMM_UK_TILES, t1 - t);
+#ifdef DL_GEMM_HAVE_UKERNEL_STORE
+                    if (dl_gemm_ukernel_store(nt, kgn, ap + t * a_tile, a_tile, bp,
+                                              t * DL_GEMM_MR, m, j0, nv, n, out, sc, bias, tile))
+                        continue;
+#endif
                     dl_gemm_ukernel_multi(nt, kgn, ap + t * a_tile, a_tile, bp, colsum + j0, tile);
                     for (int u = 0; u < nt; u++) {
                         const int64_t i0 = (t + u) * DL_GEMM_MR;
@@ -389,6 +389,13 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
                 const dl_gemm_b_t *bq = bp + (pq * np + q) * b_panel;
                 for (int64_t t = t0; t < t1; t += DL_GEMM_UK_TILES) {
                     const int nt = (int)dl_min_i64(DL_GEMM_UK_TILES, t1 - t);
+#ifdef DL_GEMM_HAVE_UKERNEL_STORE
+                    if (dl_gemm_ukernel_store(nt, kgn, apk + t * a_tile, a_tile, bq, t * DL_GEMM_MR,
+                                              m, j0, nv, bt->c_rs, &o,
+                                              sc != NULL ? sc + p * n_pad : NULL,
+                                              bias != NULL ? bias + p * n_pad : NULL, tile))
+                        continue;
+#endif
                     dl_gemm_ukernel_multi(nt, kgn, apk + t * a_tile, a_tile, bq,
                                           colsum + pq * n_pad + j0, tile);
                     for (int u = 0; u < nt; u++) {

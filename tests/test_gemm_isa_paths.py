@@ -30,7 +30,9 @@ needs_amx = pytest.mark.skipif(not HAS_AMX, reason="this CPU, OS or build has no
 # n around the 16-column tile and 64-column panel; n >= 512 takes the streaming stores.
 EDGE_SHAPES = [(1, 1, 1), (1, 64, 64), (15, 3, 17), (16, 4, 16), (17, 5, 15), (31, 63, 63),
                (32, 64, 64), (33, 65, 65), (47, 127, 129), (64, 128, 128), (100, 129, 200),
-               (129, 1000, 70), (7, 200, 513), (33, 130, 1024), (65, 64, 600)]
+               (129, 1000, 70), (7, 200, 513), (33, 130, 1024), (65, 64, 600),
+               # whole 32-row tiles of a wide, line-aligned C: the stores overlapping the tiles
+               (128, 100, 576), (160, 64, 512), (96, 1000, 640)]
 
 
 def _ab(m, k, n, seed=0):
@@ -68,19 +70,22 @@ def test_every_path_exact_and_identical(shape):
 @needs_amx
 @pytest.mark.parametrize("offset", range(16))
 def test_amx_wide_output_any_alignment(offset):
-    """Rows of 64 outputs of a wide C are streamed by whole 64-byte lines: every misalignment of
-    out (0..15 values) gives the same int32 and float32 results, and nothing outside out is
-    written."""
-    m, k, n = 35, 70, 520
+    """A wide C (n >= 512) of whole row tiles is written with non-temporal stores overlapping the
+    multiplies when its rows start on 64-byte lines (offset 0) and with plain stores otherwise:
+    every misalignment of out (0..15 values) gives the same int32 and float32 results, and
+    nothing outside out is written."""
+    m, k, n = 64, 70, 512
     a, b = _ab(m, k, n, seed=offset)
     want = a.astype(np.int64) @ b.astype(np.int64)
-    buf = np.full(m * n + 32, -7, np.int32)
+    buf = ops.empty_aligned(m * n + 32, np.int32)
+    buf[:] = -7
     out = buf[offset:offset + m * n].reshape(m, n)
     pb = _on("amx", ops.pack_b_s8, b)
     _on("amx", ops.gemm_s8, a, pb, out=out, n_threads=2)
     np.testing.assert_array_equal(out, want)
     assert (buf[:offset] == -7).all() and (buf[offset + m * n:] == -7).all()
-    fbuf = np.full(m * n + 32, np.nan, np.float32)
+    fbuf = ops.empty_aligned(m * n + 32, np.float32)
+    fbuf[:] = np.nan
     fout = fbuf[offset:offset + m * n].reshape(m, n)
     bias = np.linspace(-1, 1, n, dtype=np.float32)
     _on("amx", ops.gemm_s8_f32, a, pb, 0.01, 0.02, bias, out=fout)
@@ -117,7 +122,8 @@ def test_amx_shares_the_vnni_packed_b():
 
 
 @pytest.mark.parametrize("shape", [(3, 7, 33, 65), (2, 33, 129, 600), (5, 1, 1, 1),
-                                   (4, 70, 64, 17)], ids=lambda s: "x".join(map(str, s)))
+                                   (4, 70, 64, 17), (2, 64, 129, 640)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_batched_every_path_identical(shape):
     p, m, k, n = shape
     rng = np.random.default_rng(2)
