@@ -195,7 +195,7 @@ def _isa_paths(cwd) -> list[str]:
 
 def test_every_isa_path_gives_the_documented_results(tmp_path):
     """A short default run on every ISA path this CPU has: the vector paths (avx2, avx512,
-    avx512vnni) agree bit for bit; generic, without FMA, agrees to float32 rounding (the
+    avx512vnni, amx) agree bit for bit; generic, without FMA, agrees to float32 rounding (the
     difference docs/performance.md states)."""
     paths = _isa_paths(tmp_path)
     assert paths[0] == "generic"
