@@ -241,7 +241,7 @@ def test_fallback_when_the_os_refuses_the_tile_state(tmp_path):
     src.write_text(SHIM)
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "DECENTLEARN_ISA"}
-    env["LD_PRELOAD"] = str(lib)
+    env["LD_PRELOAD"] = f"{env.get('LD_PRELOAD', '')} {lib}".strip()  # after a sanitizer runtime
     code = ("import numpy as np\nfrom decentlearn import _core, ops\n"
             "c = _core.config()\nprint(c['isa'], ','.join(c['isa_supported']))\n"
             "a = np.arange(-60, 60, dtype=np.int8).reshape(10, 12)\n"

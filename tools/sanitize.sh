@@ -48,6 +48,7 @@ print('sanitized build:', d.__file__, 'openmp:', _core.config()['openmp'])"
         "$ROOT/tests/test_rng_bitpack.py" "$ROOT/tests/test_topk.py" "$ROOT/tests/test_stc.py" \
         "$ROOT/tests/test_quant.py" "$ROOT/tests/test_natural.py" "$ROOT/tests/test_gossip.py" \
         "$ROOT/tests/test_gemm.py" "$ROOT/tests/test_gemm_batched.py" \
+        "$ROOT/tests/test_gemm_isa_paths.py" \
         "$ROOT/tests/test_compress_api.py" "$ROOT/tests/test_decoders.py" "$ROOT/tests/test_args.py" \
         "$ROOT/tests/test_nn_kernels.py" "$ROOT/tests/test_limits.py" \
         "$ROOT/tests/test_gemm_dense.py" "$ROOT/tests/test_conv_kernels.py" \
