@@ -204,6 +204,7 @@ static inline void dl_gemm_ukernel_multi(int nt, int64_t kgn, const int8_t *ap, 
             amx_half(kgn, ap + u * a_tile, bp, c0, 1, tiles + u * DL_GEMM_MR * DL_GEMM_NR);
 }
 
+#include "gemm_s8_vnni_pack.h"
 #include "gemm_s8_impl.h"
 
 #else /* the compiler lacks AMX: stubs the dispatch never selects (dl_isa_supported checks) */

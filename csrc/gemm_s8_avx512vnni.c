@@ -57,6 +57,7 @@ static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t 
         for (int j = 0; j < 4; j++) _mm512_store_si512((void *)(tile + r * 64 + 16 * j), c[r][j]);
 }
 
+#include "gemm_s8_vnni_pack.h"
 #include "gemm_s8_impl.h"
 
 /* Quantizer cores (see dl.h), 16 lanes with masked tails; the same IEEE operations as the

@@ -298,3 +298,21 @@ def test_outputs_are_allocated_aligned():
     assert ops.gemm_s8(a, pb).ctypes.data % 64 == 0
     assert ops.gemm_s8_f32(a, pb, 1.0, 1.0).ctypes.data % 64 == 0
     assert ops.gemm_s8_batched(a[None], b[None]).ctypes.data % 64 == 0
+
+
+@pytest.mark.skipif("avx512vnni" not in ISAS, reason="this CPU has no AVX-512 VNNI")
+@pytest.mark.parametrize("k,n", [(1, 1), (4, 64), (7, 65), (260, 130), (1000, 200)])
+def test_vnni_packed_bytes_follow_the_layout(k, n):
+    """The "vnni" layout, written out in NumPy: panel p, group g, column j, value kk at byte
+    ((p * ceil(k / 4) + g) * 64 + j) * 4 + kk, B zero-padded to whole groups and panels; colsum
+    the column sums (the SIMD packing of whole groups and the portable edge code agree)."""
+    b = _ab(1, k, n, seed=k + n)[1]
+    kg, n_pad = -(-k // 4), -(-n // 64) * 64
+    padded = np.zeros((kg * 4, n_pad), np.int8)
+    padded[:k, :n] = b
+    want = padded.reshape(kg, 4, n_pad // 64, 64).transpose(2, 0, 3, 1).ravel()
+    for isa in ("avx512vnni", "amx"):
+        if isa in ISAS:
+            pb = _on(isa, ops.pack_b_s8, b)
+            np.testing.assert_array_equal(pb.data.view(np.int8), want)
+            np.testing.assert_array_equal(pb.colsum, padded.astype(np.int64).sum(axis=0))

@@ -1,0 +1,52 @@
+/* gemm_s8_vnni_pack.h: the AVX-512 packing of whole groups of a row-major B into the "vnni"
+ * layout, shared by gemm_s8_avx512vnni.c and gemm_s8_amx.c (included before gemm_s8_impl.h,
+ * compiled with AVX-512 BW and VNNI).
+ *
+ * One group is 4 rows of the panel's 64 columns; its 256 packed bytes hold column j's 4 values at
+ * byte 4 j. Bytes are interleaved within 128-bit lanes (rows 0/1 and 2/3, then the pairs), which
+ * leaves lane L of the four results holding columns 16 L + 4 i .. + 3 of result i: a 4 x 4
+ * transpose of 128-bit lanes puts the columns in order. colsum[j] += the group's 4 values of
+ * column j, by vpdpbusd of the packed quads with ones.
+ */
+#ifndef DL_GEMM_S8_VNNI_PACK_H
+#define DL_GEMM_S8_VNNI_PACK_H
+#include <immintrin.h>
+#include <stdint.h>
+
+#define DL_GEMM_HAVE_PACK_B_ROWS 1
+static inline void dl_gemm_pack_b_rows(int64_t kfull, const int8_t *b, int64_t rs, int8_t *dst,
+                                       int32_t *colsum) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i cs0 = _mm512_setzero_si512(), cs1 = cs0, cs2 = cs0, cs3 = cs0;
+    for (int64_t g = 0; g < kfull; g++) {
+        const int8_t *r = b + 4 * g * rs;
+        const __m512i r0 = _mm512_loadu_si512((const void *)r);
+        const __m512i r1 = _mm512_loadu_si512((const void *)(r + rs));
+        const __m512i r2 = _mm512_loadu_si512((const void *)(r + 2 * rs));
+        const __m512i r3 = _mm512_loadu_si512((const void *)(r + 3 * rs));
+        const __m512i t01l = _mm512_unpacklo_epi8(r0, r1), t01h = _mm512_unpackhi_epi8(r0, r1);
+        const __m512i t23l = _mm512_unpacklo_epi8(r2, r3), t23h = _mm512_unpackhi_epi8(r2, r3);
+        const __m512i q0 = _mm512_unpacklo_epi16(t01l, t23l), q1 = _mm512_unpackhi_epi16(t01l, t23l);
+        const __m512i q2 = _mm512_unpacklo_epi16(t01h, t23h), q3 = _mm512_unpackhi_epi16(t01h, t23h);
+        const __m512i a = _mm512_shuffle_i64x2(q0, q1, 0x44), bb = _mm512_shuffle_i64x2(q0, q1, 0xEE);
+        const __m512i c = _mm512_shuffle_i64x2(q2, q3, 0x44), d = _mm512_shuffle_i64x2(q2, q3, 0xEE);
+        const __m512i o0 = _mm512_shuffle_i64x2(a, c, 0x88), o1 = _mm512_shuffle_i64x2(a, c, 0xDD);
+        const __m512i o2 = _mm512_shuffle_i64x2(bb, d, 0x88), o3 = _mm512_shuffle_i64x2(bb, d, 0xDD);
+        int8_t *o = dst + 256 * g;
+        _mm512_storeu_si512((void *)o, o0);
+        _mm512_storeu_si512((void *)(o + 64), o1);
+        _mm512_storeu_si512((void *)(o + 128), o2);
+        _mm512_storeu_si512((void *)(o + 192), o3);
+        cs0 = _mm512_dpbusd_epi32(cs0, ones, o0);
+        cs1 = _mm512_dpbusd_epi32(cs1, ones, o1);
+        cs2 = _mm512_dpbusd_epi32(cs2, ones, o2);
+        cs3 = _mm512_dpbusd_epi32(cs3, ones, o3);
+    }
+    int32_t t[64] __attribute__((aligned(64)));
+    _mm512_store_si512((void *)t, cs0);
+    _mm512_store_si512((void *)(t + 16), cs1);
+    _mm512_store_si512((void *)(t + 32), cs2);
+    _mm512_store_si512((void *)(t + 48), cs3);
+    for (int j = 0; j < 64; j++) colsum[j] += t[j];
+}
+#endif
