@@ -56,49 +56,38 @@
 #define DL_GEMM_TASK_COLS 256 /* columns of C per task (B panels reused across its row tiles) */
 #define DL_GEMM_TASK_TILES 16 /* most register-tile rows per task */
 
-/* Packs rows t * MR .. of A (zero rows and k values past the end) into one tile of KG-groups;
+/* Packs rows t * MR .. of A (zero rows and k values past the end) into one tile of AKG-groups;
  * A[i, kk] = a[i * rs + kk * cs] (rs = k, cs = 1 for a C-order A; rs = 1, cs = lda for a stored
- * transpose). */
+ * transpose). Whole groups of a whole tile take loops of constant trip counts (a stored transpose
+ * read along its contiguous rows); the rest copies the valid values of each row, then pads. */
 static void gemm_pack_a(int64_t m, int64_t k, const int8_t *a, int64_t rs, int64_t cs, int64_t t,
                         dl_gemm_a_t *dst) {
-    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_AKG), kfull = k / DL_GEMM_AKG, i0 = t * DL_GEMM_MR;
+    const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_AKG), i0 = t * DL_GEMM_MR;
+    const int mv = (int)dl_min_i64(DL_GEMM_MR, m - i0);
     const dl_gemm_a_t pad = dl_gemm_a_conv(0);
-    if (i0 + DL_GEMM_MR <= m && (cs == 1 || rs == 1)) { /* full tile: no bounds tests */
-        const int8_t *a0 = a + i0 * rs;
-        for (int64_t g = 0; g < kfull; g++) {
-            dl_gemm_a_t *d = dst + g * DL_GEMM_MR * DL_GEMM_AKG;
-            const int8_t *ag = a0 + g * DL_GEMM_AKG * cs;
+    const int8_t *a0 = a + i0 * rs;
+    for (int64_t g = 0; g < kgn; g++) {
+        dl_gemm_a_t *d = dst + g * DL_GEMM_MR * DL_GEMM_AKG;
+        const int8_t *ag = a0 + g * DL_GEMM_AKG * cs;
+        const int kv = (int)dl_min_i64(DL_GEMM_AKG, k - g * DL_GEMM_AKG);
+        if (kv == DL_GEMM_AKG && mv == DL_GEMM_MR && cs == 1) {
             for (int r = 0; r < DL_GEMM_MR; r++)
                 for (int kk = 0; kk < DL_GEMM_AKG; kk++)
-                    d[r * DL_GEMM_AKG + kk] = dl_gemm_a_conv(ag[r * rs + kk * cs]);
-        }
-        if (kfull < kgn)
-            for (int r = 0; r < DL_GEMM_MR; r++)
-                for (int kk = 0; kk < DL_GEMM_AKG; kk++) {
-                    const int64_t kr = kfull * DL_GEMM_AKG + kk;
-                    dst[kfull * DL_GEMM_MR * DL_GEMM_AKG + r * DL_GEMM_AKG + kk] =
-                        kr < k ? dl_gemm_a_conv(a0[r * rs + kr * cs]) : pad;
-                }
-        return;
-    }
-    for (int r = 0; r < DL_GEMM_MR; r++) {
-        dl_gemm_a_t *d = dst + r * DL_GEMM_AKG;
-        if (i0 + r >= m) {
-            for (int64_t g = 0; g < kgn; g++)
-                for (int kk = 0; kk < DL_GEMM_AKG; kk++) d[g * DL_GEMM_MR * DL_GEMM_AKG + kk] = pad;
-            continue;
-        }
-        const int8_t *row = a + (i0 + r) * rs;
-        for (int64_t g = 0; g < kfull; g++)
+                    d[r * DL_GEMM_AKG + kk] = dl_gemm_a_conv(ag[r * rs + kk]);
+        } else if (kv == DL_GEMM_AKG && mv == DL_GEMM_MR && rs == 1) {
             for (int kk = 0; kk < DL_GEMM_AKG; kk++)
-                d[g * DL_GEMM_MR * DL_GEMM_AKG + kk] =
-                    dl_gemm_a_conv(row[(g * DL_GEMM_AKG + kk) * cs]);
-        if (kfull < kgn)
-            for (int kk = 0; kk < DL_GEMM_AKG; kk++) {
-                const int64_t kr = kfull * DL_GEMM_AKG + kk;
-                d[kfull * DL_GEMM_MR * DL_GEMM_AKG + kk] =
-                    kr < k ? dl_gemm_a_conv(row[kr * cs]) : pad;
+                for (int r = 0; r < DL_GEMM_MR; r++)
+                    d[r * DL_GEMM_AKG + kk] = dl_gemm_a_conv(ag[kk * cs + r]);
+        } else {
+            for (int r = 0; r < mv; r++) {
+                const int8_t *row = ag + r * rs;
+                dl_gemm_a_t *dr = d + r * DL_GEMM_AKG;
+                for (int kk = 0; kk < kv; kk++) dr[kk] = dl_gemm_a_conv(row[kk * cs]);
+                for (int kk = kv; kk < DL_GEMM_AKG; kk++) dr[kk] = pad;
             }
+            for (int r = mv; r < DL_GEMM_MR; r++)
+                for (int kk = 0; kk < DL_GEMM_AKG; kk++) d[r * DL_GEMM_AKG + kk] = pad;
+        }
     }
 }
 
