@@ -1,8 +1,9 @@
 /* gemm_s8_impl.h: packing and the blocked driver of the exact int8 GEMM, compiled once per layout.
  *
- * Included by gemm_s8.c (portable), gemm_s8_avx2.c and gemm_s8_avx512vnni.c after each defines
- * DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a SIMD packing of
- * the full groups of a row-major B panel), the register tile (DL_GEMM_MR rows x DL_GEMM_NR
+ * Included by gemm_s8.c (portable), gemm_s8_avx2.c, gemm_s8_avx512vnni.c and gemm_s8_amx.c after
+ * each defines DL_SUFFIX (and optionally DL_GEMM_HAVE_PACK_B_ROWS with dl_gemm_pack_b_rows(), a
+ * SIMD packing of the full groups of a row-major B panel, and DL_GEMM_HAVE_PACK_B_COLS with
+ * dl_gemm_pack_b_cols(), the same from a stored transpose), the register tile (DL_GEMM_MR rows x DL_GEMM_NR
  * columns, k in groups of DL_GEMM_KG), the packed element types dl_gemm_a_t / dl_gemm_b_t,
  * dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel() (optionally
  * DL_GEMM_HAVE_UKERNEL_ROWS with dl_gemm_ukernel_rows(), the first mr rows only). Packed B:
@@ -129,6 +130,12 @@ static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs,
                 }
         }
     } else if (nv == DL_GEMM_NR && rs == 1) {
+#ifdef DL_GEMM_HAVE_PACK_B_COLS /* the ISA file's packing of whole groups of a stored transpose */
+        if (cs <= INT32_MAX / DL_GEMM_NR) {
+            dl_gemm_pack_b_cols(kfull, b + j0 * cs, cs, dst, cs_);
+            g = kfull;
+        }
+#endif
         for (; g < kfull; g++) {
             const int8_t *c0 = b + g * DL_GEMM_KG + j0 * cs;
             dl_gemm_b_t *d = dst + g * DL_GEMM_NR * DL_GEMM_KG;

@@ -49,4 +49,26 @@ static inline void dl_gemm_pack_b_rows(int64_t kfull, const int8_t *b, int64_t r
     _mm512_store_si512((void *)(t + 48), cs3);
     for (int j = 0; j < 64; j++) colsum[j] += t[j];
 }
+
+/* The same from a stored transpose: B[kk, j] = b[kk + j * cs] (cs < 2^31 / 64), so a group's 4
+ * values of column j are 4 consecutive bytes: gathered 16 columns at a time. */
+#define DL_GEMM_HAVE_PACK_B_COLS 1
+static inline void dl_gemm_pack_b_cols(int64_t kfull, const int8_t *b, int64_t cs, int8_t *dst,
+                                       int32_t *colsum) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)cs));
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                      _mm512_setzero_si512()};
+    for (int64_t g = 0; g < kfull; g++)
+        for (int h = 0; h < 4; h++) {
+            const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(b + 4 * g + 16 * h * cs), 1);
+            _mm512_storeu_si512((void *)(dst + 256 * g + 64 * h), v);
+            acc[h] = _mm512_dpbusd_epi32(acc[h], ones, v);
+        }
+    int32_t t[64] __attribute__((aligned(64)));
+    for (int h = 0; h < 4; h++) _mm512_store_si512((void *)(t + 16 * h), acc[h]);
+    for (int j = 0; j < 64; j++) colsum[j] += t[j];
+}
 #endif

@@ -130,6 +130,7 @@ def test_batched_every_path_identical(shape):
     a = rng.integers(-128, 128, (p, m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (p, k, n), dtype=np.int8)
     at = np.ascontiguousarray(a.transpose(0, 2, 1))
+    bt = np.ascontiguousarray(b.transpose(0, 2, 1))
     want = ref.gemm_s8_batched(a, b)
     sa = rng.uniform(0.01, 0.1, p).astype(np.float32)
     sb = rng.uniform(0.01, 0.1, (p, n)).astype(np.float32)
@@ -138,6 +139,7 @@ def test_batched_every_path_identical(shape):
     for isa in ISAS:
         np.testing.assert_array_equal(_on(isa, ops.gemm_s8_batched, a, b, n_threads=2), want)
         np.testing.assert_array_equal(_on(isa, ops.gemm_s8_batched, at, b, trans_a=True), want)
+        np.testing.assert_array_equal(_on(isa, ops.gemm_s8_batched, a, bt, trans_b=True), want)
         floats[isa] = _on(isa, ops.gemm_s8_batched_f32, a, b, sa, sb, bias=bias, n_threads=2)
     for isa in FMA_PATHS[1:]:
         np.testing.assert_array_equal(floats[isa], floats[FMA_PATHS[0]], err_msg=isa)
