@@ -205,7 +205,49 @@ static inline void dl_gemm_ukernel_multi(int nt, int64_t kgn, const int8_t *ap, 
 }
 
 #include "gemm_s8_vnni_pack.h"
+/* The fused dense layer's tile builds get their own names; the public entry points below choose
+ * between them and the VNNI builds. */
+#define dl_gemm_s8_amx dl_gemm_s8_amx_tiles
+#define dl_gemm_s8_batched_amx dl_gemm_s8_batched_amx_tiles
+#define dl_gemm_s8_dense_forward_amx dl_gemm_s8_dense_forward_amx_tiles
+#define dl_gemm_s8_dense_backward_amx dl_gemm_s8_dense_backward_amx_tiles
 #include "gemm_s8_impl.h"
+#undef dl_gemm_s8_amx
+#undef dl_gemm_s8_batched_amx
+#undef dl_gemm_s8_dense_forward_amx
+#undef dl_gemm_s8_dense_backward_amx
+
+/* Products of fewer than 32 rows (a GEMV, a convolution's few output channels) or over fewer than
+ * 64 k values (a convolution's input gradient over its few output channels) run the VNNI build: a
+ * 32-row tile or a 64-value k block would be mostly padding. The same exact sums, so the same
+ * results. */
+#define DL_AMX_SMALL(m, k) ((m) < DL_GEMM_MR || (k) < 64)
+int dl_gemm_s8_amx(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8_t *packed,
+                   const int32_t *colsum, const dl_gemm_s8_out_t *out, int n_threads) {
+    if (DL_AMX_SMALL(m, k))
+        return dl_gemm_s8_avx512vnni(m, k, n, a, packed, colsum, out, n_threads);
+    return dl_gemm_s8_amx_tiles(m, k, n, a, packed, colsum, out, n_threads);
+}
+int dl_gemm_s8_batched_amx(const dl_gemm_s8_batch_t *bt, int n_threads) {
+    if (bt != NULL && DL_AMX_SMALL(bt->m, bt->k)) return dl_gemm_s8_batched_avx512vnni(bt, n_threads);
+    return dl_gemm_s8_batched_amx_tiles(bt, n_threads);
+}
+
+/* The fused int8 dense layer: a batch below 64 rows runs the VNNI build (the same exact products,
+ * so the same results): its per-peer products are too small for 32-row tiles and 64-value k
+ * blocks (dW multiplies over the batch), measured 0.93-0.96x the VNNI build at batch 32 on the
+ * MLP's layers, 1.02x at 64-128, 1.23x at 256 (docs/performance.md). */
+#define DL_AMX_DENSE_MIN_BATCH 64
+int dl_gemm_s8_dense_forward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
+    if (d != NULL && d->batch < DL_AMX_DENSE_MIN_BATCH)
+        return dl_gemm_s8_dense_forward_avx512vnni(d, n_threads);
+    return dl_gemm_s8_dense_forward_amx_tiles(d, n_threads);
+}
+int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
+    if (d != NULL && d->batch < DL_AMX_DENSE_MIN_BATCH)
+        return dl_gemm_s8_dense_backward_avx512vnni(d, n_threads);
+    return dl_gemm_s8_dense_backward_amx_tiles(d, n_threads);
+}
 
 #else /* the compiler lacks AMX: stubs the dispatch never selects (dl_isa_supported checks) */
 const int dl_gemm_s8_amx_built = 0;
