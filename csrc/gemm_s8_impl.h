@@ -114,17 +114,36 @@ static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs,
                     cs_[j] += v;
                 }
         }
-    } else if (nv == DL_GEMM_NR && rs == 1) {
-        for (; g < kfull; g++) {
-            const int8_t *c0 = b + g * DL_GEMM_KG + j0 * cs;
-            dl_gemm_b_t *d = dst + g * DL_GEMM_NR * DL_GEMM_KG;
-            for (int j = 0; j < DL_GEMM_NR; j++)
-                for (int kk = 0; kk < DL_GEMM_KG; kk++) {
-                    const int8_t v = c0[j * cs + kk];
-                    d[j * DL_GEMM_KG + kk] = (dl_gemm_b_t)v;
-                    cs_[j] += v;
-                }
+    } else if (rs == 1) { /* stored transpose (any panel): column j's k values are one run; in
+                           * blocks of 16 groups (4 KiB of the panel, kept in L1) every column's
+                           * run is read in order and its KG-groups written down the panel */
+        for (int j = 0; j < nv; j++) {
+            const int8_t *src = b + (j0 + j) * cs;
+            int32_t sum = 0;
+            for (int64_t kr = 0; kr < kfull * DL_GEMM_KG; kr++) sum += src[kr];
+            cs_[j] = sum;
         }
+        for (int64_t g0 = 0; g0 < kfull; g0 += 16) {
+            const int64_t g1 = dl_min_i64(kfull, g0 + 16);
+            for (int j = 0; j < nv; j++) {
+                const int8_t *src = b + (j0 + j) * cs;
+                dl_gemm_b_t *d = dst + j * DL_GEMM_KG;
+                for (int64_t gg = g0; gg < g1; gg++) {
+                    if (sizeof(dl_gemm_b_t) == 1) /* int8 layouts: one word move per group */
+                        memcpy(d + gg * DL_GEMM_NR * DL_GEMM_KG, src + gg * DL_GEMM_KG,
+                               DL_GEMM_KG);
+                    else
+                        for (int kk = 0; kk < DL_GEMM_KG; kk++)
+                            d[gg * DL_GEMM_NR * DL_GEMM_KG + kk] =
+                                (dl_gemm_b_t)src[gg * DL_GEMM_KG + kk];
+                }
+            }
+            if (nv < DL_GEMM_NR)
+                for (int64_t gg = g0; gg < g1; gg++)
+                    memset(dst + (gg * DL_GEMM_NR + nv) * DL_GEMM_KG, 0,
+                           (size_t)((DL_GEMM_NR - nv) * DL_GEMM_KG) * sizeof(dl_gemm_b_t));
+        }
+        g = kfull;
     }
     for (; g < kgn; g++)
         for (int kk = 0; kk < DL_GEMM_KG; kk++) {
