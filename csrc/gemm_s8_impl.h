@@ -409,7 +409,9 @@ static size_t gemm_dense_b_elems(int64_t k, int64_t n) {
 static size_t gemm_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 static int gemm_dense_buf_init(gemm_dense_buf_t *wb, int64_t B, int64_t I, int64_t O, int bwd) {
-    size_t na = gemm_dense_a_elems(B, I), nb = gemm_dense_b_elems(I, O);
+    /* forward: Y = Xq Wq, or Y^T = Wq^T Xq^T (gemm_dense_trans) */
+    size_t na = gemm_max_sz(gemm_dense_a_elems(B, I), gemm_dense_a_elems(O, I));
+    size_t nb = gemm_max_sz(gemm_dense_b_elems(I, O), gemm_dense_b_elems(I, B));
     if (bwd) { /* dW in either orientation (gemm_dense_trans), dX */
         na = gemm_max_sz(gemm_max_sz(gemm_dense_a_elems(I, B), gemm_dense_a_elems(O, B)),
                          gemm_dense_a_elems(B, O));
@@ -603,10 +605,12 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
                 if (s == DL_OK) {
                     const int8_t *wq = d->wq + p * I * O;
                     const float *bias = d->bias != NULL ? d->bias + p * d->b_ps : NULL;
-                    /* not transposed for a narrow O: packing Xq^T costs more than the padded
-                     * columns (measured on Zen 1) */
-                    gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sxp * d->sw[p], bias, d->relu,
-                                  NULL, 0, d->y + p * d->y_ps, d->y_rs, 0, &wb);
+                    if (!d->relu && gemm_dense_trans(B, O)) /* Y^T = Wq^T Xq^T: narrow O */
+                        gemm_dense_mm(O, I, B, wq, 1, O, xq, 1, I, sxp * d->sw[p], bias, 0, NULL,
+                                      0, d->y + p * d->y_ps, d->y_rs, 1, &wb);
+                    else
+                        gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sxp * d->sw[p], bias,
+                                      d->relu, NULL, 0, d->y + p * d->y_ps, d->y_rs, 0, &wb);
                 }
                 if (s < status) status = s;
             }
