@@ -517,6 +517,10 @@ int dl_gemm_s8_dense_backward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_thre
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 /* *out = XOR of src's n words: a read-only pass (copy.c). */
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
+/* dst row r = src row idx[r] for r < n_idx (rows of row_bytes bytes); DL_E_INDEX (nothing written)
+ * when an index is outside [0, n_src). */
+int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
+                 const int64_t *idx, void *dst, int n_threads);
 
 /* consensus.c: out[0] = sum_{i,c} X_ic^2 and out[1] = sum_c (sum_i X_ic)^2 of a (P, D) float32
  * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */

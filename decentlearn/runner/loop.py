@@ -24,6 +24,7 @@ from decentlearn.data import Dataset, load_dataset, make_partition
 from decentlearn.errors import CheckpointError
 from decentlearn.network import NetworkModel, OfflineHook
 from decentlearn.nn import cocofl, make_model
+from decentlearn.ops import copy as ops_copy
 from decentlearn.ops.threads import resolve_threads
 from decentlearn.optim import OptimizerConfig, SGDConfig, make as make_optimizer
 from decentlearn.runner import checkpoint as ck
@@ -236,8 +237,13 @@ class Runner:
         idx = self.sampler.next()
         if self.comm.n_peers != self.comm.n_global:
             idx = idx[self.comm.peers]
-        # np.take copies whole samples (2.7x faster than fancy indexing here); same arrays
-        return np.take(self.dataset.x_train, idx, axis=0), np.take(self.dataset.y_train, idx)
+        # whole samples copied on the run's threads (ops.take_rows is np.take(..., axis=0))
+        x = self.dataset.x_train
+        if x.flags.c_contiguous and x.dtype != object:
+            x = ops_copy.take_rows(x, idx, n_threads=self.threads)
+        else:  # a user's array dataset may be a strided view
+            x = np.take(x, idx, axis=0)
+        return x, np.take(self.dataset.y_train, idx)
 
     # ---- evaluation ------------------------------------------------------------------------------
 
