@@ -18,6 +18,7 @@
 #define DL_GEMM_MR 6
 #define DL_GEMM_NR 64
 #define DL_GEMM_KG 4
+#define DL_GEMM_EPI_LANES 16 /* the dense epilogue in zmm registers */
 typedef uint8_t dl_gemm_a_t;
 typedef int8_t dl_gemm_b_t;
 static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return (uint8_t)(v ^ 0x80); }

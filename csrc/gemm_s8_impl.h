@@ -433,19 +433,24 @@ static void gemm_dense_buf_free(gemm_dense_buf_t *wb) {
     free(wb->dyq);
 }
 
-/* 8 float lanes (two SSE registers in the portable build, one ymm with AVX2): the epilogue works
- * on whole vectors so that its loads never wait on scalar stores. */
-typedef float gemm_v8f __attribute__((vector_size(32)));
-typedef int32_t gemm_v8i __attribute__((vector_size(32)));
+/* EPI float lanes (8: two SSE registers in the portable build, one ymm with AVX2; 16 in the VNNI
+ * build, one zmm like the microkernel's tile stores, so a load is never half of a wider store): the
+ * epilogue works on whole vectors so that its loads never wait on scalar stores. */
+#ifndef DL_GEMM_EPI_LANES /* an ISA file may widen it to its register (the VNNI build: 16) */
+#define DL_GEMM_EPI_LANES 8
+#endif
+#define EPI DL_GEMM_EPI_LANES
+typedef float gemm_v8f __attribute__((vector_size(4 * EPI)));
+typedef int32_t gemm_v8i __attribute__((vector_size(4 * EPI)));
 
 /* Epilogue of one register tile row: c[0..nv) = act(float(t) * s + bv) (relu: np.maximum(v, 0);
  * mask mr (may be NULL): times (mr > 0 ? 1 : 0)). The same operations per element as the scalar
  * form (the AVX2 build contracts the multiply-add there as here). */
 static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const float *bv, int relu,
                                   const float *mr, float *c) {
-    for (int h = 0; h < DL_GEMM_NR; h += 8) {
+    for (int h = 0; h < DL_GEMM_NR; h += EPI) {
         if (h >= nv) break;
-        const int w = nv - h < 8 ? nv - h : 8;
+        const int w = nv - h < EPI ? nv - h : EPI;
         gemm_v8i ti;
         gemm_v8f b, v;
         memcpy(&ti, t + h, sizeof ti);
@@ -453,7 +458,7 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
         v = __builtin_convertvector(ti, gemm_v8f) * sv + b;
         if (mr != NULL) {
             gemm_v8f mk = {0};
-            if (w == 8) /* constant sizes: no library memcpy calls */
+            if (w == EPI) /* constant sizes: no library memcpy calls */
                 memcpy(&mk, mr + h, sizeof mk);
             else
                 for (int j = 0; j < w; j++) mk[j] = mr[h + j];
@@ -467,7 +472,7 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
             vi &= ~(v <= 0.0f);
             memcpy(&v, &vi, sizeof v);
         }
-        if (w == 8)
+        if (w == EPI)
             memcpy(c + h, &v, sizeof v);
         else
             for (int j = 0; j < w; j++) c[h + j] = v[j];
@@ -493,7 +498,7 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
         gemm_pack_b_panel(k, n, b, b_rs, b_cs, q, wb->bp + q * b_panel, wb->colsum);
     int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
     gemm_v8f sv;
-    for (int j = 0; j < 8; j++) sv[j] = s;
+    for (int j = 0; j < EPI; j++) sv[j] = s;
     for (int64_t q = 0; q < np; q++) {
         const int64_t j0 = q * DL_GEMM_NR;
         const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
@@ -674,3 +679,4 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
     return status;
 }
 #undef gemm_dense_buf_t
+#undef EPI
