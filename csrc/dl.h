@@ -479,7 +479,9 @@ uint32_t dl_gemm_qstoch_f32_generic(const float *x, const float *inv, float inv0
                                     uint64_t key, uint64_t j0, int8_t *q);
 uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
                                  uint64_t key, uint64_t j0, int8_t *q);
-/* Quantization (gemm_s8.c; the nearest-rounding and absmax cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
+uint32_t dl_gemm_qstoch_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
+                                       uint64_t key, uint64_t j0, int8_t *q);
+/* Quantization (gemm_s8.c; the nearest-rounding, absmax and stochastic-rounding cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
  * tensor (scale_n == 1), per row (axis 0, scale_n == n_rows) or per column (axis 1, scale_n ==
  * dim), row r of x at x + r * ldx (ldx >= dim: strided rows, e.g. a weight slice of every
  * peer's parameter row); rounding 0 = nearest even, 1 = stochastic floor(v) + (u < v - floor(v)) with u from the
