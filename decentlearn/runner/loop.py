@@ -116,7 +116,9 @@ class Runner:
         self.model.peer0 = lo  # int8 layers key their rounding noise by peer
         init = self.model.init(stream_seed(c.seed, STREAM_INIT)).astype(np.float32)
         self._init_row = init
-        params = np.broadcast_to(init, (n, self.model.dim)).copy()  # writable, one row too
+        # every row a copy of init (writable, one row too), written by the run's threads in the
+        # row blocks the kernels use: on a NUMA machine each block's pages land on its node
+        params = ops_copy.take_rows(init[None, :], np.zeros(n, np.int64), n_threads=self.threads)
         layout = getattr(self.model, "layout", None)
         segments = ([(sl.start, sl.stop) for _, sl, _ in layout()] if callable(layout) else None)
         # Every optimizer's update of a row depends on that row only (tests/test_optimizers.py),
