@@ -7,7 +7,8 @@
  * split into fixed chunks of DL_COPY_CHUNK floats, contiguous runs of which go to each thread.
  * Off x86-64 it falls back to memcpy per chunk. dl_read_f32 reads an array once (an XOR of its
  * words, so nothing is optimized away): the floor of a kernel that must read its input, such as
- * natural compression (4 bytes read per value, 1 written).
+ * natural compression (4 bytes read per value, 1 written). dl_take_rows gathers rows by index (the
+ * minibatches of every peer, each round), split over threads.
  */
 #include <string.h>
 
@@ -83,5 +84,28 @@ int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads) {
         for (int l = 0; l < 16; l++) acc ^= a[l];
     }
     *out = acc;
+    return DL_OK;
+}
+
+/* Rows r < n_idx of dst (row_bytes bytes each) = rows idx[r] of src (n_src rows): the gather of
+ * every peer's minibatch. The indices are checked first (DL_E_INDEX and nothing written if one is
+ * outside [0, n_src)); then the rows are copied in contiguous runs per thread, one thread for a
+ * gather under 128 KiB. */
+int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
+                 const int64_t *idx, void *dst, int n_threads) {
+    if (n_src < 0 || row_bytes < 0 || n_idx < 0 || n_threads < 1) return DL_E_ARG;
+    int bad = 0;
+    for (int64_t r = 0; r < n_idx; r++) bad |= (uint64_t)idx[r] >= (uint64_t)n_src;
+    if (bad) return DL_E_INDEX;
+    if (row_bytes == 0) return DL_OK;
+    const int nt = n_idx * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_idx);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < n_idx; r++)
+        memcpy((char *)dst + r * row_bytes, (const char *)src + idx[r] * row_bytes,
+               (size_t)row_bytes);
     return DL_OK;
 }

@@ -59,8 +59,7 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .nn_gemm_f32 = W(dl_nn_gemm_f32_##isa), .nn_dense_forward_f32 = W(dl_nn_dense_forward_f32_##isa), \
     .nn_dense_backward_f32 = W(dl_nn_dense_backward_f32_##isa)
 
-/* The exact int8 GEMM on the int16 layout (generic, AVX2) and its quantizer cores (the AVX2
- * stochastic rounding core is also run by the AVX-512 VNNI path). */
+/* The exact int8 GEMM on the int16 layout (generic, AVX2) and its quantizer cores. */
 #define DL_GEMM_S16_KERNELS(isa, W)                                                                \
     .gemm_s8_layout = &dl_gemm_s8_layout_s16, .gemm_s8_pack_b = W(dl_gemm_s8_pack_b_##isa),        \
     .gemm_s8 = W(dl_gemm_s8_##isa), .gemm_qnearest_f32 = W(dl_gemm_qnearest_f32_##isa),            \
@@ -83,7 +82,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_avx512vnni),
      .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
      .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
-     .gemm_qstoch_f32 = DL_X86_ONLY(dl_gemm_qstoch_f32_avx2),
+     .gemm_qstoch_f32 = DL_X86_ONLY(dl_gemm_qstoch_f32_avx512vnni),
      .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni),
      .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_avx512vnni),
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_avx512vnni),
@@ -95,7 +94,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8 = DL_X86_ONLY(dl_gemm_s8_amx),
      .gemm_qnearest_f32 = DL_X86_ONLY(dl_gemm_qnearest_f32_avx512vnni),
      .gemm_absmax_bits_f32 = DL_X86_ONLY(dl_gemm_absmax_bits_f32_avx512vnni),
-     .gemm_qstoch_f32 = DL_X86_ONLY(dl_gemm_qstoch_f32_avx2),
+     .gemm_qstoch_f32 = DL_X86_ONLY(dl_gemm_qstoch_f32_avx512vnni),
      .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_amx),
      .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_amx),
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_amx),

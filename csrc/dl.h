@@ -498,7 +498,9 @@ uint32_t dl_gemm_qstoch_f32_generic(const float *x, const float *inv, float inv0
                                     uint64_t key, uint64_t j0, int8_t *q);
 uint32_t dl_gemm_qstoch_f32_avx2(const float *x, const float *inv, float inv0, int64_t n,
                                  uint64_t key, uint64_t j0, int8_t *q);
-/* Quantization (gemm_s8.c; the nearest-rounding and absmax cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
+uint32_t dl_gemm_qstoch_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
+                                       uint64_t key, uint64_t j0, int8_t *q);
+/* Quantization (gemm_s8.c; the nearest-rounding, absmax and stochastic-rounding cores have an AVX-512 build): q = clamp(round(x * (1 / scale)), -127, 127), scale per
  * tensor (scale_n == 1), per row (axis 0, scale_n == n_rows) or per column (axis 1, scale_n ==
  * dim), row r of x at x + r * ldx (ldx >= dim: strided rows, e.g. a weight slice of every
  * peer's parameter row); rounding 0 = nearest even, 1 = stochastic floor(v) + (u < v - floor(v)) with u from the
@@ -539,6 +541,10 @@ int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 /* *out = XOR of src's n words: a read-only pass (copy.c). */
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
+/* dst row r = src row idx[r] for r < n_idx (rows of row_bytes bytes); DL_E_INDEX (nothing written)
+ * when an index is outside [0, n_src). */
+int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
+                 const int64_t *idx, void *dst, int n_threads);
 
 /* consensus.c: out[0] = sum_{i,c} X_ic^2 and out[1] = sum_c (sum_i X_ic)^2 of a (P, D) float32
  * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */

@@ -55,6 +55,7 @@ void dl_amx_tile_end(void) {
 #define DL_GEMM_NR 64
 #define DL_GEMM_KG 4
 #define DL_GEMM_AKG 64
+#define DL_GEMM_EPI_LANES 16 /* the dense epilogue in zmm registers, as the VNNI build */
 #define DL_GEMM_THREAD_BEGIN() dl_amx_tile_begin()
 #define DL_GEMM_THREAD_END() dl_amx_tile_end()
 typedef int8_t dl_gemm_a_t;

@@ -18,6 +18,7 @@
 #define DL_GEMM_MR 6
 #define DL_GEMM_NR 64
 #define DL_GEMM_KG 4
+#define DL_GEMM_EPI_LANES 16 /* the dense epilogue in zmm registers */
 typedef uint8_t dl_gemm_a_t;
 typedef int8_t dl_gemm_b_t;
 static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return (uint8_t)(v ^ 0x80); }
@@ -94,6 +95,52 @@ uint32_t dl_gemm_absmax_bits_f32_avx512vnni(const float *x, int64_t n) {
         m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + j), absm));
     }
     return (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1));
+}
+
+/* 16 lanes of dl_hash32 (lowbias32). */
+static inline __m512i gemm_hash16(__m512i x) {
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x21f0aaad));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x735a2d97));
+    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+}
+
+/* Stochastic rounding core (see dl.h), 16 lanes with a masked tail: the same IEEE operations as
+ * the portable and AVX2 code (product, vmaxps/vminps clamp with NaN -> -127, floor, u < v - f with
+ * u = dl_rng_unit of the lane's index), so the codes are bit-identical. Indices past 2^32 take the
+ * portable code (the RNG's high index word is then not 0). */
+uint32_t dl_gemm_qstoch_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
+                                       uint64_t key, uint64_t j0, int8_t *q) {
+    if (n <= 0) return 0;
+    if (((j0 + (uint64_t)n) >> 32) != 0)
+        return dl_gemm_qstoch_f32_generic(x, inv, inv0, n, key, j0, q);
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512 one = _mm512_set1_ps(1.0f), s16 = _mm512_set1_ps(inv0);
+    const __m512 ulp = _mm512_set1_ps(0x1.0p-24f);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    const __m512i klo = _mm512_set1_epi32((int32_t)(uint32_t)key);
+    const __m512i khi = _mm512_set1_epi32((int32_t)(uint32_t)(key >> 32));
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(uint32_t)j0),
+                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                     14, 15));
+    __m512i mx = _mm512_setzero_si512();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(k, x + j);
+        const __m512 sc = inv != NULL ? _mm512_maskz_loadu_ps(k, inv + j) : s16;
+        mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(xv), absm));
+        const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, sc), lo), hi);
+        const __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        const __m512i h =
+            gemm_hash16(_mm512_xor_si512(gemm_hash16(_mm512_xor_si512(idx, klo)), khi));
+        const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), ulp);
+        const __mmask16 up = _mm512_cmp_ps_mask(u, _mm512_sub_ps(v, f), _CMP_LT_OQ);
+        const __m512i iv = _mm512_cvttps_epi32(_mm512_mask_add_ps(f, up, f, one));
+        _mm_mask_storeu_epi8(q + j, k, _mm512_cvtsepi32_epi8(iv));
+        idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16));
+    }
+    return (uint32_t)_mm512_reduce_max_epu32(mx);
 }
 
 const dl_gemm_s8_layout_t dl_gemm_s8_layout_vnni = {"vnni", DL_GEMM_MR, DL_GEMM_NR, DL_GEMM_KG,

@@ -129,22 +129,43 @@ static void gemm_pack_b_panel(int64_t k, int64_t n, const int8_t *b, int64_t rs,
                     cs_[j] += v;
                 }
         }
-    } else if (nv == DL_GEMM_NR && rs == 1) {
-#ifdef DL_GEMM_HAVE_PACK_B_COLS /* the ISA file's packing of whole groups of a stored transpose */
-        if (cs <= INT32_MAX / DL_GEMM_NR) {
+    } else if (rs == 1) { /* stored transpose (any panel): column j's k values are one run; in
+                           * blocks of 16 groups (4 KiB of the panel, kept in L1) every column's
+                           * run is read in order and its KG-groups written down the panel */
+#ifdef DL_GEMM_HAVE_PACK_B_COLS /* the ISA file's packing of whole groups of a full panel */
+        if (nv == DL_GEMM_NR && cs <= INT32_MAX / DL_GEMM_NR) {
             dl_gemm_pack_b_cols(kfull, b + j0 * cs, cs, dst, cs_);
             g = kfull;
         }
 #endif
-        for (; g < kfull; g++) {
-            const int8_t *c0 = b + g * DL_GEMM_KG + j0 * cs;
-            dl_gemm_b_t *d = dst + g * DL_GEMM_NR * DL_GEMM_KG;
-            for (int j = 0; j < DL_GEMM_NR; j++)
-                for (int kk = 0; kk < DL_GEMM_KG; kk++) {
-                    const int8_t v = c0[j * cs + kk];
-                    d[j * DL_GEMM_KG + kk] = (dl_gemm_b_t)v;
-                    cs_[j] += v;
+        if (g < kfull) {
+            for (int j = 0; j < nv; j++) {
+                const int8_t *src = b + (j0 + j) * cs;
+                int32_t sum = 0;
+                for (int64_t kr = 0; kr < kfull * DL_GEMM_KG; kr++) sum += src[kr];
+                cs_[j] = sum;
+            }
+            for (int64_t g0 = 0; g0 < kfull; g0 += 16) {
+                const int64_t g1 = dl_min_i64(kfull, g0 + 16);
+                for (int j = 0; j < nv; j++) {
+                    const int8_t *src = b + (j0 + j) * cs;
+                    dl_gemm_b_t *d = dst + j * DL_GEMM_KG;
+                    for (int64_t gg = g0; gg < g1; gg++) {
+                        if (sizeof(dl_gemm_b_t) == 1) /* int8 layouts: one word move per group */
+                            memcpy(d + gg * DL_GEMM_NR * DL_GEMM_KG, src + gg * DL_GEMM_KG,
+                                   DL_GEMM_KG);
+                        else
+                            for (int kk = 0; kk < DL_GEMM_KG; kk++)
+                                d[gg * DL_GEMM_NR * DL_GEMM_KG + kk] =
+                                    (dl_gemm_b_t)src[gg * DL_GEMM_KG + kk];
+                    }
                 }
+                if (nv < DL_GEMM_NR)
+                    for (int64_t gg = g0; gg < g1; gg++)
+                        memset(dst + (gg * DL_GEMM_NR + nv) * DL_GEMM_KG, 0,
+                               (size_t)((DL_GEMM_NR - nv) * DL_GEMM_KG) * sizeof(dl_gemm_b_t));
+            }
+            g = kfull;
         }
     }
     for (; g < kgn; g++)
@@ -434,7 +455,9 @@ static size_t gemm_dense_b_elems(int64_t k, int64_t n) {
 static size_t gemm_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 static int gemm_dense_buf_init(gemm_dense_buf_t *wb, int64_t B, int64_t I, int64_t O, int bwd) {
-    size_t na = gemm_dense_a_elems(B, I), nb = gemm_dense_b_elems(I, O);
+    /* forward: Y = Xq Wq, or Y^T = Wq^T Xq^T (gemm_dense_trans) */
+    size_t na = gemm_max_sz(gemm_dense_a_elems(B, I), gemm_dense_a_elems(O, I));
+    size_t nb = gemm_max_sz(gemm_dense_b_elems(I, O), gemm_dense_b_elems(I, B));
     if (bwd) { /* dW in either orientation (gemm_dense_trans), dX */
         na = gemm_max_sz(gemm_max_sz(gemm_dense_a_elems(I, B), gemm_dense_a_elems(O, B)),
                          gemm_dense_a_elems(B, O));
@@ -456,19 +479,24 @@ static void gemm_dense_buf_free(gemm_dense_buf_t *wb) {
     free(wb->dyq);
 }
 
-/* 8 float lanes (two SSE registers in the portable build, one ymm with AVX2): the epilogue works
- * on whole vectors so that its loads never wait on scalar stores. */
-typedef float gemm_v8f __attribute__((vector_size(32)));
-typedef int32_t gemm_v8i __attribute__((vector_size(32)));
+/* EPI float lanes (8: two SSE registers in the portable build, one ymm with AVX2; 16 in the VNNI
+ * build, one zmm like the microkernel's tile stores, so a load is never half of a wider store): the
+ * epilogue works on whole vectors so that its loads never wait on scalar stores. */
+#ifndef DL_GEMM_EPI_LANES /* an ISA file may widen it to its register (the VNNI build: 16) */
+#define DL_GEMM_EPI_LANES 8
+#endif
+#define EPI DL_GEMM_EPI_LANES
+typedef float gemm_v8f __attribute__((vector_size(4 * EPI)));
+typedef int32_t gemm_v8i __attribute__((vector_size(4 * EPI)));
 
 /* Epilogue of one register tile row: c[0..nv) = act(float(t) * s + bv) (relu: np.maximum(v, 0);
  * mask mr (may be NULL): times (mr > 0 ? 1 : 0)). The same operations per element as the scalar
  * form (the AVX2 build contracts the multiply-add there as here). */
 static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const float *bv, int relu,
                                   const float *mr, float *c) {
-    for (int h = 0; h < DL_GEMM_NR; h += 8) {
+    for (int h = 0; h < DL_GEMM_NR; h += EPI) {
         if (h >= nv) break;
-        const int w = nv - h < 8 ? nv - h : 8;
+        const int w = nv - h < EPI ? nv - h : EPI;
         gemm_v8i ti;
         gemm_v8f b, v;
         memcpy(&ti, t + h, sizeof ti);
@@ -476,7 +504,7 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
         v = __builtin_convertvector(ti, gemm_v8f) * sv + b;
         if (mr != NULL) {
             gemm_v8f mk = {0};
-            if (w == 8) /* constant sizes: no library memcpy calls */
+            if (w == EPI) /* constant sizes: no library memcpy calls */
                 memcpy(&mk, mr + h, sizeof mk);
             else
                 for (int j = 0; j < w; j++) mk[j] = mr[h + j];
@@ -490,7 +518,7 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
             vi &= ~(v <= 0.0f);
             memcpy(&v, &vi, sizeof v);
         }
-        if (w == 8)
+        if (w == EPI)
             memcpy(c + h, &v, sizeof v);
         else
             for (int j = 0; j < w; j++) c[h + j] = v[j];
@@ -516,7 +544,7 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
         gemm_pack_b_panel(k, n, b, b_rs, b_cs, q, wb->bp + q * b_panel, wb->colsum);
     int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
     gemm_v8f sv;
-    for (int j = 0; j < 8; j++) sv[j] = s;
+    for (int j = 0; j < EPI; j++) sv[j] = s;
     for (int64_t q = 0; q < np; q++) {
         const int64_t j0 = q * DL_GEMM_NR;
         const int nv = (int)dl_min_i64(DL_GEMM_NR, n - j0);
@@ -629,10 +657,12 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
                 if (s == DL_OK) {
                     const int8_t *wq = d->wq + p * I * O;
                     const float *bias = d->bias != NULL ? d->bias + p * d->b_ps : NULL;
-                    /* not transposed for a narrow O: packing Xq^T costs more than the padded
-                     * columns (measured on Zen 1) */
-                    gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sxp * d->sw[p], bias, d->relu,
-                                  NULL, 0, d->y + p * d->y_ps, d->y_rs, 0, &wb);
+                    if (!d->relu && gemm_dense_trans(B, O)) /* Y^T = Wq^T Xq^T: narrow O */
+                        gemm_dense_mm(O, I, B, wq, 1, O, xq, 1, I, sxp * d->sw[p], bias, 0, NULL,
+                                      0, d->y + p * d->y_ps, d->y_rs, 1, &wb);
+                    else
+                        gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sxp * d->sw[p], bias,
+                                      d->relu, NULL, 0, d->y + p * d->y_ps, d->y_rs, 0, &wb);
                 }
                 if (s < status) status = s;
             }
@@ -699,3 +729,4 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
     return status;
 }
 #undef gemm_dense_buf_t
+#undef EPI

@@ -119,3 +119,44 @@ def test_measure_limits_small():
     assert lim["blas"]["library"] and lim["blas"]["threads"] >= 1
     assert "model_name" in lim["cpu"] and lim["int8_peak_instruction"]
     assert bench.format_limits(lim).startswith("CPU ")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8, np.int64, np.bool_])
+@pytest.mark.parametrize("shape", [(50,), (50, 3), (40, 8, 8), (7, 1, 28, 28)])
+def test_take_rows_matches_np_take(dtype, shape):
+    rng = np.random.default_rng(len(shape))
+    src = (rng.standard_normal(shape) * 50).astype(dtype)
+    for idx in (rng.integers(0, shape[0], (16, 32)), rng.integers(0, shape[0], 5),
+                np.zeros((0, 4), np.int64), np.array(shape[0] - 1)):
+        want = ref_copy.take_rows(src, idx)
+        for threads in (1, 2, 3):
+            got = ops.take_rows(src, idx, n_threads=threads)
+            assert got.dtype == src.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+    # a big gather (threaded), into a given out
+    src = rng.standard_normal((1000, 64), dtype=np.float32)
+    idx = rng.integers(0, 1000, (256, 32)).astype(np.int32)
+    out = np.empty((256, 32, 64), np.float32)
+    assert ops.take_rows(src, idx, out=out, n_threads=2) is out
+    np.testing.assert_array_equal(out, np.take(src, idx, axis=0))
+
+
+def test_take_rows_errors():
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    out = np.full((2, 2), -1.0, np.float32)
+    for bad in ([0, 6], [-1, 0]):  # no wrap-around: nothing is written
+        with pytest.raises(IndexError, match=r"idx must lie in \[0, 6\)"):
+            ops.take_rows(src, np.array(bad), out=out)
+        np.testing.assert_array_equal(out, -1.0)
+    with pytest.raises(TypeError, match="idx must hold integers"):
+        ops.take_rows(src, np.array([0.0]))
+    with pytest.raises(ValueError, match="out must have shape"):
+        ops.take_rows(src, np.array([0, 1]), out=np.empty((2, 3), np.float32))
+    with pytest.raises(TypeError, match="out must have dtype float32"):
+        ops.take_rows(src, np.array([0, 1]), out=np.empty((2, 2), np.float64))
+    with pytest.raises(ValueError, match="src"):
+        ops.take_rows(src[:, ::2], np.array([0]))  # not C-contiguous
+    with pytest.raises(TypeError, match="not Python objects"):
+        ops.take_rows(np.array([object(), 1], dtype=object), np.array([0]))
+    with pytest.raises(ValueError, match="overlap|share"):
+        ops.take_rows(src, np.array([0, 1]), out=src[:2])

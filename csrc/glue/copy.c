@@ -1,6 +1,7 @@
 /* copy.c: glue of the memory-bandwidth kernels decentlearn.bench measures the machine's limits
  * with (csrc/copy.c): copy_f32 (non-temporal streaming copy) and read_f32 (a read-only pass), two
- * glue_op_t rows. decentlearn/ops/copy.py is the Python side.
+ * glue_op_t rows; and take_rows (the minibatch gather), hand-written because it takes any dtype.
+ * decentlearn/ops/copy.py is the Python side.
  */
 #include "glue.h"
 
@@ -49,4 +50,60 @@ static const glue_op_t ops[] = {
      0, 0, check_read_out, NULL, call_read_f32, {0}, 1, {1}},
 };
 
-GLUE_FAMILY(copy, ops, NULL);
+/* take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]], rows of src's trailing
+ * shape; src and out C-contiguous of one dtype, idx int64 C-contiguous, out of shape idx.shape +
+ * src.shape[1:]. */
+static PyObject *py_take_rows(PyObject *self, PyObject *args) {
+    PyArrayObject *src, *idx, *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:take_rows", &PyArray_Type, &src, &PyArray_Type, &idx,
+                          &PyArray_Type, &out, conv_threads, &n_threads))
+        return NULL;
+    const int nd = PyArray_NDIM(src), ni = PyArray_NDIM(idx);
+    if (PyDataType_REFCHK(PyArray_DESCR(src))) { /* object pointers: copying them needs refcounts */
+        PyErr_SetString(PyExc_TypeError, "take_rows: src must hold plain values, not Python objects");
+        return NULL;
+    }
+    if (nd < 1) {
+        PyErr_SetString(PyExc_ValueError, "take_rows: src must have at least 1 dimension, got 0");
+        return NULL;
+    }
+    if (check_array(src, "take_rows", "src", PyArray_TYPE(src), nd, 0) ||
+        check_array(idx, "take_rows", "idx", NPY_INT64, ni, 0) ||
+        check_array(out, "take_rows", "out", PyArray_TYPE(src), PyArray_NDIM(out), 1) ||
+        check_threads("take_rows", n_threads))
+        return NULL;
+    int ok = PyArray_NDIM(out) == ni + nd - 1;
+    for (int a = 0; ok && a < ni; a++) ok = PyArray_DIM(out, a) == PyArray_DIM(idx, a);
+    for (int a = 1; ok && a < nd; a++) ok = PyArray_DIM(out, ni + a - 1) == PyArray_DIM(src, a);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError,
+                        "take_rows: out must have shape idx.shape + src.shape[1:]");
+        return NULL;
+    }
+    if (check_disjoint("take_rows", 1, 3, out, "out", src, "src", idx, "idx")) return NULL;
+    const int64_t n_src = PyArray_DIM(src, 0);
+    int64_t row_bytes = (int64_t)PyArray_ITEMSIZE(src);
+    for (int a = 1; a < nd; a++) row_bytes *= (int64_t)PyArray_DIM(src, a);
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_take_rows(n_src, row_bytes, PyArray_DATA(src), (int64_t)PyArray_SIZE(idx),
+                          PyArray_DATA(idx), PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_INDEX) {
+        PyErr_Format(PyExc_IndexError, "take_rows: every idx must lie in [0, %lld) (src's rows)",
+                     (long long)n_src);
+        return NULL;
+    }
+    if (status != DL_OK) return raise_status("take_rows", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+static PyMethodDef methods[] = {
+    {"take_rows", py_take_rows, METH_VARARGS,
+     "take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]] (any dtype)."},
+    {NULL, NULL, 0, NULL},
+};
+
+GLUE_FAMILY(copy, ops, methods);

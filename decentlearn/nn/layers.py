@@ -216,8 +216,11 @@ class Dense(Layer):
             return dense_forward(x, weight, bias, train, _is_shared(x),
                                       n_threads=_threads(scratch), relu=relu, scratch=scratch)
         if weight.dtype == np.float32 and x.dtype == np.float32:
-            # One C call: every peer's gemm, bias and ReLU, peers split over threads.
-            y = ops.dense_forward(x, weight, bias, relu, n_threads=_threads(scratch))
+            # One C call: every peer's gemm, bias and ReLU, peers split over threads. In training
+            # the output is the layer's reused array (valid until its next pass: no fresh pages).
+            out = (scratch.empty("y", (weight.shape[0], x.shape[1], self.out_features),
+                                 np.float32) if train else None)
+            y = ops.dense_forward(x, weight, bias, relu, out=out, n_threads=_threads(scratch))
             return y, (x if train else None)
         y = np.matmul(x, weight)  # (P, B, out); a stride-0 shared x is not copied
         y += bias[:, None, :]
@@ -236,9 +239,10 @@ class Dense(Layer):
         if self.precision == "int8":  # the ReLU mask is fused
             return dense_backward(dy, ctx, g_weight, g_bias, need_dx, *scratch.rng,
                                        n_threads=_threads(scratch), peer0=scratch.peer0,
-                                       mask=mask)
+                                       mask=mask, scratch=scratch)
         if weight.dtype == np.float32 and dy.dtype == np.float32:
-            dx = np.empty(dy.shape[:2] + (self.in_features,), np.float32) if need_dx else None
+            dx = (scratch.empty("dx", dy.shape[:2] + (self.in_features,), np.float32)
+                  if need_dx else None)
             ops.dense_backward(ctx, weight, np.ascontiguousarray(dy), g_weight, g_bias, dx, mask,
                                n_threads=_threads(scratch))
             return dx

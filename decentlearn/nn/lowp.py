@@ -101,7 +101,9 @@ def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bo
                                scratch.empty("sx", (px,), np.float32),
                                scratch.empty("wq", (n_peers, n_in, n_out), np.int8),
                                scratch.empty("sw", (n_peers,), np.float32))
-    y, codes = ops.gemm_s8_dense_forward(x, weight, bias, relu, n_threads=n_threads,
+    out = (scratch.empty("y", (weight.shape[0], x.shape[1], weight.shape[2]), np.float32)
+           if scratch is not None and train else None)
+    y, codes = ops.gemm_s8_dense_forward(x, weight, bias, relu, out=out, n_threads=n_threads,
                                          codes=codes)
     return y, (codes if train else None)
 
@@ -109,15 +111,19 @@ def dense_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, train: bo
 def dense_backward(dy: np.ndarray, ctx: Any, g_weight: np.ndarray, g_bias: np.ndarray,
                    need_dx: bool, seed: int, step: int,
                    n_threads: int | None = None, peer0: int = 0,
-                   mask: np.ndarray | None = None) -> np.ndarray | None:
+                   mask: np.ndarray | None = None, scratch: Any = None) -> np.ndarray | None:
     """Writes dW = Q(x)^T Q_s(dY) into g_weight (P, in, out) and db = sum dY (in batch order) into
     g_bias (P, out); returns dX = Q_s(dY) Q(W)^T (P, B, in), zeroed where ``mask <= 0`` (the ReLU
     below, fused), when ``need_dx``. Q_s: stochastic rounding keyed by (seed, step, peer), row r
     of the batch being peer ``peer0 + r``. One fused C pass per peer (ops.gemm_s8_dense_backward)
-    from the codes the forward kept."""
+    from the codes the forward kept; dX goes into ``scratch``'s reused array when given."""
     dy = np.ascontiguousarray(dy, dtype=np.float32)
     n_peers, batch, _ = dy.shape
-    dx = np.empty((n_peers, batch, ctx.xq.shape[2]), np.float32) if need_dx else None
+    shape = (n_peers, batch, ctx.xq.shape[2])
+    dx = None
+    if need_dx:
+        dx = scratch.empty("dx", shape, np.float32) if scratch is not None else np.empty(shape,
+                                                                                         np.float32)
     ops.gemm_s8_dense_backward(dy, ctx, g_weight, g_bias, dx, mask if need_dx else None,
                                seed=seed, step=step, peer0=peer0, n_threads=n_threads)
     return dx

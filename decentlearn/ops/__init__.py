@@ -49,7 +49,7 @@ from decentlearn.ops.nn import dense_backward, dense_forward, nn_gemm
 from decentlearn.ops.optim import sgd_step
 from decentlearn.ops.conv import conv_fold, conv_unfold
 from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
-from decentlearn.ops.copy import copy_f32, read_f32
+from decentlearn.ops.copy import copy_f32, read_f32, take_rows
 from decentlearn.ops.consensus import consensus_sums
 from decentlearn.ops.peak import peak_s8, peak_s8_window
 from decentlearn.ops.isa import active_isa, supported_isas, using_isa
@@ -66,6 +66,6 @@ __all__ = [
     "dequantize_s8", "gemm_s8", "gemm_s8_batched", "gemm_s8_batched_f32", "gemm_s8_dense_backward",
     "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",
     "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "conv_fold", "conv_unfold",
-    "maxpool2_backward", "maxpool2_forward", "copy_f32", "read_f32", "consensus_sums", "peak_s8",
-    "peak_s8_window", "active_isa", "supported_isas", "using_isa",
+    "maxpool2_backward", "maxpool2_forward", "copy_f32", "read_f32", "take_rows", "consensus_sums",
+    "peak_s8", "peak_s8_window", "active_isa", "supported_isas", "using_isa",
 ]

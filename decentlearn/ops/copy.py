@@ -1,5 +1,5 @@
 """A streaming copy and a read-only pass (csrc/copy.c): the memory limits decentlearn.experiments.bench
-measures the machine with.
+measures the machine with; and ``take_rows``, the threaded gather of every peer's minibatch.
 
 NumPy twin: decentlearn/_reference/copy.py.
 """
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn._core import copy_f32 as _core_copy_f32, read_f32 as _core_read_f32
+from decentlearn._core import (copy_f32 as _core_copy_f32, read_f32 as _core_read_f32,
+                               take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["copy_f32", "read_f32"]
+__all__ = ["copy_f32", "read_f32", "take_rows"]
 
 
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
@@ -32,3 +33,21 @@ def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
     out = np.zeros(1, np.uint32)
     _core_read_f32(src, out, resolve_threads(n_threads, src.size))
     return int(out[0])
+
+
+def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
+              n_threads: int | None = None) -> np.ndarray:
+    """``np.take(src, idx, axis=0)`` on threads: out (idx.shape + src.shape[1:]) gets row
+    ``idx.flat[r]`` of the C-contiguous ``src`` (any plain dtype) at position r. Every index must lie
+    in [0, len(src)) (IndexError otherwise, nothing written; no negative wrap-around). The
+    simulator's minibatch gather. NumPy reference: ``np.take(src, idx, axis=0)``."""
+    if not isinstance(src, np.ndarray):
+        raise TypeError(f"take_rows: src must be a numpy.ndarray, got {type(src).__name__}")
+    idx = np.asarray(idx)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"take_rows: idx must hold integers, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, order="C", copy=False)  # keeps a 0-d idx 0-d
+    if out is None:
+        out = np.empty(idx.shape + src.shape[1:], dtype=src.dtype)
+    work = idx.size * (src.size // len(src) if src.ndim and len(src) else 0)
+    return _core_take_rows(src, idx, out, resolve_threads(n_threads, work))
