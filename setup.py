@@ -57,9 +57,10 @@ _AMX_PROBE = ("#include <immintrin.h>\nint main(void) { _tile_release(); return 
 
 def _compiler_accepts(compiler, flags: list[str], link_flags: list[str],
                       source: str = _OMP_PROBE) -> bool:
-    """Compiles and links a tiny program (default: OpenMP) with the given flags plus the build's own: CFLAGS
-    and LDFLAGS from the environment (distutils adds them to shared-library links but not to
-    link_executable, so a sanitizer build's probe would fail to link and silently drop OpenMP)."""
+    """Compiles and links a tiny program (default: OpenMP) with the given flags plus the build's
+    own: CFLAGS and LDFLAGS from the environment (distutils adds them to shared-library links but
+    not to link_executable, so a sanitizer build's probe would fail to link and silently drop
+    OpenMP)."""
     extra = (SANITIZE_FLAGS if SANITIZE else [])
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "probe.c")

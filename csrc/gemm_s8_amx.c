@@ -91,7 +91,8 @@ static inline void amx_pend_rows(amx_pend_t *p, int r) {
                 _mm512_stream_si512((void *)(p->dst + 64 * h), v);
             else
                 _mm512_stream_ps((float *)(p->dst + 64 * h),
-                                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(p->sc + 16 * h),
+                                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(v),
+                                                 _mm512_loadu_ps(p->sc + 16 * h),
                                                  _mm512_loadu_ps(p->bias + 16 * h)));
         }
 }
@@ -230,7 +231,8 @@ int dl_gemm_s8_amx(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8
     return dl_gemm_s8_amx_tiles(m, k, n, a, packed, colsum, out, n_threads);
 }
 int dl_gemm_s8_batched_amx(const dl_gemm_s8_batch_t *bt, int n_threads) {
-    if (bt != NULL && DL_AMX_SMALL(bt->m, bt->k)) return dl_gemm_s8_batched_avx512vnni(bt, n_threads);
+    if (bt != NULL && DL_AMX_SMALL(bt->m, bt->k))
+        return dl_gemm_s8_batched_avx512vnni(bt, n_threads);
     return dl_gemm_s8_batched_amx_tiles(bt, n_threads);
 }
 

@@ -26,12 +26,18 @@ static inline void dl_gemm_pack_b_rows(int64_t kfull, const int8_t *b, int64_t r
         const __m512i r3 = _mm512_loadu_si512((const void *)(r + 3 * rs));
         const __m512i t01l = _mm512_unpacklo_epi8(r0, r1), t01h = _mm512_unpackhi_epi8(r0, r1);
         const __m512i t23l = _mm512_unpacklo_epi8(r2, r3), t23h = _mm512_unpackhi_epi8(r2, r3);
-        const __m512i q0 = _mm512_unpacklo_epi16(t01l, t23l), q1 = _mm512_unpackhi_epi16(t01l, t23l);
-        const __m512i q2 = _mm512_unpacklo_epi16(t01h, t23h), q3 = _mm512_unpackhi_epi16(t01h, t23h);
-        const __m512i a = _mm512_shuffle_i64x2(q0, q1, 0x44), bb = _mm512_shuffle_i64x2(q0, q1, 0xEE);
-        const __m512i c = _mm512_shuffle_i64x2(q2, q3, 0x44), d = _mm512_shuffle_i64x2(q2, q3, 0xEE);
-        const __m512i o0 = _mm512_shuffle_i64x2(a, c, 0x88), o1 = _mm512_shuffle_i64x2(a, c, 0xDD);
-        const __m512i o2 = _mm512_shuffle_i64x2(bb, d, 0x88), o3 = _mm512_shuffle_i64x2(bb, d, 0xDD);
+        const __m512i q0 = _mm512_unpacklo_epi16(t01l, t23l);
+        const __m512i q1 = _mm512_unpackhi_epi16(t01l, t23l);
+        const __m512i q2 = _mm512_unpacklo_epi16(t01h, t23h);
+        const __m512i q3 = _mm512_unpackhi_epi16(t01h, t23h);
+        const __m512i a = _mm512_shuffle_i64x2(q0, q1, 0x44); /* lanes q0.0 q0.1 q1.0 q1.1 */
+        const __m512i bb = _mm512_shuffle_i64x2(q0, q1, 0xEE); /* q0.2 q0.3 q1.2 q1.3 */
+        const __m512i c = _mm512_shuffle_i64x2(q2, q3, 0x44);
+        const __m512i d = _mm512_shuffle_i64x2(q2, q3, 0xEE);
+        const __m512i o0 = _mm512_shuffle_i64x2(a, c, 0x88); /* lanes 0 of q0..q3 */
+        const __m512i o1 = _mm512_shuffle_i64x2(a, c, 0xDD);
+        const __m512i o2 = _mm512_shuffle_i64x2(bb, d, 0x88);
+        const __m512i o3 = _mm512_shuffle_i64x2(bb, d, 0xDD);
         int8_t *o = dst + 256 * g;
         _mm512_storeu_si512((void *)o, o0);
         _mm512_storeu_si512((void *)(o + 64), o1);
@@ -63,7 +69,8 @@ static inline void dl_gemm_pack_b_cols(int64_t kfull, const int8_t *b, int64_t c
                       _mm512_setzero_si512()};
     for (int64_t g = 0; g < kfull; g++)
         for (int h = 0; h < 4; h++) {
-            const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(b + 4 * g + 16 * h * cs), 1);
+            const int8_t *base = b + 4 * g + 16 * h * cs;
+            const __m512i v = _mm512_i32gather_epi32(idx, (const void *)base, 1);
             _mm512_storeu_si512((void *)(dst + 256 * g + 64 * h), v);
             acc[h] = _mm512_dpbusd_epi32(acc[h], ones, v);
         }
