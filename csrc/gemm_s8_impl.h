@@ -7,8 +7,8 @@
  * DL_GEMM_NR columns, k in groups of DL_GEMM_KG), the packed element types dl_gemm_a_t /
  * dl_gemm_b_t, dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel()
  * (optionally DL_GEMM_HAVE_UKERNEL_ROWS with dl_gemm_ukernel_rows(), the first mr rows only).
- * Packed B: panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG) groups of NR
- * columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
+ * Packed B: panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG)
+ * groups of NR columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
  * step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B - 128
  * colsum). A is packed inside each call the same way in tiles of MR rows. C is cut into tasks of
  * whole register tiles, handed to threads dynamically; every element of C is one exact integer sum
