@@ -8,14 +8,15 @@
  * dl_gemm_b_t, dl_gemm_a_conv() (how an A value is stored) and the microkernel dl_gemm_ukernel()
  * (optionally DL_GEMM_HAVE_UKERNEL_ROWS with dl_gemm_ukernel_rows(), the first mr rows only).
  * Packed B: panels of NR columns (n zero-padded to a multiple of NR), each panel ceil(k / KG)
- * groups of NR columns x KG consecutive k values, so one group of one panel is what the microkernel loads per
- * step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B - 128
- * colsum). A is packed inside each call the same way in tiles of MR rows. C is cut into tasks of
- * whole register tiles, handed to threads dynamically; every element of C is one exact integer sum
- * over all of k computed by one microkernel call, so the result does not depend on the thread count
- * or the partition. The fused int8 dense layer (dl_gemm_s8_dense_forward/backward, at the end)
- * instead gives each peer to one thread, which quantizes, packs into its own buffers, multiplies
- * and dequantizes that peer's three products.
+ * groups of NR columns x KG consecutive k values, so one group of one panel is what the microkernel
+ * loads per step; colsum[j] = sum_k B[k, j] (needed by the VNNI kernel, which computes (A + 128) B
+ * - 128 colsum). A is packed inside each call in tiles of MR rows, groups of DL_GEMM_AKG (default
+ * KG) k values. C is cut into tasks
+ * of whole register tiles, handed to threads dynamically; every element of C is one exact integer
+ * sum over all of k computed by one microkernel call, so the result does not depend on the thread
+ * count or the partition. The fused int8 dense layer (dl_gemm_s8_dense_forward/backward, at the
+ * end) instead gives each peer to one thread, which quantizes, packs into its own buffers,
+ * multiplies and dequantizes that peer's three products.
  */
 #include <stdint.h>
 #include <stdlib.h>
