@@ -5,7 +5,9 @@ Every report starts with the limits measured in the same process (:func:`measure
 bandwidth (decentlearn's non-temporal streaming copy ``ops.copy_f32`` and ``np.copyto``, counting
 the bytes a copy must move: read once, write once), numpy's sgemm rate (a 1024^3 float32 matmul;
 its BLAS, version and threads from threadpoolctl) and the int8 multiply-add peak of the active ISA
-path (``ops.peak_s8``: an in-register ``pmaddwd``/``vpmaddwd``/``vpdpbusd`` loop). Each kernel row
+path (``ops.peak_s8``: an in-register ``pmaddwd``/``vpmaddwd``/``vpdpbusd`` loop or AMX
+``tdpbssd`` on resident tiles, timed on every thread over one window by ``ops.peak_s8_window``;
+:func:`bench_gemm_paths` compares ISA paths, each against its own peak). Each kernel row
 then gives its best and median time, every baseline's time and the speedup over it, and the
 kernel's rate as a fraction of the matching limit: memory-bound kernels count the bytes they must
 move (inputs read once, outputs written once) against the faster of the two copies; int8 GEMMs
