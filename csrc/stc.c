@@ -15,7 +15,7 @@
 
 #include "dl.h"
 
-#define DL_STC_CHUNK 16384 /* positions per chunk of one long row coded on several threads */
+#define DL_STC_CHUNK 4096 /* positions per chunk of one long row coded on several threads */
 
 int64_t dl_stc_golomb_max_bits(int64_t k, int64_t dim, int b) {
     if (k < 0 || dim < 0 || k > dim || b < 0 || b > DL_STC_MAX_B) return -1;
@@ -59,10 +59,15 @@ static int encode_row(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t
         if (p <= prev || p >= dim) return DL_E_ARG;
         const uint64_t gap = (uint64_t)(p - prev - 1);
         uint64_t q = gap >> b;
+        const uint64_t tail = (gap & rmask) | ((uint64_t)(neg[i] != 0) << b);
         total += (int64_t)q + b + 2;
-        for (; q >= 32; q -= 32) bitw_put(&w, 0xffffffffu, 32);
-        bitw_put(&w, ((uint64_t)1 << q) - 1, (int)q + 1); /* q ones, then the zero */
-        bitw_put(&w, (gap & rmask) | ((uint64_t)(neg[i] != 0) << b), b + 1);
+        if (q + b + 2 <= 32) { /* the usual case: one put of q ones, the zero and the tail */
+            bitw_put(&w, (((uint64_t)1 << q) - 1) | (tail << (q + 1)), (int)q + b + 2);
+        } else {
+            for (; q >= 32; q -= 32) bitw_put(&w, 0xffffffffu, 32);
+            bitw_put(&w, ((uint64_t)1 << q) - 1, (int)q + 1); /* q ones, then the zero */
+            bitw_put(&w, tail, b + 1);
+        }
         prev = p;
     }
     /* flush the partial word, then zero the rest of the row */
@@ -149,11 +154,17 @@ static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int
             for (int64_t i = i0; i < i1; i++) {
                 const uint64_t gap = (uint64_t)(pos[i] - prev - 1);
                 uint64_t q = gap >> b;
-                for (; q >= 32; q -= 32)
-                    chunk_put(out, &o, skip, &head[c], &acc, &fill, 0xffffffffu, 32);
-                chunk_put(out, &o, skip, &head[c], &acc, &fill, ((uint64_t)1 << q) - 1, (int)q + 1);
-                chunk_put(out, &o, skip, &head[c], &acc, &fill,
-                          (gap & rmask) | ((uint64_t)(neg[i] != 0) << b), b + 1);
+                const uint64_t tail = (gap & rmask) | ((uint64_t)(neg[i] != 0) << b);
+                if (q + b + 2 <= 32) {
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill,
+                              (((uint64_t)1 << q) - 1) | (tail << (q + 1)), (int)q + b + 2);
+                } else {
+                    for (; q >= 32; q -= 32)
+                        chunk_put(out, &o, skip, &head[c], &acc, &fill, 0xffffffffu, 32);
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill, ((uint64_t)1 << q) - 1,
+                              (int)q + 1);
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill, tail, b + 1);
+                }
                 prev = pos[i];
             }
             for (; fill > 0; fill -= 8, acc >>= 8)
