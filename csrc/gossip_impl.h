@@ -157,10 +157,10 @@ static inline void gossip_row(const int32_t *restrict indices, const float *rest
  * columns [c, c + DL_GOSSIP_VW) with y pointing at column c; both rows have k >= 1 entries. Two
  * rows at once give 2 * DL_NACC independent chains of multiply-adds. Same operations per element
  * as gossip_row. With `stream`, y + i * dim must be vector-aligned. */
-static inline void gossip_sweep_pair(const int64_t *restrict off, const float *restrict data,
+static inline void gossip_sweep_pair(const int32_t *restrict off, const float *restrict data,
                                      int64_t p0, int64_t q0, int64_t k, const float *restrict s,
                                      float *restrict yr, float *restrict yq, int stream) {
-    const int64_t *ir = off + p0, *iq = off + q0;
+    const int32_t *ir = off + p0, *iq = off + q0;
     const float *dr = data + p0, *dq = data + q0;
     const float *xr = s + ir[0], *xq = s + iq[0];
     const float w0 = dr[0], v0 = dq[0];
@@ -190,11 +190,11 @@ static inline void gossip_sweep_pair(const int64_t *restrict off, const float *r
 
 /* Rows i .. i + 3 of Y over one full-width sub-slab, as gossip_sweep_pair with four rows of k >= 1
  * entries each: 4 * DL_NACC independent chains, enough to cover the multiply-add latency. */
-static inline void gossip_sweep_quad(const int64_t *restrict off, const float *restrict data,
+static inline void gossip_sweep_quad(const int32_t *restrict off, const float *restrict data,
                                      const int64_t *restrict p0, int64_t k,
                                      const float *restrict s, float *restrict y, int64_t dim,
                                      int stream) {
-    const int64_t *i0 = off + p0[0], *i1 = off + p0[1], *i2 = off + p0[2], *i3 = off + p0[3];
+    const int32_t *i0 = off + p0[0], *i1 = off + p0[1], *i2 = off + p0[2], *i3 = off + p0[3];
     const float *d0 = data + p0[0], *d1 = data + p0[1], *d2 = data + p0[2], *d3 = data + p0[3];
     dl_vf a[DL_NACC], b[DL_NACC], c[DL_NACC], e[DL_NACC];
     {
@@ -237,7 +237,7 @@ static inline void gossip_sweep_quad(const int64_t *restrict off, const float *r
  * out of registers and reloaded the pair's pointers from the stack in the inner loop. */
 __attribute__((noinline)) static void gossip_sweep(const int64_t *restrict indptr,
                                                    const int32_t *restrict indices,
-                                                   const int64_t *restrict off,
+                                                   const int32_t *restrict off,
                                                    const float *restrict data, int64_t n_rows,
                                                    const float *restrict s, float *restrict y,
                                                    int64_t dim, int stream) {
@@ -311,7 +311,9 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
      * path streams only when its pieces of Y can start on cache lines (see below): short
      * unaligned pieces cost more streamed than the write-allocate reads they save. */
     const int stream = (int64_t)4 * w->n_rows * dim >= DL_GOSSIP_STREAM_BYTES;
-    const int packed = 4 * live * dim > DL_GOSSIP_SLAB && 4 * w->n_cols * dim > DL_GOSSIP_SLAB;
+    /* (offsets into a sub-slab are int32: int64 ones measured slower) */
+    const int packed = 4 * live * dim > DL_GOSSIP_SLAB && 4 * w->n_cols * dim > DL_GOSSIP_SLAB &&
+                       w->n_cols <= INT32_MAX / DL_GOSSIP_SS;
 #ifndef _OPENMP
     (void)n_threads;
 #endif
@@ -346,9 +348,9 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
     /* off[p]: where entry p's row starts in a sub-slab, so the sweeps' inner loops load an offset
      * instead of computing index * DL_GOSSIP_SS (fewer instructions per multiply-add). */
     const int64_t nnz = indptr[w->n_rows];
-    int64_t *off = malloc((size_t)dl_max_i64(nnz, 1) * sizeof(int64_t));
+    int32_t *off = malloc((size_t)dl_max_i64(nnz, 1) * sizeof(int32_t));
     if (off == NULL) return DL_E_NOMEM;
-    for (int64_t p = 0; p < nnz; p++) off[p] = (int64_t)indices[p] * DL_GOSSIP_SS;
+    for (int64_t p = 0; p < nnz; p++) off[p] = indices[p] * DL_GOSSIP_SS;
     int failed = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)dl_min_i64(n_threads, n_cb)) reduction(| : failed)

@@ -19,7 +19,9 @@
  *
  * Work is split into (row, chunk of DL_NAT_CHUNK elements) tiles; within a tile, blocks of
  * DL_NAT_BLK elements starting at row indices that are multiples of DL_NAT_BLK are vectorized and
- * the rest of a row goes through the scalar twin of the same arithmetic. Tiles are handed out
+ * the rest of a row goes through the scalar twin of the same arithmetic. AVX-512 encodes blocks of
+ * 64 with the code formed on bytes (nat_codes64; blocks with rare values take the exact path) and
+ * streams whole cache lines of codes itself. Tiles are handed out
  * dynamically: a tile's output depends on its indices only, so the bits do not depend on which
  * thread takes it, and a thread the OS deschedules (a loaded machine) does not hold the others up.
  */
