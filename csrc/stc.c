@@ -94,7 +94,12 @@ static inline void chunk_put(uint8_t *out, int64_t *o, int64_t skip, uint8_t *he
     *acc |= v << *fill;
     *fill += n;
     if (*fill >= 32) {
-        for (int j = 0; j < 4; j++) chunk_byte(out, o, skip, head, (uint8_t)(*acc >> (8 * j)));
+        if (*o > skip) { /* past the shared byte: four plain stores */
+            for (int j = 0; j < 4; j++) out[*o + j] = (uint8_t)(*acc >> (8 * j));
+            *o += 4;
+        } else {
+            for (int j = 0; j < 4; j++) chunk_byte(out, o, skip, head, (uint8_t)(*acc >> (8 * j)));
+        }
         *acc >>= 32;
         *fill -= 32;
     }
