@@ -409,6 +409,10 @@ int dl_stc_golomb_encode(int64_t n_rows, int64_t k, int64_t dim, int b, const in
 int dl_stc_golomb_decode(int64_t n_rows, int64_t k, int64_t dim, int b, const uint8_t *data,
                          int64_t row_bytes, const int64_t *nbits, int32_t *positions,
                          uint8_t *negative, int n_threads);
+/* negative = val < 0, sums = per-row sum of |val| in float64, exact = whether that sum is the same
+ * in every order (so equal to NumPy's); see stc.c. */
+int dl_stc_ternary_f32(int64_t n_rows, int64_t k, const float *val, uint8_t *negative,
+                       double *sums, uint8_t *exact, int n_threads);
 /* <<< section stc */
 
 /* >>> section quant (quant.c) */

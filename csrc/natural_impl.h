@@ -19,7 +19,9 @@
  *
  * Work is split into (row, chunk of DL_NAT_CHUNK elements) tiles; within a tile, blocks of
  * DL_NAT_BLK elements starting at row indices that are multiples of DL_NAT_BLK are vectorized and
- * the rest of a row goes through the scalar twin of the same arithmetic. Tiles are handed out
+ * the rest of a row goes through the scalar twin of the same arithmetic. AVX-512 encodes blocks of
+ * 64 with the code formed on bytes (nat_codes64; blocks with rare values take the exact path) and
+ * streams whole cache lines of codes itself. Tiles are handed out
  * dynamically: a tile's output depends on its indices only, so the bits do not depend on which
  * thread takes it, and a thread the OS deschedules (a loaded machine) does not hold the others up.
  */
@@ -154,15 +156,25 @@ static inline void nat_store_bytes(uint8_t *out, const nat_vu *v) {
 #endif
 }
 
-/* Copies n bytes from an L1-resident buffer to dst, storing whole 16-byte pieces non-temporally
- * (the write-allocate read of dst is skipped). Plain memcpy off x86. */
+/* Copies n bytes from an L1-resident buffer to dst, storing whole aligned 16-byte (64-byte under
+ * AVX-512) pieces non-temporally (the write-allocate read of dst is skipped). Plain memcpy off
+ * x86. */
 static inline void nat_stream_copy(uint8_t *dst, const uint8_t *src, int64_t n) {
 #ifdef NAT_X86
-    int64_t head = dl_min_i64((int64_t)((-(uintptr_t)dst) & 15), n);
+#if defined(__AVX512F__)
+    enum { W = 64 };
+#else
+    enum { W = 16 };
+#endif
+    int64_t head = dl_min_i64((int64_t)((-(uintptr_t)dst) & (W - 1)), n);
     memcpy(dst, src, (size_t)head);
     int64_t i = head;
-    for (; i + 16 <= n; i += 16)
+    for (; i + W <= n; i += W)
+#if defined(__AVX512F__)
+        _mm512_stream_si512((void *)(dst + i), _mm512_loadu_si512((const void *)(src + i)));
+#else
         _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+#endif
     memcpy(dst + i, src + i, (size_t)(n - i));
 #else
     memcpy(dst, src, (size_t)n);
@@ -318,6 +330,74 @@ static inline int nat_block_special(const float *x) {
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* The AVX-512 fast path of two nat_encode_block calls (64 values, j0 a multiple of 64), same bits,
+ * about 2/3 of the vector operations: per vector only the hash, t = |x| bits + the word's low 23
+ * bits and E = t >> 23 (the rounded biased exponent; 255 or 256 for NaN/Inf and results above
+ * 2^127); the four E vectors are narrowed to 64 bytes by two packs and one dword transpose,
+ * c = min(sat(E - 63), 127) is formed on bytes, and the sign goes in from the four sign masks where
+ * c != 0. The codes are right unless some E is in [1, 64] (0 < |x| < 2^-62, the tiny rule) or
+ * >= 255: then the block is coded exactly (nat_encode_block, which also reports NaN/Inf in bad).
+ * E = 0 (zero, or a subnormal that did not carry) is code 0 under both rules. */
+static inline __m512i nat_codes64(const float *x, const nat_key_t *k, uint64_t j0, nat_vu *bad) {
+    nat_vu s = k->lane + dl_rng_fast_base(k->key, j0);
+    const __m512i ab = _mm512_set1_epi32(0x7fffffff);
+    __m512i e[4];
+    __mmask16 sg[4];
+    for (int u = 0; u < 4; u++) {
+        const nat_vu r = nat_hash(s) & 0x7fffffu;
+        s += k->vstep;
+        const __m512i b = _mm512_loadu_si512((const void *)(x + 16 * u));
+        sg[u] = _mm512_movepi32_mask(b);
+        e[u] = _mm512_srli_epi32(_mm512_add_epi32(_mm512_and_si512(b, ab), (__m512i)r), 23);
+    }
+    /* packs interleave 128-bit lanes: lane L holds dwords L of vectors 0..3 in that order */
+    __m512i E = _mm512_packus_epi16(_mm512_packus_epi32(e[0], e[1]),
+                                    _mm512_packus_epi32(e[2], e[3]));
+    E = _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), E);
+    const __mmask64 odd =
+        _mm512_cmplt_epu8_mask(_mm512_sub_epi8(E, _mm512_set1_epi8(1)), _mm512_set1_epi8(64)) |
+        _mm512_cmpeq_epi8_mask(E, _mm512_set1_epi8(-1));
+    if (__builtin_expect(odd != 0, 0)) {
+        uint8_t tmp[64] __attribute__((aligned(64)));
+        nat_encode_block(x, tmp, k, j0, bad);
+        nat_encode_block(x + 32, tmp + 32, k, j0 + 32, bad);
+        return _mm512_load_si512((const void *)tmp);
+    }
+    const __m512i c =
+        _mm512_min_epu8(_mm512_subs_epu8(E, _mm512_set1_epi8(63)), _mm512_set1_epi8(127));
+    __mmask64 neg = _mm512_kunpackd(_mm512_kunpackw(sg[3], sg[2]), _mm512_kunpackw(sg[1], sg[0]));
+    neg = _mm512_mask_test_epi8_mask(neg, c, c);
+    return _mm512_mask_add_epi8(c, neg, c, _mm512_set1_epi8((char)0x80));
+}
+
+/* Codes of the whole 64-blocks of [j0, j1) of one row (j0 a multiple of 64) into cr (the row's
+ * codes), cr + j0 a multiple of 4 bytes past a cache line (numpy's large arrays are 16 bytes
+ * past one): every cache line of codes that lies in the tile is stored non-temporally, from two
+ * consecutive blocks joined by one dword permute; the partial lines at both ends are stored
+ * plainly (byte masks). Returns the index after the last whole block. */
+static inline int64_t nat_encode_stream64(const float *xr, uint8_t *cr, const nat_key_t *k,
+                                          int64_t j0, int64_t j1, nat_vu *bad) {
+    const int64_t h = (int64_t)((-(uintptr_t)(cr + j0)) & 63); /* bytes before a line starts */
+    const __m512i idx = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)(h / 4)));
+    int64_t j = j0;
+    if (j + 64 > j1) return j;
+    __m512i prev = nat_codes64(xr + j, k, (uint64_t)j, bad);
+    _mm512_mask_storeu_epi8(cr + j, h ? ((__mmask64)1 << h) - 1 : 0, prev);
+    for (j += 64; j + 64 <= j1; j += 64) {
+        const __m512i cur = nat_codes64(xr + j, k, (uint64_t)j, bad);
+        _mm512_stream_si512((void *)(cr + j - 64 + h), _mm512_permutex2var_epi32(prev, idx, cur));
+        prev = cur;
+    }
+    _mm512_mask_storeu_epi8(cr + j - 64 + h, ~(__mmask64)0 >> h,
+                            _mm512_permutex2var_epi32(prev, idx, prev));
+    return j;
+}
+#endif
+
 /* codes (n_rows x dim) uint8 from x (n_rows x dim) float32; row r draws from peer peer0 + r.
  * DL_E_NONFINITE if x holds NaN/Inf (codes then unspecified). Any n_threads gives the same bits. */
 int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const float *x,
@@ -345,8 +425,25 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
             const int64_t j1 = dl_min_i64(dim, j0 + DL_NAT_CHUNK);
             const nat_key_t k = nat_key(seed, step, (uint64_t)(peer0 + r));
             const float *xr = x + r * dim;
-            uint8_t *dst = stream ? stage - j0 : codes + r * dim;
+            /* Large outputs: staged in L1, then streamed to codes, except on the AVX-512 path
+             * when codes is a whole number of dwords past a cache line (it streams itself). */
+            uint8_t *cr = codes + r * dim;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+            const int direct = !stream || ((uintptr_t)(cr + j0) & 3) == 0;
+#else
+            const int direct = !stream;
+#endif
+            uint8_t *dst = direct ? cr : stage - j0;
             int64_t j = j0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+            if (stream && direct)
+                j = nat_encode_stream64(xr, cr, &k, j0, j1, &bad);
+            else
+                for (; j + 64 <= j1; j += 64) {
+                    const __m512i c = nat_codes64(xr + j, &k, (uint64_t)j, &bad);
+                    _mm512_storeu_si512((void *)(dst + j), c);
+                }
+#endif
             for (; j + DL_NAT_BLK <= j1; j += DL_NAT_BLK) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
                 if (__builtin_expect(!nat_encode_block_fast(xr + j, dst + j, &k, (uint64_t)j), 1) ||
@@ -363,7 +460,7 @@ int DL_CAT(dl_natural_encode_f32, DL_SUFFIX)(int64_t n_rows, int64_t dim, const 
                     dst[j] = nat_code1(b, dl_rng_fast_u32(k.key, (uint64_t)j));
                 }
             }
-            if (stream) nat_stream_copy(codes + r * dim + j0, stage, j1 - j0);
+            if (!direct) nat_stream_copy(cr + j0, stage, j1 - j0);
         }
         if (stream) nat_fence();
         for (int i = 0; i < NAT_LANES; i++) bad1 |= nat_bad_lane(bad[i]);

@@ -15,7 +15,7 @@
 
 #include "dl.h"
 
-#define DL_STC_CHUNK 16384 /* positions per chunk of one long row coded on several threads */
+#define DL_STC_CHUNK 4096 /* positions per chunk of one long row coded on several threads */
 
 int64_t dl_stc_golomb_max_bits(int64_t k, int64_t dim, int b) {
     if (k < 0 || dim < 0 || k > dim || b < 0 || b > DL_STC_MAX_B) return -1;
@@ -59,10 +59,15 @@ static int encode_row(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t
         if (p <= prev || p >= dim) return DL_E_ARG;
         const uint64_t gap = (uint64_t)(p - prev - 1);
         uint64_t q = gap >> b;
+        const uint64_t tail = (gap & rmask) | ((uint64_t)(neg[i] != 0) << b);
         total += (int64_t)q + b + 2;
-        for (; q >= 32; q -= 32) bitw_put(&w, 0xffffffffu, 32);
-        bitw_put(&w, ((uint64_t)1 << q) - 1, (int)q + 1); /* q ones, then the zero */
-        bitw_put(&w, (gap & rmask) | ((uint64_t)(neg[i] != 0) << b), b + 1);
+        if (q + b + 2 <= 32) { /* the usual case: one put of q ones, the zero and the tail */
+            bitw_put(&w, (((uint64_t)1 << q) - 1) | (tail << (q + 1)), (int)q + b + 2);
+        } else {
+            for (; q >= 32; q -= 32) bitw_put(&w, 0xffffffffu, 32);
+            bitw_put(&w, ((uint64_t)1 << q) - 1, (int)q + 1); /* q ones, then the zero */
+            bitw_put(&w, tail, b + 1);
+        }
         prev = p;
     }
     /* flush the partial word, then zero the rest of the row */
@@ -89,7 +94,12 @@ static inline void chunk_put(uint8_t *out, int64_t *o, int64_t skip, uint8_t *he
     *acc |= v << *fill;
     *fill += n;
     if (*fill >= 32) {
-        for (int j = 0; j < 4; j++) chunk_byte(out, o, skip, head, (uint8_t)(*acc >> (8 * j)));
+        if (*o > skip) { /* past the shared byte: four plain stores */
+            for (int j = 0; j < 4; j++) out[*o + j] = (uint8_t)(*acc >> (8 * j));
+            *o += 4;
+        } else {
+            for (int j = 0; j < 4; j++) chunk_byte(out, o, skip, head, (uint8_t)(*acc >> (8 * j)));
+        }
         *acc >>= 32;
         *fill -= 32;
     }
@@ -149,11 +159,17 @@ static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int
             for (int64_t i = i0; i < i1; i++) {
                 const uint64_t gap = (uint64_t)(pos[i] - prev - 1);
                 uint64_t q = gap >> b;
-                for (; q >= 32; q -= 32)
-                    chunk_put(out, &o, skip, &head[c], &acc, &fill, 0xffffffffu, 32);
-                chunk_put(out, &o, skip, &head[c], &acc, &fill, ((uint64_t)1 << q) - 1, (int)q + 1);
-                chunk_put(out, &o, skip, &head[c], &acc, &fill,
-                          (gap & rmask) | ((uint64_t)(neg[i] != 0) << b), b + 1);
+                const uint64_t tail = (gap & rmask) | ((uint64_t)(neg[i] != 0) << b);
+                if (q + b + 2 <= 32) {
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill,
+                              (((uint64_t)1 << q) - 1) | (tail << (q + 1)), (int)q + b + 2);
+                } else {
+                    for (; q >= 32; q -= 32)
+                        chunk_put(out, &o, skip, &head[c], &acc, &fill, 0xffffffffu, 32);
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill, ((uint64_t)1 << q) - 1,
+                              (int)q + 1);
+                    chunk_put(out, &o, skip, &head[c], &acc, &fill, tail, b + 1);
+                }
                 prev = pos[i];
             }
             for (; fill > 0; fill -= 8, acc >>= 8)
@@ -197,6 +213,86 @@ int dl_stc_golomb_encode(int64_t n_rows, int64_t k, int64_t dim, int b, const in
         if (s < status) status = s;
     }
     return status;
+}
+
+/* ---- the ternary values: mean kept magnitude and signs ----------------------------------------
+ * STC sends each kept value as sign * mu, mu = float32(sum |val| / k) with the sum in float64 (the
+ * NumPy expression np.abs(val).sum(axis=1, dtype=np.float64), which sums in its own order). The
+ * sum is taken here in fixed chunks, in parallel, and flagged exact when no order can round it:
+ * every |val| is a multiple of q, the spacing of the smallest non-zero one's binade (2^(E - 150)
+ * for biased exponent E, 2^-149 for subnormals), so every partial sum of these non-negative terms
+ * is a multiple of q no larger than the total, and a float64 holds every such multiple up to
+ * 2^53 q exactly. Requiring total <= 2^52 q (a margin far above the rounding of the check's own
+ * sum) makes the result independent of the order, hence NumPy's. Rows not flagged (magnitudes
+ * spread over more than about 2^29 / k, or not finite) are left to the caller. */
+static void stc_abs_part(const float *v, int64_t n, uint8_t *neg, double *sum, uint32_t *emin,
+                         uint32_t *emax) {
+    /* three simple loops the compiler vectorizes: signs, the sum, the extreme magnitudes (the
+     * bits of |x| order like |x|; a zero counts as the largest finite bits for the minimum) */
+    for (int64_t i = 0; i < n; i++) neg[i] = v[i] < 0.0f;
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)__builtin_fabsf(v[i + l]);
+    for (; i < n; i++) acc[0] += (double)__builtin_fabsf(v[i]);
+    *sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    int32_t lo = 0x7f7fffff, hi = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int32_t a;
+        memcpy(&a, v + j, sizeof a);
+        a &= 0x7fffffff;
+        const int32_t az = a ? a : 0x7f7fffff;
+        lo = az < lo ? az : lo;
+        hi = a > hi ? a : hi;
+    }
+    const uint32_t elo = (uint32_t)lo >> 23;
+    *emin = n == 0 || (lo == 0x7f7fffff && hi == 0) ? 0xffu : (elo ? elo : 1u);
+    *emax = (uint32_t)hi >> 23;
+}
+
+/* negative (n_rows x k) = val < 0; sums[r] = sum of |val[r]| (float64); exact[r] = 1 when that sum
+ * is exact in any order (see above), 0 otherwise (sums[r] then approximate). Fixed chunks of
+ * DL_STC_CHUNK values, combined in order: the same bits for every thread count. */
+int dl_stc_ternary_f32(int64_t n_rows, int64_t k, const float *val, uint8_t *negative,
+                       double *sums, uint8_t *exact, int n_threads) {
+    if (n_rows < 0 || k < 0 || n_threads < 1) return DL_E_ARG;
+    if (n_rows == 0) return DL_OK;
+    const int64_t cpr = dl_max_i64(1, dl_cdiv_i64(k, DL_STC_CHUNK)), n_tiles = n_rows * cpr;
+    double *part = malloc((size_t)n_tiles * sizeof(double));
+    uint32_t *ex = malloc((size_t)n_tiles * 2 * sizeof(uint32_t));
+    if (part == NULL || ex == NULL) {
+        free(part);
+        free(ex);
+        return DL_E_NOMEM;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, n_tiles)) \
+    if (n_tiles > 1 && n_rows * k > (1 << 15))
+#else
+    (void)n_threads;
+#endif
+    for (int64_t t = 0; t < n_tiles; t++) {
+        const int64_t r = t / cpr, i0 = (t % cpr) * DL_STC_CHUNK;
+        const int64_t n = dl_max_i64(0, dl_min_i64(DL_STC_CHUNK, k - i0));
+        stc_abs_part(val + r * k + i0, n, negative + r * k + i0, part + t, ex + 2 * t,
+                     ex + 2 * t + 1);
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        double s = 0.0;
+        uint32_t lo = 0xffu, hi = 0;
+        for (int64_t c = 0; c < cpr; c++) {
+            const int64_t t = r * cpr + c;
+            s += part[t];
+            lo = ex[2 * t] < lo ? ex[2 * t] : lo;
+            hi = ex[2 * t + 1] > hi ? ex[2 * t + 1] : hi;
+        }
+        sums[r] = s;
+        /* q = 2^(lo - 150); s <= 2^52 q, written without forming q (lo may be 1) */
+        exact[r] = hi < 0xffu && (lo == 0xffu || s <= __builtin_ldexp(1.0, (int)lo - 98));
+    }
+    free(part);
+    free(ex);
+    return DL_OK;
 }
 
 /* 64 bits of `in` (n bytes) starting at bit `bit`; bytes past n read as zero. At least 57 of the

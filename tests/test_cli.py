@@ -142,7 +142,8 @@ def test_bench_all_small(capsys, tmp_path):
     assert set(report["reports"]) == {"gossip", "natural", "topk", "stc", "quant", "gemm"}
     figures = [a["figure"] for a in report["acceptance"]]
     for needle in ("vs np.argpartition", "/ top-k", "exponential gossip", "natural encode time",
-                   "qsgd:127 encode", "gemm_s8 with quantize+pack"):
+                   "qsgd:127 encode", "gemm_s8 with quantize+pack", "read-only floor",
+                   "exponential gossip: fraction of copy bandwidth"):
         assert any(needle in f for f in figures), needle
         assert needle in out
     assert sum("vs np.argpartition" in f for f in figures) == 2

@@ -439,3 +439,70 @@ def test_decoded_values_near_flt_max_are_finite():
     y = c.decompress(c.from_bytes(wire, (2, 5)))
     assert np.isfinite(y).all() and np.abs(y).max() > 1e38
     assert math.isfinite(float(np.abs(y).sum(dtype=np.float64)))
+
+
+def _ternary_cases(rng):
+    """(name, val) rows of kept values: ordinary, zeros and -0.0, subnormals, magnitudes spread too
+    wide for an exact sum, an infinity, one long multi-chunk row, no kept values."""
+    normal = rng.standard_normal((3, 1000)).astype(np.float32)
+    zeros = normal.copy()
+    zeros[:, ::3] = 0.0
+    zeros[:, 1::7] = -0.0
+    zeros[2] = 0.0
+    sub = (rng.standard_normal((2, 500)) * 1e-40).astype(np.float32)
+    wide = (rng.standard_normal((2, 4000)) * np.exp(rng.uniform(-40, 40, (2, 4000)))).astype(
+        np.float32)
+    wide[1] = np.abs(normal[0, 0])  # a row of one repeated value: exact
+    inf = normal[:2].copy()
+    inf[0, 5] = np.inf
+    long = rng.standard_normal((1, 100_003)).astype(np.float32)
+    return [("normal", normal), ("zeros", zeros), ("subnormal", sub), ("wide", wide),
+            ("inf", inf), ("long", long), ("empty", np.zeros((3, 0), np.float32))]
+
+
+def test_ternary_matches_reference():
+    """ops.stc_ternary against the NumPy reference: signs (-0.0 is not negative), the exact flag
+    by the stated rule, and on exact rows NumPy's float64 sum bit for bit (also the exactly
+    rounded sum); the same bits for 1, 2 and 3 threads."""
+    rng = np.random.default_rng(11)
+    seen = set()
+    for name, val in _ternary_cases(rng):
+        sums, exact, neg = ops.stc_ternary(val, n_threads=1)
+        r_sums, r_exact, r_neg = ref.stc_ternary(val)
+        np.testing.assert_array_equal(neg, r_neg, err_msg=name)
+        np.testing.assert_array_equal(exact, r_exact, err_msg=name)
+        np.testing.assert_array_equal(sums[exact], r_sums[exact], err_msg=name)
+        for r in np.flatnonzero(exact):
+            assert sums[r] == math.fsum(np.abs(val[r].astype(np.float64))), (name, r)
+        fin = np.isfinite(r_sums) & ~exact
+        np.testing.assert_allclose(sums[fin], r_sums[fin], rtol=1e-12, err_msg=name)
+        for t in (2, 3):
+            s2, e2, n2 = ops.stc_ternary(val, n_threads=t)
+            assert s2.tobytes() == sums.tobytes() and (e2 == exact).all() and (n2 == neg).all()
+        seen.update(exact.tolist())
+    assert seen == {True, False}  # both kinds of row were exercised
+
+
+def test_ternary_one_row_and_errors():
+    v = np.array([1.5, -2.0, -0.0, 0.25], np.float32)
+    s, e, n = ops.stc_ternary(v)
+    assert s.shape == () and float(s) == 3.75 and bool(e)
+    np.testing.assert_array_equal(n, [0, 1, 0, 0])
+    with pytest.raises(TypeError, match="val must have dtype float32"):
+        ops.stc_ternary(v.astype(np.float64))
+
+
+def test_compressor_mu_when_the_sum_is_not_exact():
+    """Rows whose magnitudes span too wide a range for an order-free float64 sum take NumPy's
+    sum: mu equals the reference's np.abs(val).sum(dtype=float64) / k bit for bit, with either
+    kind of row in one matrix."""
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((3, 5000)) * np.exp(rng.uniform(-60, 60, (3, 5000)))).astype(
+        np.float32)
+    x[1] = rng.standard_normal(5000).astype(np.float32)
+    c = stc_mod.STC(0.5)
+    _, val = ops.topk(x, c.k(5000))
+    assert set(ops.stc_ternary(val)[1].tolist()) == {True, False}
+    _, _, mu = ref.stc_compress(x, 0.5)
+    for t in (1, 2):
+        np.testing.assert_array_equal(c.compress(x, n_threads=t).arrays["mu"], mu)

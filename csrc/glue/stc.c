@@ -1,6 +1,7 @@
 /* stc.c: glue of Sparse Ternary Compression's Golomb/Rice position coding (csrc/stc.c):
  * golomb_encode and golomb_decode, two glue_op_t rows in which D is k (the kept entries per row)
- * and the scalar dim is the row length. decentlearn/ops/stc.py is the Python side.
+ * and the scalar dim is the row length, and stc_ternary (the sums behind mu, and the signs).
+ * decentlearn/ops/stc.py is the Python side.
  */
 #include "glue.h"
 
@@ -27,6 +28,11 @@ static int call_golomb_decode(const glue_call_t *c, const dl_dispatch_t *d) {
                                 PyArray_DIM(c->arr[0], 1), G_DATA(c, 1), G_DATA(c, 2),
                                 G_DATA(c, 3), c->n_threads);
 }
+static int call_ternary(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_stc_ternary_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), G_DATA(c, 2),
+                              G_DATA(c, 3), c->n_threads);
+}
 
 static const glue_op_t ops[] = {
     {"golomb_encode", "golomb_encode(positions, negative, dim, b, data, nbits, n_threads) -> None.",
@@ -42,6 +48,11 @@ static const glue_op_t ops[] = {
       G_INT_IN("b", 0, DL_STC_MAX_B), G_OUT("positions", NPY_INT32, 2, X_R, X_D),
       G_OUT("negative", NPY_UINT8, 2, X_R, X_D), G_THREADS_ARG},
      0, 2, check_golomb_dim, NULL, call_golomb_decode, {0}, 0, {0}},
+    {"stc_ternary", "stc_ternary(val, negative, sums, exact, n_threads) -> None.",
+     {G_IN("val", NPY_FLOAT32, 2, X_R, X_D), G_OUT("negative", NPY_UINT8, 2, X_R, X_D),
+      G_OUT("sums", NPY_FLOAT64, 1, X_R, X_ANY), G_OUT("exact", NPY_UINT8, 1, X_R, X_ANY),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_ternary, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(stc, ops, NULL);

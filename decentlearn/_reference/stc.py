@@ -152,3 +152,24 @@ def stc_decompress(positions, negative, mu, dim: int) -> np.ndarray:
     signed = np.where(negative != 0, -mu[:, None], mu[:, None]).astype(np.float32)
     np.put_along_axis(out, positions.astype(np.int64), signed, axis=1)
     return out
+
+
+def stc_ternary(val: np.ndarray):
+    """(sums, exact, negative) of ops.stc_ternary for (n, k) float32 ``val``: NumPy's float64 sum
+    of |val| per row, whether every summation order gives that sum (each |val| is a multiple of
+    q = 2^(max(E, 1) - 150), E the smallest non-zero |val|'s biased exponent, and the exactly
+    rounded sum (math.fsum) is finite and at most 2^52 q), and val < 0."""
+    import math
+
+    sums = np.abs(val).sum(axis=1, dtype=np.float64)
+    exact = np.zeros(val.shape[0], bool)
+    for r, row in enumerate(np.abs(val.astype(np.float64))):
+        if not np.isfinite(row).all():
+            continue
+        nz = row[row != 0]
+        if nz.size == 0:
+            exact[r] = True
+            continue
+        e = int((nz.astype(np.float32).view(np.uint32) >> 23).min())
+        exact[r] = math.fsum(nz) <= 2.0 ** (max(e, 1) - 150 + 52)
+    return sums, exact, (val < 0).astype(np.uint8)

@@ -36,7 +36,7 @@ def _bench_report(bench, args, shapes, t: int | None, rep: int) -> dict:
         report = bench.bench_all(rep, t, args.n, args.peers, args.dim, shapes,
                                  progress=lambda name, r: print(bench.format_report(r) + "\n",
                                                                 flush=True))
-        print("acceptance figures (issue 8), same process:")
+        print("acceptance figures (issues 8 and 24), same process:")
         print(bench.format_acceptance(report["acceptance"]))
     else:
         report = {

@@ -89,11 +89,16 @@ class STC(Compressor):
             idx, val = ops.topk(x, k, n_threads=n_threads)
             idx = np.ascontiguousarray(idx, dtype=np.int32)
         mu = np.zeros(n, np.float32)
+        # One parallel pass gives the signs and each row's float64 sum of |val|; where that sum
+        # could depend on the summation order (ops.stc_ternary), NumPy's own sum is used, so mu
+        # is always exactly np.abs(val).sum(axis=1, dtype=np.float64) / k.
+        sums, exact, negative = ops.stc_ternary(val, n_threads=n_threads)
         if k:
-            mu = (np.abs(val).sum(axis=1, dtype=np.float64) / k).astype(np.float32)
+            if not exact.all():
+                sums = np.where(exact, sums, np.abs(val).sum(axis=1, dtype=np.float64))
+            mu = (sums / k).astype(np.float32)
         if not np.isfinite(mu).all():
             raise ValueError("x must be finite (no NaN or infinity)")
-        negative = (val < 0).view(np.uint8)
         data, nbits = ops.golomb_encode(idx, negative, dim, b, n_threads=n_threads)
         arrays = {"positions": idx, "negative": negative, "mu": mu, "data": data, "nbits": nbits}
         return arrays, 12 + (nbits + 7) // 8

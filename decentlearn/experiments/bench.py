@@ -703,8 +703,8 @@ def _row(report: dict, prefix: str) -> dict:
 
 
 def acceptance(reports: dict) -> list[dict]:
-    """The figures issue 8 asks of the kernels, from bench_all's reports: each with its value,
-    target and whether it is met on this run."""
+    """The figures issues 8 and 24 ask of the kernels, from bench_all's reports: each with its
+    value, target and whether it is met on this run."""
     out = []
 
     def add(what, value, target, ok, detail):
@@ -727,6 +727,11 @@ def acceptance(reports: dict) -> list[dict]:
         f"{1e3 * g['best_s']:.1f} ms vs "
         f"{1e3 * g['baselines']['numpy neighbour loop']['best_s']:.1f} ms; "
         f"{g['fraction_of_limit']:.0%} of copy bandwidth")
+    f = g["fraction_of_limit"]
+    add("exponential gossip: fraction of copy bandwidth", f, ">= 50%", f >= 0.5,
+        f"{g['gbs']:.1f} GB/s (X read once, Y written once) vs copy "
+        f"{gossip['limits']['copy_gbs']:.1f} GB/s; np.copyto of X "
+        f"{1e3 * g['baselines']['np.copyto']['best_s']:.1f} ms in the same rounds")
     nat = _row(reports["natural"], "natural encode")
     t = 1 / nat["baselines"]["np.copyto"]["speedup"]
     fl = reports["natural"].get("floor")
@@ -734,6 +739,11 @@ def acceptance(reports: dict) -> list[dict]:
         f"{1e3 * nat['best_s']:.2f} ms vs {1e3 * nat['baselines']['np.copyto']['best_s']:.2f} ms; "
         f"{nat['fraction_of_limit']:.0%} of copy bandwidth"
         + (f"; read-only floor {fl['floor_over_copyto']:.2f}x copy" if fl else ""))
+    if fl:
+        t = fl["encode_over_floor"]
+        add("natural encode time / its read-only floor", t, "<= 1.35x", t <= 1.35,
+            f"{1e3 * nat['best_s']:.2f} ms vs one read of x (C, same threads) "
+            f"{1e3 * fl['read_s']:.2f} ms, run round-robin with it")
     for r in reports["quant"]["rows"]:
         add(f"{r['kernel']}: fraction of copy bandwidth", r["fraction_of_limit"], "toward 100%",
             None, f"{r['gbs']:.1f} GB/s; {1 / r['baselines']['np.copyto']['speedup']:.2f}x the "

@@ -34,7 +34,7 @@ from decentlearn.ops.natural import (
 )
 from decentlearn.ops.topk import randk, threshold, topk
 from decentlearn.ops.stc import (
-    GOLOMB_MAX_B, golomb_decode, golomb_encode, golomb_max_bytes, golomb_param,
+    GOLOMB_MAX_B, golomb_decode, golomb_encode, golomb_max_bytes, golomb_param, stc_ternary,
 )
 from decentlearn.ops.quant import (
     bucket_decode, bucket_encode, int8_decode, int8_encode, qsgd_bits, qsgd_decode, qsgd_encode,
@@ -61,7 +61,7 @@ __all__ = [
     "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p", "check_dither_s",
     "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "threshold",
     "topk", "GOLOMB_MAX_B", "golomb_decode", "golomb_encode", "golomb_max_bytes", "golomb_param",
-    "bucket_decode", "bucket_encode", "int8_decode", "int8_encode", "qsgd_bits", "qsgd_decode",
+    "stc_ternary", "bucket_decode", "bucket_encode", "int8_decode", "int8_encode", "qsgd_bits", "qsgd_decode",
     "qsgd_encode", "sign_decode", "sign_encode", "GEMM_S8_MAX_K", "absmax_scale", "DenseCodes",
     "dequantize_s8", "gemm_s8", "gemm_s8_batched", "gemm_s8_batched_f32", "gemm_s8_dense_backward",
     "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",

@@ -12,11 +12,13 @@ import numpy as np
 from decentlearn._core import (
     golomb_decode as _core_golomb_decode,
     golomb_encode as _core_golomb_encode,
+    stc_ternary as _core_stc_ternary,
 )
 from decentlearn.ops.args import as_rows
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["GOLOMB_MAX_B", "golomb_param", "golomb_max_bytes", "golomb_encode", "golomb_decode"]
+__all__ = ["GOLOMB_MAX_B", "golomb_param", "golomb_max_bytes", "golomb_encode", "golomb_decode",
+           "stc_ternary"]
 
 
 #: Largest Rice parameter of the Golomb position coder (a remainder and its sign fit 32 bits).
@@ -96,3 +98,27 @@ def golomb_decode(data: np.ndarray, nbits, k: int, dim: int, b: int,
     if data.ndim == 1:
         return positions[0], negative[0]
     return positions, negative
+
+
+def stc_ternary(val: np.ndarray, n_threads: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What STC sends besides the positions, from the kept values ``val`` ((n_rows, k) float32,
+    or one row): ``(sums, exact, negative)``.
+
+    ``sums`` (n_rows,) float64 is each row's sum of ``|val|`` and ``negative`` (n_rows, k) uint8 is
+    ``val < 0`` (-0.0 is not negative). ``exact`` (n_rows,) bool marks the rows whose sum no
+    summation order can round (every ``|val|`` is a multiple of the spacing q of the smallest
+    non-zero one's binade and the sum is at most 2**52 q), hence equal to
+    ``np.abs(val).sum(axis=1, dtype=np.float64)`` bit for bit; other rows (magnitudes spread over
+    a range of about 2**29 / k or more, or not finite) get an approximate sum. One parallel pass
+    in fixed chunks: the same bits for every thread count.
+    """
+    rows = as_rows("val", val, np.float32)
+    n, k = rows.shape
+    negative = np.empty((n, k), np.uint8)
+    sums = np.empty(n, np.float64)
+    exact = np.empty(n, np.uint8)
+    _core_stc_ternary(rows, negative, sums, exact, resolve_threads(n_threads, rows.size))
+    if val.ndim == 1:
+        return sums.reshape(()), exact.view(np.bool_).reshape(()), negative[0]
+    return sums, exact.view(np.bool_), negative
