@@ -154,7 +154,7 @@ def stc_decompress(positions, negative, mu, dim: int) -> np.ndarray:
     return out
 
 
-def stc_ternary(val: np.ndarray):
+def stc_ternary(val: np.ndarray, n_threads: int | None = None):
     """(sums, exact, negative) of ops.stc_ternary for (n, k) float32 ``val``: NumPy's float64 sum
     of |val| per row, whether every summation order gives that sum (each |val| is a multiple of
     q = 2^(max(E, 1) - 150), E the smallest non-zero |val|'s biased exponent, and the exactly
