@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Issue 24's many-core figures in one script, for a lent machine with >= 16 cores (the GPU machine:
+# 16 Xeon cores with AVX-512 VNNI and AMX; python3 with numpy, scipy, threadpoolctl, no registry).
+# Run from the repository root; results go under $OUT (env.txt, summary.txt, one .log and one
+# .json per step). About 5 minutes on 16 cores:
+#   1. build the C extension in place (python3 setup.py build_ext --inplace);
+#   2. lscpu, decentlearn info (ISA paths, OpenMP wait policy);
+#   3. benchmarks/bench_threads.py --threads 1,2,4,8,16: the D-PSGD ring round of the MLP on 256
+#      and 1024 peers and of the CNN on 64 peers, the speed-up against 1 thread, and the
+#      parameters compared bit for bit across the thread counts (issue 24: >= 8x, 12x, 10x);
+#   4. decentlearn bench all --threads 16, then on 2 cores (taskset -c 0,1, --threads 2): STC /
+#      top-k, exponential gossip's share of the copy bandwidth, natural encode against np.copyto
+#      and its read-only floor, gemm_s8 with quantize+pack vs numpy sgemm, and per ISA path
+#      (avx512vnni vs amx, each against its own measured peak);
+#   5. benchmarks/bench_round.py on 2 cores (taskset -c 0,1): the --precision int8 round against
+#      fp32 for the MLP and the CNN (issue 24: >= 1.5x on VNNI, >= 2.5x with AMX); the same with
+#      DECENTLEARN_ISA=avx512vnni, so both paths are measured on one machine.
+# Then, e.g.: run(command="bash tools/device_cores_check.sh", timeout_s=600)
+# Environment: OUT (default /tmp/cores_check), THREADS (default 1,2,4,8,16), QUICK=1 (small sizes:
+# checks the script itself on any machine).
+set -u
+OUT=${OUT:-/tmp/cores_check}
+THREADS=${THREADS:-1,2,4,8,16}
+QUICK=${QUICK:-0}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+: > "$OUT/summary.txt"
+
+step() {  # step NAME SECONDS COMMAND...: its output in $OUT/NAME.log, rc and seconds in summary
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    echo "== $name: $*"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "$name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+    tail -n 30 "$OUT/$name.log"
+}
+
+{
+    date -u
+    lscpu 2>/dev/null | grep -E "Model name|Model:|^CPU\(s\)|Thread|NUMA node\(s\)|L2|L3" || true
+    grep -o -m1 -E "amx_int8" /proc/cpuinfo || echo "no amx_int8 in /proc/cpuinfo"
+    $PY --version
+} > "$OUT/env.txt" 2>&1
+
+t0=$SECONDS
+if ! $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+    echo "build: FAILED" | tee -a "$OUT/summary.txt"
+    tail -n 40 "$OUT/build.log"
+    exit 1
+fi
+echo "build: ok, $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+$PY -m decentlearn info >> "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+if [ "$QUICK" = 1 ]; then
+    REPEAT=1; ROUND=(--quick); BENCH=(--n 1000000 --peers 100 --dim 2560 --repeat 2)
+else
+    REPEAT=3; ROUND=(--repeat 5); BENCH=()
+fi
+NCPU=$(nproc)
+MAXT=${THREADS##*,}
+if [ "$NCPU" -lt "$MAXT" ]; then
+    echo "note: $NCPU CPUs here, fewer than $MAXT threads: the larger counts are capped" \
+        | tee -a "$OUT/summary.txt"
+fi
+PIN2=()
+if command -v taskset > /dev/null && [ "$NCPU" -ge 2 ]; then PIN2=(taskset -c 0,1); fi
+
+step threads 240 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
+    --out "$OUT/threads.json"
+step bench_all_max 150 $PY -m decentlearn bench all --threads "$MAXT" "${BENCH[@]}" \
+    --json "$OUT/bench_all_max.json"
+step bench_all_2 150 "${PIN2[@]}" $PY -m decentlearn bench all --threads 2 "${BENCH[@]}" \
+    --json "$OUT/bench_all_2.json"
+step round_2 150 "${PIN2[@]}" $PY benchmarks/bench_round.py "${ROUND[@]}" \
+    --out "$OUT/round_2.json"
+step round_2_vnni 150 env DECENTLEARN_ISA=avx512vnni "${PIN2[@]}" $PY benchmarks/bench_round.py \
+    "${ROUND[@]}" --out "$OUT/round_2_vnni.json"
+cat "$OUT/summary.txt"
