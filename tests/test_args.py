@@ -216,3 +216,13 @@ def test_sanitize_script_is_valid_bash():
     assert os.access(script, os.X_OK)
     assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
     assert sys.executable  # the script runs $PYTHON or python
+
+
+@pytest.mark.parametrize("name", ["device_cores_check.sh", "device_gpu_check.sh"])
+def test_device_scripts_are_valid_bash(name):
+    """The scripts run on a lent machine, once: a syntax error there costs the loan."""
+    script = ROOT / "tools" / name
+    assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
+    text = script.read_text()
+    for step in ("setup.py build_ext --inplace", "$OUT"):
+        assert step in text
