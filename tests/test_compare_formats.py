@@ -245,3 +245,27 @@ def test_pid_alive():
     finally:
         proc.wait()
     assert not liveness.pid_alive(proc.pid)
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_heartbeat_survives_ctrl_c_inside_start(tmp_path, monkeypatch, started):
+    """A KeyboardInterrupt while the thread is being started (a sweep's Ctrl-C landing there)
+    leaves the run able to stop cleanly: stop() never joins a thread that did not start, and
+    stops one that did."""
+    import threading
+
+    real_start = threading.Thread.start
+
+    def interrupted(self):
+        if started:
+            real_start(self)
+        raise KeyboardInterrupt
+
+    beat = liveness.Heartbeat(tmp_path / "summary.json", 0.01)
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        beat.start()
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    beat.stop()  # was: RuntimeError "cannot join thread before it is started"
+    assert not any(t.name == "decentlearn-heartbeat" and t.is_alive()
+                   for t in threading.enumerate())

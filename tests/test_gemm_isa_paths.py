@@ -11,11 +11,14 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import decentlearn
 from decentlearn import _core, ops
 from decentlearn._reference import gemm_s8 as ref
 
@@ -207,8 +210,12 @@ def test_amx_detection_agrees_with_cpuinfo():
 
 
 def _run(code: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)
+    """``python -c code`` on the package under test (the installed one in CI, the in-place build
+    here), never the checkout's unbuilt decentlearn/ through the working directory."""
+    pkg_root = str(Path(decentlearn.__file__).resolve().parent.parent)
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": pkg_root},
+                              cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 SHIM = textwrap.dedent("""

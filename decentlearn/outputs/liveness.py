@@ -136,9 +136,13 @@ class Heartbeat:
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._beat, name="decentlearn-heartbeat",
-                                            daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._beat, name="decentlearn-heartbeat",
+                                      daemon=True)
+            try:
+                thread.start()
+            finally:  # Ctrl-C inside start() may come before or after the thread began
+                if thread.ident is not None:
+                    self._thread = thread
 
     def _beat(self) -> None:
         while not self._stop.wait(self.seconds):
@@ -146,7 +150,7 @@ class Heartbeat:
                 os.utime(self.path)
 
     def stop(self) -> None:
-        if self._thread is not None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
             self._stop.set()
-            self._thread.join()
-            self._thread = None
+            thread.join()
