@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -26,19 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from decentlearn.experiments.bench import cpu_info
+
 ARGS = ["--peers", "64", "--topology", "small-world:4:0.1", "--partition", "shards:2",
         "--model", "cnn:gn", "--lr", "0.05"]
 BUSY = [sys.executable, "-c", "while True: pass"]
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _run_cmd(dataset: str, rounds: int, out: Path) -> list[str]:
@@ -108,7 +99,8 @@ def main(argv=None) -> int:
                      if case != "quiet" else ""), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report = {"cpu": _cpu(), "cpus": os.cpu_count(), "rounds": a.rounds, "others": a.others,
+    info = cpu_info()
+    report = {"cpu": f"{info['model_name']} (family {info['family']} model {info['model']})", "cpus": os.cpu_count(), "rounds": a.rounds, "others": a.others,
               "dataset": a.dataset, "env": a.env, "seconds": results,
               "ratio": {k: v / results["quiet"] for k, v in results.items()} if "quiet" in results
               else {}}

@@ -224,5 +224,7 @@ def test_device_scripts_are_valid_bash(name):
     script = ROOT / "tools" / name
     assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
     text = script.read_text()
-    for step in ("setup.py build_ext --inplace", "$OUT"):
+    for step in ("setup.py build_ext --inplace", "$OUT", "device_lib.sh"):
         assert step in text
+    assert subprocess.run(["bash", "-n", str(ROOT / "tools" / "device_lib.sh")],
+                          timeout=30).returncode == 0

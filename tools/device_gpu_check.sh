@@ -28,16 +28,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 : > "$OUT/summary.txt"
 
-step() {  # step NAME SECONDS COMMAND...: its output in $OUT/NAME.log, rc and seconds in summary
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    echo "== $name: $*"
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    local rc=$?
-    echo "$name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
-    tail -n 25 "$OUT/$name.log"
-}
+# shellcheck source=tools/device_lib.sh
+source "$(dirname "$0")/device_lib.sh"
 
 {
     date -u
