@@ -4,10 +4,14 @@ falls behind. 100 peers, Fashion-MNIST, ``classes:1``, same rounds and learning 
 D-Cliques of 10 peers with a ring of cliques and with one edge between every pair of cliques (the
 paper's 100-node setting: 495 edges, 10% of the complete graph's 4950).
 
-    python benchmarks/reproduce/dcliques.py [--rounds R] [--eval-every E] [--seed S] [--fresh]
+    python benchmarks/reproduce/dcliques.py [--rounds R] [--eval-every E] [--seeds 0 1 2] [--fresh]
 
-Writes benchmarks/reproduce/results/dcliques.{json,md,png}; the acceptance test
-(tests/test_reproduce_dcliques.py, slow) checks the three numbers from the same settings.
+Every configuration runs once per seed (the seed draws the partition, the cliques' Greedy Swap,
+the initial model and the minibatches; one seed's gap to the complete graph varies by a point or
+more). Writes benchmarks/reproduce/results/dcliques.{md,png}: per configuration the mean and
+standard deviation over the seeds, and the mean of each seed's gap to the complete graph of the
+same seed; runs are cached under results/dcliques/. tests/test_reproduce_dcliques.py checks the
+claims from the same settings (about 30 s with Fashion-MNIST installed).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # _cached, and this checkout's decentlearn
 
-from _cached import OUT, plot, run_all, table  # noqa: E402
+import numpy as np  # noqa: E402
+from _cached import OUT, run_all  # noqa: E402
 
 from decentlearn.sim import RunConfig  # noqa: E402
 
@@ -38,25 +43,76 @@ def configs(rounds: int = 150, eval_every: int = 50, seed: int = 0) -> dict[str,
     }
 
 
+def run_seeds(seeds, rounds: int = 150, eval_every: int = 50, fresh: bool = False,
+              only: str | None = None) -> dict[str, list[dict]]:
+    """label -> one cached run record per seed (in ``seeds`` order)."""
+    runs = {f"{label} | seed {seed}": config for seed in seeds
+            for label, config in configs(rounds, eval_every, seed).items()}
+    records = run_all("dcliques", runs, fresh=fresh, only=only)
+    return {label: [records[f"{label} | seed {seed}"] for seed in seeds
+                    if f"{label} | seed {seed}" in records]
+            for label in configs(rounds, eval_every, 0)}
+
+
+def summarize(by_label: dict[str, list[dict]]) -> dict[str, dict]:
+    """Mean and standard deviation over the seeds, and the mean per-seed gap to "complete"."""
+    complete = [r["summary"]["test_accuracy_mean"] for r in by_label["complete"]]
+    out = {}
+    for label, recs in by_label.items():
+        acc = np.array([r["summary"]["test_accuracy_mean"] for r in recs])
+        avg = np.array([r["summary"]["test_accuracy_avg_model"] for r in recs])
+        out[label] = {"acc_mean": float(acc.mean()), "acc_std": float(acc.std()),
+                      "avg_mean": float(avg.mean()), "gap": float((acc - complete).mean()),
+                      "seeds": len(recs), "summary": recs[0]["summary"]}
+    return out
+
+
+def markdown(stats: dict[str, dict]) -> str:
+    rows = ["| run | final accuracy (mean over peers), mean ± sd over seeds | gap to complete "
+            "(points) | average model | edges | edges / complete | spectral gap |",
+            "|---|---|---|---|---|---|---|"]
+    for label, st in stats.items():
+        s = st["summary"]
+        rows.append(f"| {label} | {st['acc_mean']:.4f} ± {st['acc_std']:.4f} | "
+                    f"{100 * st['gap']:+.2f} | {st['avg_mean']:.4f} | {s['edges']} | "
+                    f"{s['edges_fraction_of_complete']:.4f} | {s['spectral_gap']:.4f} |")
+    return "\n".join(rows)
+
+
+def plot_mean(by_label: dict[str, list[dict]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, recs in by_label.items():
+        rounds = [row["round"] for row in recs[0]["history"]]
+        acc = np.array([[row["test_accuracy_mean"] for row in r["history"]] for r in recs])
+        ax.plot(rounds, acc.mean(axis=0), marker="o", label=label)
+        ax.fill_between(rounds, acc.min(axis=0), acc.max(axis=0), alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (mean over peers)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=150)
     p.add_argument("--eval-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--fresh", action="store_true", help="ignore cached results")
     p.add_argument("--only", help="run only the runs whose label contains this text")
     args = p.parse_args()
-    records = run_all("dcliques", configs(args.rounds, args.eval_every, args.seed),
-                      fresh=args.fresh, only=args.only)
-    text = table(records, [("final accuracy (mean over peers)", "test_accuracy_mean"),
-                           ("average model", "test_accuracy_avg_model"),
-                           ("edges", "edges"),
-                           ("edges / complete", "edges_fraction_of_complete"),
-                           ("spectral gap", "spectral_gap"),
-                           ("wall seconds", "seconds")])
+    by_label = run_seeds(args.seeds, args.rounds, args.eval_every, args.fresh, args.only)
+    text = markdown(summarize(by_label))
     (OUT / "dcliques.md").write_text(text + "\n")
-    plot(records, OUT / "dcliques.png",
-         f"100 peers, Fashion-MNIST, classes:1, seed {args.seed}")
+    plot_mean(by_label, OUT / "dcliques.png",
+              f"100 peers, Fashion-MNIST, classes:1, mean of seeds {args.seeds} (band: min-max)")
     print(text)
 
 
