@@ -22,10 +22,17 @@ SEEDS = (0, 1, 2)
 
 
 def _module():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("reproduce_dcliques", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The script as a module. It puts its folder and the checkout at the front of sys.path (to
+    run from a checkout); that is undone here, so later tests (and the processes they start)
+    still import the package under test, not the checkout's unbuilt decentlearn/."""
+    saved = list(sys.path)
+    try:
+        sys.path.insert(0, str(SCRIPT.parent))
+        spec = importlib.util.spec_from_file_location("reproduce_dcliques", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
     return module
 
 

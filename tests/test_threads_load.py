@@ -9,23 +9,30 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from threadpoolctl import threadpool_info
+
+import decentlearn
 
 from decentlearn.sim import Callback, RunConfig, Simulator
 
 
 def _python(code: str, env: dict) -> str:
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~"))
-                          else "/", check=True)
+    """``python -c code`` on the package under test (the installed one in CI, the in-place build
+    here), from a temporary directory: never the checkout's unbuilt decentlearn/."""
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, cwd=cwd)
+    assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
 def _env(**overrides) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["PYTHONPATH"] = str(Path(decentlearn.__file__).resolve().parent.parent)
     env.update(overrides)
     return env
 
@@ -36,7 +43,6 @@ def test_spin_count_default_is_set_before_libgomp_loads():
             "from decentlearn import _core\n"
             "print(before, dl.config()['openmp_wait'])")
     out = _python(code, _env())
-    import decentlearn
     assert out == (f"{decentlearn.OMP_SPINCOUNT_DEFAULT} GOMP_SPINCOUNT="
                    f"{decentlearn.OMP_SPINCOUNT_DEFAULT} (decentlearn's default)")
     # libgomp reads the variable when it loads: _core must not be loaded before the default is set
