@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 #: How many times an idle OpenMP thread of libgomp (GCC's OpenMP, which the C extension links)
 #: checks for work before it sleeps. libgomp's own default (300,000 checks, milliseconds of a
 #: core) makes threads spin at every barrier against the other processes on a busy machine: the
-#: README's Fashion-MNIST example ran 18x slower beside two busy loops on 2 cores, and 2.2x with
+#: README's Fashion-MNIST example ran 18x slower beside two busy loops on 2 cores, and 1.8x with
 #: this count, at the same quiet speed (benchmarks/bench_load.py, docs/performance.md).
 OMP_SPINCOUNT_DEFAULT = "10000"
 
@@ -48,6 +48,7 @@ def _set_omp_wait() -> str:
 
 
 _OMP_WAIT = _set_omp_wait()
+
 
 def _submodules() -> list[str]:
     """The public submodules and subpackages (found on disk, not listed by hand)."""
