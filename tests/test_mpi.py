@@ -6,7 +6,9 @@ compare them with in-process references. The fault tests launch a run and kill (
 (SIGSTOP) one rank. Skipped, with the reason, only where mpi4py or mpiexec is missing.
 """
 
+import contextlib
 import csv
+import io
 import json
 import os
 import shutil
@@ -520,3 +522,22 @@ def test_divergence_on_mpi_keeps_metrics_and_exits_3(tmp_path):
         rows = list(csv.DictReader(f))
     assert [int(r["round"]) for r in rows] == [10]
     assert float(rows[0]["consensus_distance"]) > 100.0
+
+
+def test_cli_warns_setup_problems_once_per_job(tmp_path):
+    """A run set up in a way known to work badly (compressed D-PSGD with qsgd:4's variance) is
+    warned about on an MPI job as in process: one line on stderr for the whole job (rank 0), the
+    same text, and the run still goes."""
+    from decentlearn.cli import main
+    args = ["--peers", "4", "--rounds", "1", "--model", "linear", "--compress", "qsgd:4",
+            "--quiet"]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["run", *args, "--out", str(tmp_path / "ref")]) == 0
+    want = [line for line in err.getvalue().splitlines() if "warning" in line]
+    assert len(want) == 1 and "qsgd:4" in want[0], err.getvalue()
+    proc = _launch(["-m", "decentlearn", "run", "--backend", "mpi", *args, "--out",
+                    str(tmp_path / "mpi")], cwd=tmp_path)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert [line for line in stderr.splitlines() if "warning" in line] == want

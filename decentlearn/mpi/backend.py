@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 
 import numpy as np
 
 from decentlearn import algorithms
-from decentlearn.errors import CheckpointError
+from decentlearn.errors import CheckpointError, SetupWarning
 from decentlearn.comm import CliqueAveraging
 from decentlearn.mpi.comm import DEFAULT_TIMEOUT, MPIComm, MPITimeoutError, import_mpi
 
@@ -152,7 +153,12 @@ class MPIBackend:
         return CliqueAveraging(groups, comm)  # gradients cross ranks
 
     def report_problems(self, problems: list[str]) -> None:
-        """Nothing: summary.json lists them (rank 0 writes it); a warning per rank would repeat."""
+        """Each setup problem as a SetupWarning on rank 0 only (once for the job, as in process;
+        every rank finds the same ones). summary.json lists them too."""
+        from mpi4py import MPI
+        if (self.world or MPI.COMM_WORLD).Get_rank() == 0:
+            for problem in problems:
+                warnings.warn(problem, SetupWarning, stacklevel=3)
 
     def summary(self, runner) -> dict:
         """Per-rank timings of the rounds (evaluation excluded): compute, compress, communicate,

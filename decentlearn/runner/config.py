@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from decentlearn import algorithms
+from decentlearn.errors import SetupWarning  # noqa: F401 (re-exported: runner.SetupWarning)
 from decentlearn.comm import parse_mixing
 from decentlearn.data import ArrayDataset
 from decentlearn.network import load_network
@@ -68,10 +69,6 @@ EVAL_BUDGET = 0.10
 
 
 EVAL_PEER_BUDGET = 0.05
-
-
-class SetupWarning(UserWarning):
-    """A run is set up in a way known to work badly (see ``setup_problems``); it still runs."""
 
 
 def stream_seed(seed: int, stream: int) -> int:
