@@ -2,6 +2,7 @@
 of runs (a sweep's output) for plot and compare, and stale ``running`` summaries."""
 
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -189,6 +190,12 @@ def test_sigkilled_run_shows_as_stale(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)[0]["status"] == "stale"
     assert main(["compare", str(out)]) == 0
     assert "stale" in capsys.readouterr().out
+    # plot's legend says so too: a partial curve is not read as a finished run
+    from decentlearn.outputs.plot import run_labels
+    assert run_labels([load_run(out)]) == ["killed (stale)"]
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert main(["plot", str(out), "--out", str(tmp_path / "p.png")]) == 0
+        assert "killed (stale)" in capsys.readouterr().out
 
 
 def test_stale_rules_on_this_host_and_elsewhere(tmp_path):

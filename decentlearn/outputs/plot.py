@@ -67,7 +67,9 @@ def plot_curves(history: list[dict], path: str | os.PathLike, title: str = "") -
 def run_labels(runs: list[Run]) -> list[str]:
     """One legend label per run: ``field=value`` for each field that differs between the runs'
     configs (``seed=1, topology=ring``), the directory name when nothing differs or names are
-    needed to tell two runs apart (a run without a config is named by its directory)."""
+    needed to tell two runs apart (a run without a config is named by its directory). A run that
+    did not complete says how it stands: ``(running)``, ``(stale)`` (its process is gone),
+    ``(interrupted)``, ``(diverged)``..., so a partial curve is never read as a finished one."""
     fields = differing_fields([r.config for r in runs if r.config])
     labels = []
     for r in runs:
@@ -75,7 +77,8 @@ def run_labels(runs: list[Run]) -> list[str]:
         labels.append(", ".join(parts) if parts else r.name)
     if len(set(labels)) < len(labels):
         labels = [f"{r.name}: {lab}" if lab != r.name else lab for r, lab in zip(runs, labels)]
-    return labels
+    return [lab if r.status == "completed" else f"{lab} ({r.status})"
+            for r, lab in zip(runs, labels)]
 
 
 def _common_title(runs: list[Run]) -> str:
