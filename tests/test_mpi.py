@@ -541,3 +541,26 @@ def test_cli_warns_setup_problems_once_per_job(tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
     assert [line for line in stderr.splitlines() if "warning" in line] == want
+
+
+def test_cli_log_to_tensorboard_on_rank_0(tmp_path):
+    """--log-to works with --backend mpi: rank 0 alone writes the dashboard, with every
+    evaluation row of metrics.csv (the rows gathered from all ranks)."""
+    pytest.importorskip("tensorboardX")
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    out = tmp_path / "mpi"
+    proc = _launch(["-m", "decentlearn", "run", "--backend", "mpi", "--peers", "8", "--rounds",
+                    "4", "--eval-every", "2", "--model", "linear", "--quiet", "--log-to",
+                    "tensorboard", "--out", str(out)], cwd=tmp_path)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1  # one writer: rank 0's
+    acc = ea.EventAccumulator(str(out / "tensorboard"), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = acc.Scalars("test_accuracy_mean")
+    assert [e.step for e in got] == [int(r["round"]) for r in rows] == [2, 4]
+    np.testing.assert_allclose([e.value for e in got],
+                               [float(r["test_accuracy_mean"]) for r in rows], rtol=1e-6)

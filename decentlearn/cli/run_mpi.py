@@ -24,7 +24,8 @@ from pathlib import Path
 from decentlearn.cli.config import resolve_run_config
 from decentlearn.cli.parser import (EXIT_DIVERGED, EXIT_FAILED, EXIT_MPI, EXIT_USAGE,
                                     WARNING_PREFIX, UsageError, error_line)
-from decentlearn.cli.run import check_model, check_out, read_resume, report
+from decentlearn.cli.run import (check_dashboards, check_model, check_out, make_dashboards,
+                                 read_resume, report)
 
 #: Environment variables set by the launchers (Open MPI, MPICH/Hydra, PMIx, Slurm).
 _LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -79,9 +80,6 @@ def cmd_run_mpi(args) -> int:
     # Options of the in-process command this one does not implement (yet): refused, not ignored.
     if getattr(args, "dry_run", False):
         raise UsageError("--dry-run is not available with --backend mpi yet (docs/mpi.md)")
-    if getattr(args, "log_to", None):
-        raise UsageError("--log-to is not available with --backend mpi yet; the run "
-                         "directory's metrics.csv and peers.csv hold the same numbers")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise UsageError(f"--checkpoint-every must be an integer >= 1, got "
                          f"{args.checkpoint_every}")
@@ -123,6 +121,7 @@ def cmd_run_mpi(args) -> int:
             else:
                 out = check_out(args) if rank == 0 else None
             check_model(config)
+            check_dashboards(args)  # --log-to: the packages (each rank, the same verdict)
             sim = Runner(config, backend=MPIBackend(timeout=timeout))
             if args.resume:
                 try:
@@ -150,15 +149,21 @@ def cmd_run_mpi(args) -> int:
         return _stop_all(world, next(e for e in errors if e))
 
     # Rank 0 prepares the run directory and tells every rank where checkpoints go (or why not).
+    # Rank 0 alone writes the files and the --log-to dashboards (a dashboard that cannot start
+    # stops every rank here, before the run).
     from decentlearn.outputs.rundir import RunWriter, new_run_dir, prepare_run_dir
+    dashboards = []
     if rank == 0:
         try:
             if not args.resume:
                 out = new_run_dir("runs") if out is None else prepare_run_dir(
                     out, overwrite=args.overwrite)
+            dashboards = make_dashboards(args, Path(out), config)
             where = {"out": str(out)}
         except (FileExistsError, OSError) as e:
             where = {"error": f"--out {e}"}
+        except UsageError as e:
+            where = {"error": str(e)}
     else:
         where = None
     try:
@@ -201,7 +206,7 @@ def cmd_run_mpi(args) -> int:
         writer.resume(sim.history, sim.next_round)
     try:
         with stopping, writer:
-            result = sim.run([writer, *callbacks])
+            result = sim.run([writer, *callbacks, *dashboards])
             writer.finish(result.summary)
     except KeyboardInterrupt as e:
         import signal
@@ -224,5 +229,8 @@ def cmd_run_mpi(args) -> int:
         return _stop_all(world, f"{e} (results so far in {out}/)")
     except Exception as e:
         return _abort(world, f"error on rank 0: {type(e).__name__}: {e}", EXIT_FAILED)
+    finally:
+        for d in dashboards:
+            d.close(writer.status)
     report(config, result, out, backend=f", MPI {size} ranks")
     return 0
