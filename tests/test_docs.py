@@ -265,6 +265,7 @@ def test_formulas_are_typeset_as_mathml(site):
     assert "<msub><mi>W</mi><mrow><mi>i</mi><mi>j</mi></mrow></msub>" in simulator
     topology = (site / "topology" / "index.html").read_text(encoding="utf-8")
     assert 'display="block"' in topology and "<mfrac>" in topology
+    assert "\U0001D7CF" in simulator and 'mathvariant="bold"' not in topology  # W = 11^T/n
 
 
 NOTEBOOK_PATHS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -294,6 +295,10 @@ def test_formula_conversion_and_its_warnings(caplog):
                    "<msub><mi>x</mi><mi>i</mi></msub><mo>&#x02264;</mo>"
                    "<mfrac><mrow><mn>1</mn></mrow><mrow><mi>n</mi></mrow></mfrac></mrow></math>")
     assert not caplog.records
+    # \mathbf{1} (the all-ones vector): browsers ignore mathvariant="bold", so the MathML holds
+    # the Mathematical Bold digit itself
+    ones = mkdocs_hooks.to_mathml(r"\mathbf{1}\mathbf{1}^\top", False, "page.md")
+    assert "mathvariant" not in ones and ones.count("<mn>\U0001D7CF</mn>") == 2
     with caplog.at_level("WARNING", logger="mkdocs"):
         mkdocs_hooks.to_mathml(r"\frac{1}{", True, "page.md")
         mkdocs_hooks.to_mathml(r"\notacommand{x}", False, "page.md")

@@ -339,6 +339,27 @@ _REMOTE_SCRIPT = re.compile(
     flags=re.S)
 
 
+def _bold(ch: str) -> str:
+    """The Mathematical Bold character of an ASCII letter or digit (U+1D400..., U+1D7CE...)."""
+    if "0" <= ch <= "9":
+        return chr(0x1D7CE + ord(ch) - ord("0"))
+    if "A" <= ch <= "Z":
+        return chr(0x1D400 + ord(ch) - ord("A"))
+    if "a" <= ch <= "z":
+        return chr(0x1D41A + ord(ch) - ord("a"))
+    return ch
+
+
+def _bold_as_characters(mathml: str) -> str:
+    r"""``\mathbf`` becomes ``mathvariant="bold"``, which MathML Core (what browsers implement)
+    ignores: the all-ones vector rendered as a plain 1. Bold tokens are written with the Unicode
+    Mathematical Bold characters instead, which every MathML font has."""
+    return re.sub(r'<(m[ion])([^>]*?) mathvariant="bold"([^>]*)>([^<]*)</\1>',
+                  lambda m: f"<{m.group(1)}{m.group(2)}{m.group(3)}>"
+                            f"{''.join(_bold(c) for c in m.group(4))}</{m.group(1)}>",
+                  mathml)
+
+
 def to_mathml(tex: str, display: bool, where: str) -> str:
     """MathML for one formula; a formula latex2mathml cannot read is a build warning (an error
     under ``--strict``) and stays as its TeX source."""
@@ -349,6 +370,7 @@ def to_mathml(tex: str, display: bool, where: str) -> str:
     except Exception as e:  # noqa: BLE001 - latex2mathml raises many types for bad input
         log.warning("%s: cannot typeset the formula %r: %s", where, tex, e)
         return html.escape(tex)
+    mathml = _bold_as_characters(mathml)
     # latex2mathml keeps a command it does not know as text (<mi>\foo</mi>): the reader would see
     # the backslash, so that is a warning too.
     unknown = re.findall(r"<m[io][^>]*>(\\[A-Za-z]+)</m[io]>", mathml)
