@@ -37,9 +37,10 @@ def _run_cmd(dataset: str, rounds: int, out: Path) -> list[str]:
             "--rounds", str(rounds), "--out", str(out), "--overwrite", "--quiet"]
 
 
-def _timed(cmd: list[str], env: dict) -> float:
+def _timed(cmd: list[str], env: dict, cwd: Path) -> float:
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
     dt = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"bench_load: the foreground run failed (exit {done.returncode}):\n"
@@ -52,7 +53,7 @@ def measure(case: str, *, dataset: str, rounds: int, others: int, env: dict, tmp
     try:
         for i in range(others if case != "quiet" else 0):
             cmd = BUSY if case == "busy" else _run_cmd(dataset, 100000, tmp / f"bg{i}")
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+            procs.append(subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
         if procs:
             # let the background runs load their data and reach their rounds
@@ -61,7 +62,9 @@ def measure(case: str, *, dataset: str, rounds: int, others: int, env: dict, tmp
                 if p.poll() is not None:
                     raise SystemExit(f"bench_load: a background process of case {case!r} exited "
                                      f"early ({p.returncode})")
-        return _timed(_run_cmd(dataset, rounds, tmp / "fg"), env)
+        # from the temporary folder: `python -m` puts the working directory first on sys.path,
+        # and a checkout there would shadow the package under test
+        return _timed(_run_cmd(dataset, rounds, tmp / "fg"), env, tmp)
     finally:
         for p in procs:
             p.kill()

@@ -83,3 +83,25 @@ def test_blas_runs_on_the_runs_threads_and_is_restored():
     sim.run([cb])
     assert cb.seen and all(s == {1} for s in cb.seen), cb.seen
     assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == before
+
+
+def test_bench_load_script_runs_and_reports(tmp_path):
+    """benchmarks/bench_load.py end to end on tiny settings (the embedded digits, 2 rounds, one
+    busy loop): it reports every case and its ratio to the quiet run, and leaves no process
+    behind. The times themselves are never asserted."""
+    import importlib.util
+    import json
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_load.py"
+    if not script.is_file():
+        pytest.skip("benchmarks/ is not beside the tests")
+    spec = importlib.util.spec_from_file_location("bench_load", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "load.json"
+    env = [f"PYTHONPATH={Path(decentlearn.__file__).resolve().parent.parent}"]
+    assert module.main(["--dataset", "digits", "--rounds", "2", "--others", "1", "--cases",
+                        "quiet,busy", "--env", env[0], "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["seconds"]) == {"quiet", "busy"} and report["ratio"]["quiet"] == 1.0
+    assert all(v > 0 for v in report["seconds"].values())
