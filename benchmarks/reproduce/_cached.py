@@ -58,17 +58,24 @@ def table(records: dict[str, dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(rows)
 
 
-def plot(records: dict[str, dict], path: Path, title: str) -> None:
+def plot(records: dict[str, dict | list[dict]], path: Path, title: str) -> None:
+    """Test accuracy (mean over peers) against round, one line per label. A label's value is one
+    run record, or a list of records of the same configuration over seeds: then the line is their
+    mean and a band spans their minimum to maximum."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, rec in records.items():
-        rounds = [row["round"] for row in rec["history"]]
-        acc = [row["test_accuracy_mean"] for row in rec["history"]]
-        ax.plot(rounds, acc, marker="o", label=label)
+    for label, recs in records.items():
+        recs = recs if isinstance(recs, list) else [recs]
+        rounds = [row["round"] for row in recs[0]["history"]]
+        acc = np.array([[row["test_accuracy_mean"] for row in r["history"]] for r in recs])
+        ax.plot(rounds, acc.mean(axis=0), marker="o", label=label)
+        if len(recs) > 1:
+            ax.fill_between(rounds, acc.min(axis=0), acc.max(axis=0), alpha=0.15)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (mean over peers)")
     ax.set_title(title)

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # _cached, and this checkout's decentlearn
 
 import numpy as np  # noqa: E402
-from _cached import OUT, run_all  # noqa: E402
+from _cached import OUT, plot, run_all  # noqa: E402
 
 from decentlearn.sim import RunConfig  # noqa: E402
 
@@ -79,27 +79,6 @@ def markdown(stats: dict[str, dict]) -> str:
     return "\n".join(rows)
 
 
-def plot_mean(by_label: dict[str, list[dict]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, recs in by_label.items():
-        rounds = [row["round"] for row in recs[0]["history"]]
-        acc = np.array([[row["test_accuracy_mean"] for row in r["history"]] for r in recs])
-        ax.plot(rounds, acc.mean(axis=0), marker="o", label=label)
-        ax.fill_between(rounds, acc.min(axis=0), acc.max(axis=0), alpha=0.15)
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (mean over peers)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=150)
@@ -111,8 +90,8 @@ def main() -> None:
     by_label = run_seeds(args.seeds, args.rounds, args.eval_every, args.fresh, args.only)
     text = markdown(summarize(by_label))
     (OUT / "dcliques.md").write_text(text + "\n")
-    plot_mean(by_label, OUT / "dcliques.png",
-              f"100 peers, Fashion-MNIST, classes:1, mean of seeds {args.seeds} (band: min-max)")
+    plot(by_label, OUT / "dcliques.png",
+         f"100 peers, Fashion-MNIST, classes:1, mean of seeds {args.seeds} (band: min-max)")
     print(text)
 
 
