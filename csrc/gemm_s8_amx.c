@@ -12,8 +12,9 @@
  * tmm4-5 A, tmm6-7 B). The last k block of a k that is not a multiple of 64 takes its B rows from
  * a zero-padded copy (the packed panel holds only ceil(k / 4) groups). Tile state is per thread:
  * every parallel region loads the tile configuration in each thread before its first tile
- * instruction and releases it after the last (DL_GEMM_THREAD_BEGIN/END). Compiled to stubs (and
- * dl_gemm_s8_amx_built = 0) when the compiler lacks AMX, to an empty unit off x86-64.
+ * instruction and releases it after the last (DL_GEMM_THREAD_BEGIN/END). When the compiler lacks
+ * AMX, the entry points are defined to refuse (DL_E_ARG, dl_gemm_s8_amx_built = 0) and the
+ * dispatch never offers amx; off x86-64 the unit is empty.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <stdint.h>
@@ -252,7 +253,8 @@ int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
     return dl_gemm_s8_dense_backward_amx_tiles(d, n_threads);
 }
 
-#else /* the compiler lacks AMX: stubs the dispatch never selects (dl_isa_supported checks) */
+#else /* the compiler lacks AMX: entry points that refuse (DL_E_ARG); dl_isa_supported never
+       * offers amx in such a build, so the dispatch does not reach them */
 const int dl_gemm_s8_amx_built = 0;
 void dl_amx_tile_begin(void) {}
 void dl_amx_tile_end(void) {}
