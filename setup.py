@@ -31,7 +31,8 @@ ISA_FLAGS = {
     "_avx512vnni.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
                       "-mavx2", "-ffp-contract=fast", "-mprefer-vector-width=512"],
     # AMX tiles (int8 GEMMs, peak loop): the AVX-512 VNNI flags plus the tile instructions. A
-    # compiler without them (GCC < 11) builds entry points that refuse (DL_E_ARG), and the dispatch never picks amx.
+    # compiler without them (GCC < 11) builds entry points that refuse (DL_E_ARG), and the
+    # dispatch never picks amx.
     "_amx.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
                "-mavx2", "-ffp-contract=fast", "-mprefer-vector-width=512", "-mamx-tile",
                "-mamx-int8"],
