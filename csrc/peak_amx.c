@@ -5,14 +5,16 @@
  * six independent C tiles (tmm0-5; enough to cover the instruction's latency at one per 16
  * cycles), then stores and sums the C tiles (the checksum) and releases the tiles. One tdpbssd is
  * 16 x 16 x 64 multiply-adds = 32768 operations; reps x 96 instructions per thread, as the other
- * paths' loops (peak_impl.h), so decentlearn/_reference/peak.py counts them the same way. Stubs
- * when the compiler lacks AMX, an empty unit off x86-64.
+ * paths' loops (peak_impl.h; the team driver is peak_team.h's), so decentlearn/_reference/peak.py
+ * counts them the same way. Without compiler support for AMX it refuses (DL_E_ARG; never
+ * dispatched); off x86-64 the unit is empty.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <stdint.h>
 #include <string.h>
 
 #include "dl.h"
+#include "peak_team.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #include <immintrin.h>
@@ -58,25 +60,10 @@ static int64_t peak_amx_thread(int64_t reps, int seed) {
     return s;
 }
 
-/* *ops = operations done (2 per multiply-add) by reps iterations on each of n_threads threads;
- * *check = a checksum of the C tiles. DL_E_ARG for reps < 0 or n_threads < 1. */
+/* *ops, *check: see peak_team.h (the checksum is the C tiles'). */
 int dl_peak_s8_amx(int64_t reps, int n_threads, int64_t *ops, int64_t *check) {
-    if (reps < 0 || n_threads < 1) return DL_E_ARG;
-    int64_t sum = 0;
-    int team = 1;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n_threads) reduction(+ : sum)
-    {
-#pragma omp single
-        team = omp_get_num_threads();
-        sum += peak_amx_thread(reps, omp_get_thread_num());
-    }
-#else
-    sum = peak_amx_thread(reps, 0);
-#endif
-    *ops = (int64_t)team * reps * DL_PEAK_AMX_UNROLL * 6 * PEAK_AMX_OPS_PER_INSN;
-    *check = sum;
-    return DL_OK;
+    return dl_peak_team(reps, n_threads, peak_amx_thread,
+                        (int64_t)DL_PEAK_AMX_UNROLL * 6 * PEAK_AMX_OPS_PER_INSN, ops, check);
 }
 #else
 int dl_peak_s8_amx(int64_t reps, int n_threads, int64_t *ops, int64_t *check) {

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "dl.h"
+#include "peak_team.h"
 
 #if DL_PEAK_KIND > 0
 #include <immintrin.h>
@@ -100,24 +101,9 @@ static int64_t peak_thread(int64_t reps, int seed) {
     return s;
 }
 
-/* *ops = operations done (2 per multiply-add) by reps iterations on each of n_threads threads;
- * *check = a checksum of the accumulators. DL_E_ARG for reps < 0 or n_threads < 1. */
+/* *ops, *check: see peak_team.h (the checksum is the accumulators'). */
 int DL_PEAK_CAT(dl_peak_s8, DL_SUFFIX)(int64_t reps, int n_threads, int64_t *ops,
                                        int64_t *check) {
-    if (reps < 0 || n_threads < 1) return DL_E_ARG;
-    int64_t sum = 0;
-    int team = 1;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n_threads) reduction(+ : sum)
-    {
-#pragma omp single
-        team = omp_get_num_threads();
-        sum += peak_thread(reps, omp_get_thread_num());
-    }
-#else
-    sum = peak_thread(reps, 0);
-#endif
-    *ops = (int64_t)team * reps * DL_PEAK_UNROLL * DL_PEAK_ACC * PEAK_OPS_PER_INSN;
-    *check = sum;
-    return DL_OK;
+    return dl_peak_team(reps, n_threads, peak_thread,
+                        (int64_t)DL_PEAK_UNROLL * DL_PEAK_ACC * PEAK_OPS_PER_INSN, ops, check);
 }
