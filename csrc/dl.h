@@ -598,4 +598,15 @@ int dl_maxpool2_backward_f32(int64_t n, int64_t h2, int64_t w2, const float *dy,
                              const uint8_t *code, float *dx, int n_threads);
 /* <<< pool */
 
+/* >>> loss: softmax cross-entropy of the models' logits (loss.c); contracts in loss.c. */
+/* y[i] = exp(x[i]) rounded to float32 (x and y may be the same array). */
+int dl_exp_f32(int64_t n, const float *x, float *y, int n_threads);
+/* Per peer p of P: loss[p] = mean cross-entropy of the B rows of C logits at z + p*B*C against
+ * labels y[p*y_ps + b] (y_ps = B, or 0: one row shared by all peers); z becomes the gradient
+ * (want_grad) or the softmax numerators. DL_E_RANGE (nothing written) when a label is outside
+ * [0, C). */
+int dl_softmax_xent_f32(int64_t P, int64_t B, int64_t C, float *z, const int64_t *y, int64_t y_ps,
+                        double *loss, int want_grad, int n_threads);
+/* <<< loss */
+
 #endif /* DL_H */

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from decentlearn import ops
 from decentlearn.checks import (
     check_frozen,
     check_grad,
@@ -355,9 +356,9 @@ class Model:
         if first == len(self._layers):  # nothing trains
             logits, _ = self._forward(params, xb, train=False)
             grad.fill(0)
-            return _cross_entropy(logits, y, want_grad=False)[0]
+            return _cross_entropy(logits, y, False, self.n_threads)[0]
         logits, ctxs = self._forward(params, xb, train=True, first_trained=first)
-        loss, dlogits = _cross_entropy(logits, y, want_grad=True)
+        loss, dlogits = _cross_entropy(logits, y, True, self.n_threads)
         w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
         for sc, seed_of_layer in zip(scratch, self._layer_seeds):
             sc.rng = (seed_of_layer, step)
@@ -408,18 +409,33 @@ class Model:
             yc = y[start : start + chunk]
             logits, _ = self._forward(params, xc, train=False)
             correct += np.count_nonzero(np.argmax(logits, axis=-1) == yc, axis=1)
-            loss, _ = _cross_entropy(logits, np.broadcast_to(yc, logits.shape[:2]), False)
+            loss, _ = _cross_entropy(logits, np.broadcast_to(yc, logits.shape[:2]), False,
+                                     self.n_threads)
             loss_sum += loss * yc.shape[0]
         return correct / n, loss_sum / n
 
 
 def _cross_entropy(
-    logits: np.ndarray, y: np.ndarray, want_grad: bool
+    logits: np.ndarray, y: np.ndarray, want_grad: bool, n_threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Mean cross-entropy per peer (float64) and, optionally, its gradient w.r.t. the logits.
 
-    Works in place on ``logits`` (which the caller owns) with a max-shifted log-sum-exp.
+    Works in place on ``logits`` (which the caller owns) with a max-shifted log-sum-exp: float32
+    logits in one C pass over the peers (ops.softmax_xent, threaded, the same bits on every CPU),
+    float64 ones with NumPy (_cross_entropy_f64).
     """
+    if logits.dtype != np.float32:
+        return _cross_entropy_f64(logits, y, want_grad)
+    if not (logits.flags.c_contiguous and logits.flags.writeable):
+        logits = np.array(logits, dtype=np.float32, order="C")
+    loss = ops.softmax_xent(logits, y, want_grad=want_grad, n_threads=n_threads)
+    return loss, (logits if want_grad else None)
+
+
+def _cross_entropy_f64(
+    logits: np.ndarray, y: np.ndarray, want_grad: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """_cross_entropy of float64 logits in NumPy, in place."""
     n_peers, batch, _ = logits.shape
     z = logits
     # The row maxima column by column: a reduction over a short last axis costs more per element
