@@ -84,3 +84,29 @@ int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t 
     }
     return DL_OK;
 }
+
+/* Wide rows from images: dst image n (a row of len elements) gets src image n (h rows of w
+ * values, row r at src + n * h * ld + r * ld) at offset (pad + r) * wp + pad, row by row, and zeros
+ * everywhere else (the padding, the columns past w + pad of each wide row, the tail). Threads
+ * split the images; only copies, so any split gives the same bits. */
+int dl_conv_pad_f32(int64_t n, int64_t h, int64_t ld, int64_t w, const float *src, int64_t pad,
+                    int64_t wp, int64_t len, float *dst, int n_threads) {
+    if (n < 0 || h < 0 || w < 0 || ld < w || pad < 0 || pad > INT32_MAX || h > INT32_MAX ||
+        wp > INT32_MAX || wp < w + 2 * pad || (h + 2 * pad) * wp > len || n_threads < 1)
+        return DL_E_ARG; /* (the bounds keep (h + 2*pad)*wp inside int64) */
+    const int nt = (double)n * len < DL_CONV_SERIAL ? 1 : n_threads;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < n; i++) {
+        const float *s = src + i * h * ld;
+        float *d = dst + i * len;
+        int64_t at = 0; /* elements of the wide row written so far */
+        for (int64_t r = 0; r < h; r++) {
+            const int64_t start = (pad + r) * wp + pad;
+            memset(d + at, 0, (size_t)(start - at) * sizeof(float));
+            memcpy(d + start, s + r * ld, (size_t)w * sizeof(float));
+            at = start + w;
+        }
+        memset(d + at, 0, (size_t)(len - at) * sizeof(float));
+    }
+    return DL_OK;
+}

@@ -589,6 +589,9 @@ int dl_conv_unfold_s8(int64_t n_groups, int64_t channels, int64_t batch, int64_t
 int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t len, int64_t b0,
                      int64_t b1, int64_t k, int64_t wp, int64_t run, const float *dcols,
                      int64_t rows, int64_t ld, float *dxp, int n_threads);
+/* Zero-padded wide rows (G*C*B images of len) from images (n, h, ld) (the first w of each row). */
+int dl_conv_pad_f32(int64_t n, int64_t h, int64_t ld, int64_t w, const float *src, int64_t pad,
+                    int64_t wp, int64_t len, float *dst, int n_threads);
 /* <<< conv */
 
 /* >>> pool: 2x2 max pooling, stride 2, of MaxPool2d (pool.c); contracts in pool.c. */

@@ -1,6 +1,7 @@
 """Conv2d's im2col / col2im kernels (csrc/conv.c) against their NumPy references
 (decentlearn/_reference/conv.py), against a direct loop im2col, as adjoints of each other, and 1
-vs 2 threads bit for bit."""
+vs 2 threads bit for bit; and conv_pad, the zero-padded wide rows, against the reference and the
+padding Conv2d used to build in NumPy."""
 
 import itertools
 
@@ -123,3 +124,58 @@ def test_bad_arguments_raise():
         ops.conv_fold(cols, xp[..., ::2], 0, 1, 1, 1, 1)
     with pytest.raises(TypeError, match="dcols must have dtype float32"):
         ops.conv_fold(cols.astype(np.int8), xp, 0, 2, 3, wp, run)
+
+
+@pytest.mark.parametrize("n,h,ld,w,pad,wp,extra", [
+    (6, 4, 4, 4, 2, 8, 4),     # conv2 of the digits CNN: padded input, k - 1 = 4 trailing zeros
+    (9, 8, 8, 8, 2, 12, 4),    # conv1
+    (5, 4, 8, 4, 0, 8, 0),     # the output gradient on wide rows (pad 0, wp > w)
+    (4, 3, 7, 5, 1, 9, 3),     # rows read from a wider source (ld > w), wp > w + 2 pad
+    (3, 0, 2, 2, 1, 4, 2),     # no rows: all zeros
+    (1, 1, 1, 0, 0, 1, 0),     # empty rows
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pad_matches_reference_and_numpy_padding(n, h, ld, w, pad, wp, extra, threads):
+    rng = np.random.default_rng(n * 7 + h)
+    src = rng.standard_normal((n, h, ld)).astype(np.float32)
+    length = (h + 2 * pad) * wp + extra
+    dst = np.full((n, length), np.nan, np.float32)  # every element must be written
+    assert ops.conv_pad(src, w, dst, pad, wp, n_threads=threads) is dst
+    want = np.full_like(dst, np.nan)
+    ref.conv_pad(src, w, want, pad, wp)
+    np.testing.assert_array_equal(dst, want)
+    grid = np.zeros((n, h + 2 * pad, wp), np.float32)  # the padding written out directly
+    grid[:, pad : pad + h, pad : pad + w] = src[:, :, :w]
+    np.testing.assert_array_equal(dst[:, : (h + 2 * pad) * wp], grid.reshape(n, -1))
+    assert not dst[:, (h + 2 * pad) * wp :].any()
+
+
+def test_pad_on_many_images_is_thread_independent():
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((3000, 4, 4)).astype(np.float32)
+    a, b = np.empty((3000, 68), np.float32), np.empty((3000, 68), np.float32)
+    ops.conv_pad(src, 4, a, 2, 8, n_threads=1)
+    ops.conv_pad(src, 4, b, 2, 8, n_threads=2)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_pad_bad_arguments_raise():
+    src = np.zeros((2, 3, 4), np.float32)
+    dst = np.zeros((2, 40), np.float32)
+    with pytest.raises(ValueError, match=r"wp >= w \+ 2\*pad|w \+ 2\*pad <= wp"):
+        ops.conv_pad(src, 4, dst, 2, 7)
+    with pytest.raises(ValueError, match="w <= 4"):
+        ops.conv_pad(src, 5, dst, 0, 8)
+    with pytest.raises(ValueError, match=r"dst rows must hold \(h \+ 2\*pad\)\*wp = 56"):
+        ops.conv_pad(src, 4, dst, 2, 8)
+    with pytest.raises(ValueError, match="dst"):
+        ops.conv_pad(src, 4, np.zeros((3, 40), np.float32), 0, 4)
+    with pytest.raises(ValueError, match="pad"):
+        ops.conv_pad(src, 4, dst, -1, 8)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.conv_pad(np.zeros((2, 4, 3), np.float32).transpose(0, 2, 1), 4, dst, 0, 4)
+    with pytest.raises((TypeError, ValueError), match="float32"):
+        ops.conv_pad(src.astype(np.float64), 4, dst, 0, 4)
+    with pytest.raises(ValueError, match="must not share memory"):
+        buf = np.zeros(200, np.float32)
+        ops.conv_pad(buf[:24].reshape(2, 3, 4), 4, buf[:80].reshape(2, 40), 0, 4)

@@ -1,5 +1,6 @@
 /* conv.c: glue of Conv2d's im2col / col2im on wide rows (csrc/conv.c): conv_unfold (float32 or
- * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry.
+ * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry, and
+ * conv_pad (float32), the zero-padded wide rows of images.
  * decentlearn/ops/conv.py is the Python side.
  */
 #include "glue.h"
@@ -72,6 +73,33 @@ static int call_conv_fold(const glue_call_t *c, const dl_dispatch_t *d) {
                             G_DATA(c, 0), R, ld, G_DATA(c, 1), c->n_threads);
 }
 
+/* conv_pad(src, w, dst, pad, wp, n_threads): src (n, h, ld) float32 (w <= ld), dst (n, len) with
+ * wp >= w + 2*pad and len >= (h + 2*pad)*wp; ssz = w, pad, wp. */
+static int check_conv_pad(glue_call_t *c) {
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
+    const Py_ssize_t w = c->ssz[0], pad = c->ssz[1], wp = c->ssz[2];
+    const npy_intp h = PyArray_DIM(src, 1), ld = PyArray_DIM(src, 2), len = PyArray_DIM(dst, 1);
+    if (w < 0 || w > ld || pad < 0 || pad > INT32_MAX || wp > INT32_MAX || wp < w + 2 * pad) {
+        PyErr_Format(PyExc_ValueError, "%s: need 0 <= w <= %zd (src's last axis), 0 <= pad < 2**31 "
+                     "and w + 2*pad <= wp < 2**31, got w=%zd, pad=%zd, wp=%zd", c->fn,
+                     (Py_ssize_t)ld, w, pad, wp);
+        return -1;
+    }
+    if ((h + 2 * pad) * wp > len) {
+        PyErr_Format(PyExc_ValueError, "%s: dst rows must hold (h + 2*pad)*wp = %zd elements, got "
+                     "%zd", c->fn, (Py_ssize_t)((h + 2 * pad) * wp), (Py_ssize_t)len);
+        return -1;
+    }
+    return 0;
+}
+static int call_conv_pad(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
+    return dl_conv_pad_f32(PyArray_DIM(src, 0), PyArray_DIM(src, 1), PyArray_DIM(src, 2),
+                           c->ssz[0], G_DATA(c, 0), c->ssz[1], c->ssz[2], PyArray_DIM(dst, 1),
+                           G_DATA(c, 1), c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -81,6 +109,10 @@ static const glue_op_t ops[] = {
      {G_IN("dcols", NPY_FLOAT32, 3, X_ANY, X_ANY), G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY),
       G_N("b0"), G_N("b1"), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
      0, 0, check_conv_fold, NULL, call_conv_fold, {0}, 0, {0}},
+    {"conv_pad", "conv_pad(src, w, dst, pad, wp, n_threads): zero-padded wide rows from images.",
+     {G_IN("src", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("w"), G_OUT("dst", NPY_FLOAT32, 2, X_R, X_ANY),
+      G_N("pad"), G_N("wp"), G_THREADS_ARG},
+     0, 0, check_conv_pad, NULL, call_conv_pad, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

@@ -38,3 +38,13 @@ def conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads=None) -> np.ndarray:
             off = i * wp + j
             dxp[..., b0:b1, off : off + run] += dc[..., i, j, :, :]
     return dxp
+
+
+def conv_pad(src, w, dst, pad, wp, n_threads=None) -> np.ndarray:
+    """Row n of ``dst`` (N, L): zeros, with the first ``w`` columns of image n of ``src``
+    (N, h, ld) placed row r at ``(pad + r) * wp + pad``; returns ``dst``."""
+    n, h, _ = src.shape
+    dst[...] = 0
+    grid = np.reshape(dst[:, : (h + 2 * pad) * wp], (n, h + 2 * pad, wp))
+    grid[:, pad : pad + h, pad : pad + w] = src[:, :, :w]
+    return dst

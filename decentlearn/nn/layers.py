@@ -374,10 +374,16 @@ class Conv2d(Layer):
         hp, wp, ho, wo, chunk = self._geometry(h, wd)
         run, dt = ho * wp, src.dtype
         # Padded images, flattened, with k-1 trailing zeros so the last shifted run fits.
-        xp = scratch.zeros("xp", (*lead, c, b, hp * wp + k - 1), dt)
-        np.reshape(xp[..., : hp * wp], (*lead, c, b, hp, wp), copy=False)[
-            ..., p : p + h, p : p + wd
-        ] = src
+        if dt == np.float32:  # one C pass writes every element (ops.conv_pad)
+            xp = scratch.empty("xp", (*lead, c, b, hp * wp + k - 1), dt)
+            imgs, _ = _image_rows(src)
+            ops.conv_pad(imgs, wd, np.reshape(xp, (-1, xp.shape[-1]), copy=False), p, wp,
+                         n_threads=scratch.n_threads)
+        else:
+            xp = scratch.zeros("xp", (*lead, c, b, hp * wp + k - 1), dt)
+            np.reshape(xp[..., : hp * wp], (*lead, c, b, hp, wp), copy=False)[
+                ..., p : p + h, p : p + wd
+            ] = src
         if self.precision == "int8":
             return self._forward_int8(weight, bias, xp, (h, wd), train, scratch)
         wb = scratch.empty("wb", (n_peers, cout, kk + 1), dt)  # [weight | bias]
@@ -406,10 +412,7 @@ class Conv2d(Layer):
         n_peers, cout, b, ho, wo = dy.shape
         hp, wp, _, _, chunk = self._geometry(h, wd)
         run, dt = ho * wp, dy.dtype
-        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), dt)
-        dyw[..., wo:] = 0
-        dyw[..., :wo] = dy
-        dyw = _view(dyw, (n_peers, cout, b * run))
+        dyw = self._wide_dy(dy, wp, scratch)
         cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
         cols[..., kk, :] = 1
         # [dW | db] transposed: cols @ dy^T runs much faster in OpenBLAS than dy @ cols^T here.
@@ -435,6 +438,20 @@ class Conv2d(Layer):
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
         return self._crop(dxp, h, wd) if need_dx else None
+
+    def _wide_dy(self, dy: np.ndarray, wp: int, scratch: Scratch) -> np.ndarray:
+        """The output gradient dy (P, Cout, B, Ho, Wo) on wide rows, (P, Cout, B * Ho * Wp) with
+        zeros in the wide columns (a reused array): ops.conv_pad for float32."""
+        n_peers, cout, b, ho, wo = dy.shape
+        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), dy.dtype)
+        if dy.dtype == np.float32:
+            imgs, _ = _image_rows(dy)
+            ops.conv_pad(imgs, wo, np.reshape(dyw, (-1, ho * wp), copy=False), 0, wp,
+                         n_threads=scratch.n_threads)
+        else:
+            dyw[..., wo:] = 0
+            dyw[..., :wo] = dy
+        return _view(dyw, (n_peers, cout, b * ho * wp))
 
     def _fold(self, dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, ho: int, wp: int,
               n_threads: int) -> None:
@@ -506,10 +523,8 @@ class Conv2d(Layer):
         hp, wp, _, _, chunk = self._geometry(h, wd)
         run = ho * wp
         np.sum(dy, axis=(2, 3, 4), out=g_bias)
-        dyw = scratch.empty("dyw", (n_peers, cout, b, ho, wp), np.float32)
-        dyw[..., wo:] = 0  # the wide columns' gradient: quantizes to 0 in any rounding
-        dyw[..., :wo] = dy
-        flat = np.reshape(dyw, (n_peers, -1), copy=False)
+        # the wide columns' gradient is 0: it quantizes to 0 in any rounding
+        flat = np.reshape(self._wide_dy(dy, wp, scratch), (n_peers, -1), copy=False)
         seed, step = scratch.rng
         sdy = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
         dyq = scratch.empty("dyq", (n_peers, cout, b * run), np.int8)

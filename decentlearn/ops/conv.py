@@ -1,4 +1,4 @@
-"""im2col / col2im of Conv2d on wide rows (csrc/conv.c).
+"""im2col / col2im of Conv2d on wide rows, and the padding that makes them (csrc/conv.c).
 
 NumPy twin: decentlearn/_reference/conv.py.
 """
@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn._core import conv_fold as _core_conv_fold, conv_unfold as _core_conv_unfold
+from decentlearn._core import (
+    conv_fold as _core_conv_fold,
+    conv_pad as _core_conv_pad,
+    conv_unfold as _core_conv_unfold,
+)
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold"]
+__all__ = ["conv_unfold", "conv_fold", "conv_pad"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -63,3 +67,20 @@ def conv_fold(dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, k: int, wp: 
     work = x4.shape[0] * x4.shape[1] * max(nb, 0) * k * k * run
     _core_conv_fold(d3, x4, b0, b1, k, wp, run, resolve_threads(n_threads, work))
     return dxp
+
+
+def conv_pad(src: np.ndarray, w: int, dst: np.ndarray, pad: int, wp: int,
+             n_threads: int | None = None) -> np.ndarray:
+    """Wide rows from images: row n of the float32 ``dst`` (N, L) gets the first ``w`` columns of
+    image n of ``src`` (N, h, ld) (C-contiguous: rows ld apart), row r at ``(pad + r) * wp + pad``,
+    and zeros everywhere else: Conv2d's zero-padded input (``pad`` its padding) and, with pad 0,
+    its output gradient on wide rows. Needs ``wp >= w + 2 * pad`` and ``L >= (h + 2 * pad) * wp``.
+    Returns ``dst``."""
+    big = (1 << 31) - 1
+    w, pad, wp = check_int("w", w, 0, 1 << 62), check_int("pad", pad, 0, big), check_int(
+        "wp", wp, 1, big)
+    if not isinstance(src, np.ndarray) or src.ndim != 3:
+        raise ValueError(f"conv_pad: src must be a 3-D numpy array (N, h, ld), got "
+                         f"{getattr(src, 'shape', type(src).__name__)}")
+    _core_conv_pad(src, w, dst, pad, wp, resolve_threads(n_threads, dst.size))
+    return dst
