@@ -244,6 +244,30 @@ def test_stochastic_unbiased():
     np.testing.assert_allclose(mean * s, x, atol=0.2 * s)
 
 
+@pytest.mark.parametrize("n", [7, 16, 100, 1000])  # the scalar tail and whole SIMD blocks
+def test_stochastic_rounding_ties_round_down_on_every_path(n):
+    """floor(v) + (u < v - floor(v)): where the fraction equals the draw u exactly, the rule rounds
+    down. Scale 1 (max |x| = 127) makes v = x, and x = u (24-bit multiples of 2**-24, exact in
+    float32) puts every element on its tie; `<=` in a kernel would round them all up."""
+    from decentlearn._reference import rng as ref_rng
+    seed, step, peer0 = 11, 5, 3
+    u = ref_rng.rng_unit(seed, step, peer0, 2, n)
+    x = u.copy()
+    x[:, 0] = 127.0  # the scale: 127 / 127 = 1 exactly
+    x[1, 1:] = -u[1, 1:]  # negative ties: v - floor(v) = 1 - u, a tie only where u = 1/2
+    scale = np.ones(2, np.float32)
+    want = np.where(np.arange(n) == 0, 127, 0)
+    want_neg = -np.ones(n - 1) + (u[1, 1:] < np.float32(1) - u[1, 1:])  # the rule, written out
+    for isa in ISAS:
+        with ops.using_isa(isa):
+            q = ops.quantize_s8(x, scale, axis=0, rounding="stochastic", seed=seed, step=step,
+                                peer0=peer0)
+        np.testing.assert_array_equal(q[0], want, err_msg=isa)
+        np.testing.assert_array_equal(q[1, 1:], want_neg, err_msg=isa)
+        np.testing.assert_array_equal(q, ref.quantize_s8(x, scale, axis=0, rounding="stochastic",
+                                                         seed=seed, step=step, peer0=peer0))
+
+
 def test_quantize_bad_input():
     x = _x(3, 10)
     with pytest.raises(TypeError, match="x must have dtype float32"):
