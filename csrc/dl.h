@@ -612,4 +612,14 @@ int dl_softmax_xent_f32(int64_t P, int64_t B, int64_t C, float *z, const int64_t
                         double *loss, int want_grad, int n_threads);
 /* <<< loss */
 
+/* >>> norm: GroupNorm forward and backward (norm.c); contracts in norm.c. */
+int dl_groupnorm_forward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_t H, int64_t W,
+                             const float *x, int64_t ld, const float *gamma, const float *beta,
+                             float eps, float *xc, float *rstd, float *y, int n_threads);
+int dl_groupnorm_backward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_t H, int64_t W,
+                              const float *dy, int64_t ld, const float *xc, const float *rstd,
+                              const float *gamma, float *g_gamma, float *g_beta, float *dx,
+                              int n_threads);
+/* <<< norm */
+
 #endif /* DL_H */

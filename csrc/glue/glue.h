@@ -122,7 +122,7 @@ enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 }; /* the %d of a status message
 #define G_F32_OR_S8 (-1)
 #define G_NDIM_ANY (-1) /* an array of any number of dimensions (op->check relates the shapes) */
 #define GLUE_MAX_ARGS 12
-#define GLUE_MAX_ARRAYS 6
+#define GLUE_MAX_ARRAYS 8
 
 typedef struct {
     int kind;             /* G_* */
@@ -213,7 +213,7 @@ int glue_add_family(PyObject *m, const glue_family_t *f);
 extern const glue_family_t glue_family_gossip, glue_family_rng, glue_family_bitpack,
     glue_family_natural, glue_family_topk, glue_family_stc, glue_family_quant, glue_family_gemm_s8,
     glue_family_nn, glue_family_optim, glue_family_conv, glue_family_pool, glue_family_loss,
-    glue_family_copy, glue_family_consensus, glue_family_peak, glue_family_config;
+    glue_family_norm, glue_family_copy, glue_family_consensus, glue_family_peak, glue_family_config;
 
 /* config.c: applies DECENTLEARN_ISA at import (ImportError when unknown or unsupported). */
 int glue_isa_from_env(void);

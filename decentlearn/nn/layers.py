@@ -643,7 +643,10 @@ class ReLU(Layer):
 
 @dataclass(frozen=True)
 class GroupNorm(Layer):
-    """Group normalisation over (channels of a group, H, W) per sample, with per-channel affine."""
+    """Group normalisation over (channels of a group, H, W) per sample, with per-channel affine.
+
+    float32 runs the C kernels (ops.groupnorm_forward / groupnorm_backward: float64 sums in a
+    fixed order, peers over threads); float64 the NumPy form below."""
 
     num_groups: int
     num_channels: int
@@ -681,6 +684,17 @@ class GroupNorm(Layer):
         n_peers, c, b, h, wd = x.shape
         grp, cg = self.num_groups, c // self.num_groups
         n = cg * h * wd
+        if x.dtype == np.float32 and gamma.dtype == np.float32:
+            # One C pass per peer (ops.groupnorm_forward), peers over threads; Conv2d's wide
+            # rows are read in place.
+            imgs, _ = _image_rows(x)
+            xc32 = scratch.empty("xc", (n_peers * c * b, h * wd), np.float32)
+            rstd32 = scratch.empty("rstd", (n_peers, grp, b), np.float32)
+            y32 = scratch.empty("y", (n_peers * c * b, h * wd), np.float32)
+            ops.groupnorm_forward(imgs, wd, np.ascontiguousarray(gamma),
+                                  np.ascontiguousarray(beta), grp, self.eps, xc32, rstd32, y32,
+                                  n_threads=scratch.n_threads)
+            return _view(y32, x.shape), ((xc32, rstd32) if train else None)
         # A group of one sample is (its cg channels) x (all pixels). x is first copied to a
         # contiguous array (it may be a strided view) so later passes have long inner loops;
         # reductions are einsums, which never materialise a product.
@@ -706,6 +720,18 @@ class GroupNorm(Layer):
     ) -> np.ndarray | None:
         gamma, _ = w
         g_gamma, g_beta = g
+        if dy.dtype == np.float32 and ctx[0].ndim == 2:  # the C forward's context
+            xc32, rstd32 = ctx
+            n_peers, c, b, h, wd = dy.shape
+            imgs, _ = _image_rows(dy)
+            gg = np.empty((n_peers, c), np.float32)
+            gb = np.empty((n_peers, c), np.float32)
+            dx = scratch.empty("dx", xc32.shape, np.float32) if need_dx else None
+            ops.groupnorm_backward(imgs, wd, xc32, rstd32, np.ascontiguousarray(gamma), gg, gb,
+                                   dx, n_threads=scratch.n_threads)
+            g_gamma[...] = gg
+            g_beta[...] = gb
+            return _view(dx, dy.shape) if need_dx else None
         xc, rstd = ctx  # x - mean, (P, G, cg, B, H*W); 1 / std, (P, G, B)
         n_peers, grp, cg, _, hw = xc.shape
         n = cg * hw

@@ -4,7 +4,7 @@
 One module per kernel family, named like its C file in ``csrc/`` and its NumPy twin in
 ``decentlearn/_reference/`` (the twin has the same function names and signatures, and is the
 spec the tests compare against): ``gossip``, ``rng``, ``bitpack``, ``natural``, ``topk``,
-``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``loss``, ``copy``,
+``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``loss``, ``norm``, ``copy``,
 ``consensus``, ``peak``. ``threads`` resolves thread counts, ``args`` holds the argument
 checks (and the aligned allocation) the families share and ``isa`` names and forces the kernels'
 instruction-set path. Every public name is re-exported here, so callers write
@@ -50,6 +50,7 @@ from decentlearn.ops.optim import sgd_step
 from decentlearn.ops.conv import conv_fold, conv_pad, conv_unfold
 from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
 from decentlearn.ops.loss import exp_f32, softmax_xent
+from decentlearn.ops.norm import groupnorm_backward, groupnorm_forward
 from decentlearn.ops.copy import copy_f32, read_f32, take_rows
 from decentlearn.ops.consensus import consensus_sums
 from decentlearn.ops.peak import peak_s8, peak_s8_window
@@ -67,6 +68,6 @@ __all__ = [
     "dequantize_s8", "gemm_s8", "gemm_s8_batched", "gemm_s8_batched_f32", "gemm_s8_dense_backward",
     "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",
     "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "conv_fold", "conv_pad", "conv_unfold",
-    "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "copy_f32", "read_f32", "take_rows", "consensus_sums",
+    "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "groupnorm_backward", "groupnorm_forward", "copy_f32", "read_f32", "take_rows", "consensus_sums",
     "peak_s8", "peak_s8_window", "active_isa", "supported_isas", "using_isa",
 ]
