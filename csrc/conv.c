@@ -110,3 +110,19 @@ int dl_conv_pad_f32(int64_t n, int64_t h, int64_t ld, int64_t w, const float *sr
     }
     return DL_OK;
 }
+
+/* The inverse of dl_conv_pad_f32: dst image n (h rows of w, contiguous) = the h x w interior of
+ * wide row n of src (len elements), row r at (pad + r) * wp + pad. Copies only. */
+int dl_conv_crop_f32(int64_t n, int64_t len, const float *src, int64_t pad, int64_t wp, int64_t h,
+                     int64_t w, float *dst, int n_threads) {
+    if (n < 0 || h < 0 || w < 0 || pad < 0 || pad > INT32_MAX || h > INT32_MAX ||
+        wp > INT32_MAX || wp < w + 2 * pad || (h + 2 * pad) * wp > len || n_threads < 1)
+        return DL_E_ARG;
+    const int nt = (double)n * h * w < DL_CONV_SERIAL ? 1 : n_threads;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < h; r++)
+            memcpy(dst + (i * h + r) * w, src + i * len + (pad + r) * wp + pad,
+                   (size_t)w * sizeof(float));
+    return DL_OK;
+}

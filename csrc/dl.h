@@ -592,6 +592,9 @@ int dl_conv_fold_f32(int64_t n_groups, int64_t channels, int64_t batch, int64_t 
 /* Zero-padded wide rows (G*C*B images of len) from images (n, h, ld) (the first w of each row). */
 int dl_conv_pad_f32(int64_t n, int64_t h, int64_t ld, int64_t w, const float *src, int64_t pad,
                     int64_t wp, int64_t len, float *dst, int n_threads);
+/* Its inverse: the (n, h, w) interiors of n wide rows of len. */
+int dl_conv_crop_f32(int64_t n, int64_t len, const float *src, int64_t pad, int64_t wp, int64_t h,
+                     int64_t w, float *dst, int n_threads);
 /* <<< conv */
 
 /* >>> pool: 2x2 max pooling, stride 2, of MaxPool2d (pool.c); contracts in pool.c. */
@@ -621,5 +624,10 @@ int dl_groupnorm_backward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_
                               const float *gamma, float *g_gamma, float *g_beta, float *dx,
                               int n_threads);
 /* <<< norm */
+
+/* >>> act: the backward pass of ReLU (act.c); contracts in act.c. */
+/* dx[i] = dy[i] * (y[i] > 0 ? 1 : 0) for i < n (no overlap). */
+int dl_relu_backward_f32(int64_t n, const float *dy, const float *y, float *dx, int n_threads);
+/* <<< act */
 
 #endif /* DL_H */

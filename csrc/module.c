@@ -14,7 +14,7 @@ static const glue_family_t *const families[] = {
     &glue_family_topk,   &glue_family_stc,     &glue_family_quant,     &glue_family_gemm_s8,
     &glue_family_nn,     &glue_family_optim,   &glue_family_conv,      &glue_family_pool,
     &glue_family_loss,   &glue_family_norm,    &glue_family_copy,      &glue_family_consensus,
-    &glue_family_peak,   &glue_family_config,
+    &glue_family_act,    &glue_family_peak,    &glue_family_config,
 };
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "decentlearn._core",

@@ -179,3 +179,39 @@ def test_pad_bad_arguments_raise():
     with pytest.raises(ValueError, match="must not share memory"):
         buf = np.zeros(200, np.float32)
         ops.conv_pad(buf[:24].reshape(2, 3, 4), 4, buf[:80].reshape(2, 40), 0, 4)
+
+
+@pytest.mark.parametrize("n,h,w,pad,wp,extra", [(6, 4, 4, 2, 8, 4), (9, 8, 8, 2, 12, 4),
+                                                 (4, 3, 5, 1, 9, 3), (2, 0, 3, 1, 5, 0),
+                                                 (3000, 4, 4, 2, 8, 4)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_crop_inverts_pad_and_matches_reference(n, h, w, pad, wp, extra, threads):
+    rng = np.random.default_rng(n + h)
+    length = (h + 2 * pad) * wp + extra
+    src = rng.standard_normal((n, length)).astype(np.float32)
+    dst = np.full((n, h, w), np.nan, np.float32)
+    assert ops.conv_crop(src, pad, wp, dst, n_threads=threads) is dst
+    want = np.full_like(dst, np.nan)
+    ref.conv_crop(src, pad, wp, want)
+    np.testing.assert_array_equal(dst, want)
+    grid = src[:, : (h + 2 * pad) * wp].reshape(n, h + 2 * pad, wp)  # the interior, directly
+    np.testing.assert_array_equal(dst, grid[:, pad : pad + h, pad : pad + w])
+    back = np.empty((n, length), np.float32)  # pad then crop is the identity on the images
+    ops.conv_pad(dst, w, back, pad, wp)
+    again = np.empty_like(dst)
+    ops.conv_crop(back, pad, wp, again)
+    np.testing.assert_array_equal(again, dst)
+
+
+def test_crop_bad_arguments_raise():
+    src = np.zeros((2, 40), np.float32)
+    with pytest.raises(ValueError, match=r"w \+ 2\*pad <= wp"):
+        ops.conv_crop(src, 2, 7, np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"src rows must hold \(h \+ 2\*pad\)\*wp = 56"):
+        ops.conv_crop(src, 2, 8, np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match="dst must have src's 2 rows"):
+        ops.conv_crop(src, 0, 4, np.zeros((3, 3, 4), np.float32))
+    with pytest.raises(ValueError, match="dst must have src's 2 rows"):
+        ops.conv_crop(src, 0, 4, np.zeros((1, 3, 4), np.float32))
+    with pytest.raises(ValueError, match="pad"):
+        ops.conv_crop(src, -1, 8, np.zeros((2, 3, 4), np.float32))

@@ -1,6 +1,6 @@
 /* conv.c: glue of Conv2d's im2col / col2im on wide rows (csrc/conv.c): conv_unfold (float32 or
  * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry, and
- * conv_pad (float32), the zero-padded wide rows of images.
+ * conv_pad (float32), the zero-padded wide rows of images, and conv_crop, their interiors.
  * decentlearn/ops/conv.py is the Python side.
  */
 #include "glue.h"
@@ -100,6 +100,37 @@ static int call_conv_pad(const glue_call_t *c, const dl_dispatch_t *d) {
                            G_DATA(c, 1), c->n_threads);
 }
 
+/* conv_crop(src, pad, wp, dst, n_threads): src (n, len) wide rows, dst (n, h, w) with
+ * wp >= w + 2*pad and len >= (h + 2*pad)*wp; ssz = pad, wp. */
+static int check_conv_crop(glue_call_t *c) {
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
+    const Py_ssize_t pad = c->ssz[0], wp = c->ssz[1];
+    const npy_intp len = PyArray_DIM(src, 1), h = PyArray_DIM(dst, 1), w = PyArray_DIM(dst, 2);
+    if (PyArray_DIM(dst, 0) != PyArray_DIM(src, 0)) { /* (the driver checks 2-D shapes only) */
+        PyErr_Format(PyExc_ValueError, "%s: dst must have src's %zd rows on axis 0, got %zd", c->fn,
+                     (Py_ssize_t)PyArray_DIM(src, 0), (Py_ssize_t)PyArray_DIM(dst, 0));
+        return -1;
+    }
+    if (pad < 0 || pad > INT32_MAX || wp > INT32_MAX || wp < w + 2 * pad) {
+        PyErr_Format(PyExc_ValueError, "%s: need 0 <= pad < 2**31 and w + 2*pad <= wp < 2**31 (w = "
+                     "%zd, dst's last axis), got pad=%zd, wp=%zd", c->fn, (Py_ssize_t)w, pad, wp);
+        return -1;
+    }
+    if ((h + 2 * pad) * wp > len) {
+        PyErr_Format(PyExc_ValueError, "%s: src rows must hold (h + 2*pad)*wp = %zd elements, got "
+                     "%zd", c->fn, (Py_ssize_t)((h + 2 * pad) * wp), (Py_ssize_t)len);
+        return -1;
+    }
+    return 0;
+}
+static int call_conv_crop(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
+    return dl_conv_crop_f32(PyArray_DIM(src, 0), PyArray_DIM(src, 1), G_DATA(c, 0), c->ssz[0],
+                            c->ssz[1], PyArray_DIM(dst, 1), PyArray_DIM(dst, 2), G_DATA(c, 1),
+                            c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -113,6 +144,10 @@ static const glue_op_t ops[] = {
      {G_IN("src", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("w"), G_OUT("dst", NPY_FLOAT32, 2, X_R, X_ANY),
       G_N("pad"), G_N("wp"), G_THREADS_ARG},
      0, 0, check_conv_pad, NULL, call_conv_pad, {0}, 0, {0}},
+    {"conv_crop", "conv_crop(src, pad, wp, dst, n_threads): the interiors of wide rows.",
+     {G_IN("src", NPY_FLOAT32, 2, X_ANY, X_ANY), G_N("pad"), G_N("wp"),
+      G_OUT("dst", NPY_FLOAT32, 3, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_conv_crop, NULL, call_conv_crop, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

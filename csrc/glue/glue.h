@@ -213,7 +213,8 @@ int glue_add_family(PyObject *m, const glue_family_t *f);
 extern const glue_family_t glue_family_gossip, glue_family_rng, glue_family_bitpack,
     glue_family_natural, glue_family_topk, glue_family_stc, glue_family_quant, glue_family_gemm_s8,
     glue_family_nn, glue_family_optim, glue_family_conv, glue_family_pool, glue_family_loss,
-    glue_family_norm, glue_family_copy, glue_family_consensus, glue_family_peak, glue_family_config;
+    glue_family_norm, glue_family_act, glue_family_copy, glue_family_consensus, glue_family_peak,
+    glue_family_config;
 
 /* config.c: applies DECENTLEARN_ISA at import (ImportError when unknown or unsupported). */
 int glue_isa_from_env(void);

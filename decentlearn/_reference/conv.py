@@ -48,3 +48,12 @@ def conv_pad(src, w, dst, pad, wp, n_threads=None) -> np.ndarray:
     grid = np.reshape(dst[:, : (h + 2 * pad) * wp], (n, h + 2 * pad, wp))
     grid[:, pad : pad + h, pad : pad + w] = src[:, :, :w]
     return dst
+
+
+def conv_crop(src, pad, wp, dst, n_threads=None) -> np.ndarray:
+    """Image n of ``dst`` (N, h, w) = the interior of row n of ``src`` (N, L), row r at
+    ``(pad + r) * wp + pad``; returns ``dst``."""
+    n, h, w = dst.shape
+    grid = np.reshape(src[:, : (h + 2 * pad) * wp], (n, h + 2 * pad, wp))
+    dst[...] = grid[:, pad : pad + h, pad : pad + w]
+    return dst

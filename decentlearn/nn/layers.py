@@ -437,7 +437,7 @@ class Conv2d(Layer):
                 self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
-        return self._crop(dxp, h, wd) if need_dx else None
+        return self._crop(dxp, h, wd, scratch) if need_dx else None
 
     def _wide_dy(self, dy: np.ndarray, wp: int, scratch: Scratch) -> np.ndarray:
         """The output gradient dy (P, Cout, B, Ho, Wo) on wide rows, (P, Cout, B * Ho * Wp) with
@@ -471,11 +471,17 @@ class Conv2d(Layer):
                 off = i * wp + j
                 dxp[..., b0:b1, off : off + run] += dc[:, :, i, j]
 
-    def _crop(self, dxp: np.ndarray, h: int, wd: int) -> np.ndarray:
-        """The (P, C, B, H, W) interior of padded flattened images (P, C, B, Hp*Wp + k - 1)."""
+    def _crop(self, dxp: np.ndarray, h: int, wd: int, scratch: Scratch) -> np.ndarray:
+        """The (P, C, B, H, W) interior of padded flattened images (P, C, B, Hp*Wp + k - 1): a
+        contiguous reused array for float32 (ops.conv_crop), a view for float64."""
         p = self.padding
         hp, wp = h + 2 * p, wd + 2 * p
         n_peers, c, b, _ = dxp.shape
+        if dxp.dtype == np.float32:
+            dx = scratch.empty("dx", (n_peers, c, b, h, wd), np.float32)
+            ops.conv_crop(np.reshape(dxp, (-1, dxp.shape[-1]), copy=False), p, wp,
+                          np.reshape(dx, (-1, h, wd), copy=False), n_threads=scratch.n_threads)
+            return dx
         dxp = np.reshape(dxp[..., : hp * wp], (n_peers, c, b, hp, wp), copy=False)
         return dxp[..., p : p + h, p : p + wd]
 
@@ -549,7 +555,7 @@ class Conv2d(Layer):
                 ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
                                         trans_a=True, n_threads=scratch.n_threads)
                 self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
-        return self._crop(dxp, h, wd) if need_dx else None
+        return self._crop(dxp, h, wd, scratch) if need_dx else None
 
 
 def _image_rows(x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -638,6 +644,11 @@ class ReLU(Layer):
     ) -> np.ndarray | None:
         if not need_dx:
             return None
+        if dy.dtype == np.float32 and ctx.dtype == np.float32 and dy.shape == ctx.shape:
+            # elementwise on the run's threads (ops.relu_backward: the same bits as NumPy's)
+            dy_c, y_c = np.ascontiguousarray(dy), np.ascontiguousarray(ctx)
+            dx = scratch.empty("dx", dy.shape, np.float32)
+            return ops.relu_backward(dy_c, y_c, dx, n_threads=scratch.n_threads)
         return np.multiply(dy, ctx > 0, out=dy if dy.flags.writeable else None)
 
 

@@ -4,7 +4,7 @@
 One module per kernel family, named like its C file in ``csrc/`` and its NumPy twin in
 ``decentlearn/_reference/`` (the twin has the same function names and signatures, and is the
 spec the tests compare against): ``gossip``, ``rng``, ``bitpack``, ``natural``, ``topk``,
-``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``loss``, ``norm``, ``copy``,
+``stc``, ``quant``, ``gemm_s8``, ``nn``, ``optim``, ``conv``, ``pool``, ``loss``, ``norm``, ``act``, ``copy``,
 ``consensus``, ``peak``. ``threads`` resolves thread counts, ``args`` holds the argument
 checks (and the aligned allocation) the families share and ``isa`` names and forces the kernels'
 instruction-set path. Every public name is re-exported here, so callers write
@@ -47,10 +47,11 @@ from decentlearn.ops.gemm_s8 import (
 )
 from decentlearn.ops.nn import dense_backward, dense_forward, nn_gemm
 from decentlearn.ops.optim import sgd_step
-from decentlearn.ops.conv import conv_fold, conv_pad, conv_unfold
+from decentlearn.ops.conv import conv_crop, conv_fold, conv_pad, conv_unfold
 from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
 from decentlearn.ops.loss import exp_f32, softmax_xent
 from decentlearn.ops.norm import groupnorm_backward, groupnorm_forward
+from decentlearn.ops.act import relu_backward
 from decentlearn.ops.copy import copy_f32, read_f32, take_rows
 from decentlearn.ops.consensus import consensus_sums
 from decentlearn.ops.peak import peak_s8, peak_s8_window
@@ -67,7 +68,7 @@ __all__ = [
     "qsgd_encode", "sign_decode", "sign_encode", "GEMM_S8_MAX_K", "absmax_scale", "DenseCodes",
     "dequantize_s8", "gemm_s8", "gemm_s8_batched", "gemm_s8_batched_f32", "gemm_s8_dense_backward",
     "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",
-    "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "conv_fold", "conv_pad", "conv_unfold",
-    "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "groupnorm_backward", "groupnorm_forward", "copy_f32", "read_f32", "take_rows", "consensus_sums",
+    "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "conv_crop", "conv_fold", "conv_pad", "conv_unfold",
+    "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "groupnorm_backward", "groupnorm_forward", "relu_backward", "copy_f32", "read_f32", "take_rows", "consensus_sums",
     "peak_s8", "peak_s8_window", "active_isa", "supported_isas", "using_isa",
 ]

@@ -9,13 +9,14 @@ import numpy as np
 
 from decentlearn._core import (
     conv_fold as _core_conv_fold,
+    conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
 )
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold", "conv_pad"]
+__all__ = ["conv_unfold", "conv_fold", "conv_pad", "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -83,4 +84,15 @@ def conv_pad(src: np.ndarray, w: int, dst: np.ndarray, pad: int, wp: int,
         raise ValueError(f"conv_pad: src must be a 3-D numpy array (N, h, ld), got "
                          f"{getattr(src, 'shape', type(src).__name__)}")
     _core_conv_pad(src, w, dst, pad, wp, resolve_threads(n_threads, dst.size))
+    return dst
+
+
+def conv_crop(src: np.ndarray, pad: int, wp: int, dst: np.ndarray,
+              n_threads: int | None = None) -> np.ndarray:
+    """The inverse of :func:`conv_pad`: image n of the float32 ``dst`` (N, h, w) gets the interior
+    of row n of ``src`` (N, L), its row r at ``(pad + r) * wp + pad`` (Conv2d's input gradient,
+    cropped from the padded wide rows into a contiguous array). Returns ``dst``."""
+    big = (1 << 31) - 1
+    pad, wp = check_int("pad", pad, 0, big), check_int("wp", wp, 1, big)
+    _core_conv_crop(src, pad, wp, dst, resolve_threads(n_threads, dst.size))
     return dst
