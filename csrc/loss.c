@@ -3,7 +3,7 @@
  *
  * For each peer p and sample b, with z the row of C logits and y its label:
  *   m = max_c z_c (NaN propagates, as np.maximum), z_c -= m (float32),
- *   e_c = exp(z_c) (float32, see xent_exp), s = e_0 + e_1 + ... (float32, in class order),
+ *   e_c = exp(z_c) (float32, see xent_exp8), s = e_0 + e_1 + ... (float32, in class order),
  *   loss[p] = (sum over b, in order, of (log(double(s)) - double(z_y))) / B (float64),
  * and, when the gradient is wanted, z_c = e_c * (1 / (s * B)) (float32) and then
  * z_y -= float32(1 / B): the gradient of loss[p] with respect to the logits. Without the gradient
@@ -11,7 +11,7 @@
  * float operations in the same order, so the logits (gradient) match it bit for bit; the loss
  * matches to the last bit or two (libm's log against NumPy's).
  *
- * exp: float32 in, float32 out, computed in float64 with a degree-8 Taylor polynomial on
+ * exp (xent_exp8): float32 in, float32 out, computed in float64 with a degree-8 Taylor polynomial on
  * |r| <= ln(2)/2 after x = n ln(2) + r; its error before the final rounding is below 0.01 of a
  * float32 ulp, so the result is the correctly rounded exp but for rare near-ties (within one ulp
  * always). Plain C with no FMA contraction (the portable build's -std=c11): the same bits on every
@@ -33,36 +33,10 @@
 /* Rows (samples) per block: the three passes over a block stay in L1. */
 #define DL_XENT_ROWS 256
 
-
-/* exp(x) rounded to float32 (see the header); x below -104 gives 0, above 89 gives inf, NaN
- * stays NaN. n = round(x / ln 2) comes from the 1.5 * 2^52 shifter, 2^n from its low bits. */
-static inline float xent_exp(float xf) {
-    xf = xf < -104.0f ? -104.0f : xf;
-    xf = xf > 89.0f ? 89.0f : xf;
-    const double x = (double)xf;
-    const double shifter = 0x1.8p52;
-    const double t = x * 0x1.71547652b82fep0 + shifter; /* log2(e) */
-    const double n = t - shifter;
-    const double r = x - n * 0x1.62e42fefa39efp-1; /* ln(2) */
-    double p = 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    uint64_t bits;
-    memcpy(&bits, &t, sizeof bits);
-    bits = (bits + 1023u) << 52; /* the low bits of t hold n (two's complement) */
-    double scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return (float)(p * scale);
-}
-
-/* The same operations on 8 lanes (GCC vector extensions: SSE2 pairs in the portable build). The
- * clamps select bits with comparison masks, so NaN (false in both comparisons) stays NaN. */
+/* exp(x) rounded to float32 (see the header) on 8 lanes (GCC vector extensions: SSE2 pairs in the
+ * portable build): x below -104 gives 0, above 89 gives inf, NaN stays NaN (the clamps select
+ * bits with comparison masks, false for NaN). n = round(x / ln 2) comes from the 1.5 * 2^52
+ * shifter, 2^n from its low bits. */
 typedef float xent_v8f __attribute__((vector_size(32)));
 typedef double xent_v8d __attribute__((vector_size(64)));
 typedef int64_t xent_v8l __attribute__((vector_size(64)));
@@ -113,7 +87,12 @@ static void xent_exp_run(int64_t n, const float *x, float *y) {
         v = xent_exp8(v);
         memcpy(y + i, &v, sizeof v);
     }
-    for (; i < n; i++) y[i] = xent_exp(x[i]);
+    if (i < n) { /* the last n - i < 8 values, padded: the same operations per lane */
+        xent_v8f v = {0};
+        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
+        v = xent_exp8(v);
+        memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));
+    }
 }
 
 int dl_exp_f32(int64_t n, const float *x, float *y, int n_threads) {
