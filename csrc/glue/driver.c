@@ -172,6 +172,16 @@ int glue_add_family(PyObject *m, const glue_family_t *f) {
     if (modname == NULL) return -1;
     for (int i = 0; i < f->n_ops; i++) {
         const glue_op_t *op = &f->ops[i];
+        /* Step 6 checks axes 0 and 1 of 1- and 2-D arrays only: an op with a larger or free-form
+         * array must relate its shapes in its check hook, or a kernel could index past an end. */
+        for (int a = 0; op->check == NULL && a < GLUE_MAX_ARGS && op->args[a].kind != G_END; a++)
+            if ((op->args[a].kind == G_ARR || op->args[a].kind == G_OPT_ARR) &&
+                (op->args[a].ndim > 2 || op->args[a].ndim == G_NDIM_ANY)) {
+                Py_DECREF(modname);
+                PyErr_Format(PyExc_SystemError, "glue table: %s has the %d-axis array %s and no "
+                             "check hook", op->name, op->args[a].ndim, op->args[a].name);
+                return -1;
+            }
         f->defs[i] = (PyMethodDef){op->name, glue_run, METH_VARARGS, op->doc};
         PyObject *cap = PyCapsule_New((void *)op, "decentlearn._core.glue_op", NULL);
         PyObject *fn = cap == NULL ? NULL : PyCFunction_NewEx(&f->defs[i], cap, modname);

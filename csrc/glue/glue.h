@@ -101,7 +101,8 @@ int check_peers(const char *fn, const char *name, PyObject *o, npy_intp P);
  *   3. R = axis 0 of args[rows_from] and D = axis 1 of args[cols_from] (array slots, counted
  *      among the arrays only); each int scalar with a range: "fn: name must be in [lo, hi], got v";
  *   4. op->check (optional): the op's own scalar checks; it may set ext[0], ext[1] (derived
- *      extents such as packed row bytes);
+ *      extents such as packed row bytes). Required (checked when the module loads) for an op
+ *      with an array of more than 2 axes or of any number: step 6 checks axes 0 and 1 only;
  *   5. with a peer0 argument: peer0 + R - 1 <= 2**63 - 1;
  *   6. each array's shape, axis by axis: X_R, X_D, X_E0, X_E1 (== ext[i]), X_GE_E0 (>= ext[0]);
  *   7. every output shares no memory with any other array (outputs, then inputs, in order);
