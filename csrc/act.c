@@ -1,4 +1,5 @@
-/* act.c: the backward pass of ReLU (decentlearn.nn.ReLU), elementwise over all peers' arrays.
+/* act.c: ReLU (decentlearn.nn.ReLU) forward, in place, and backward, elementwise over all peers'
+ * arrays. The forward is np.maximum(x, 0)'s result: x where x > 0 or NaN, else +0.0.
  *
  * dx[i] = dy[i] * (y[i] > 0 ? 1 : 0), with y the ReLU's output: the product NumPy computes for
  * np.multiply(dy, y > 0) (the boolean cast to 1.0 or 0.0), so the results match it bit for bit
@@ -20,6 +21,19 @@ int dl_relu_backward_f32(int64_t n, const float *dy, const float *y, float *dx, 
     for (int64_t k = 0; k < nc; k++) {
         const int64_t i0 = k * chunk, i1 = n - i0 < chunk ? n : i0 + chunk;
         for (int64_t i = i0; i < i1; i++) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
+    }
+    return DL_OK;
+}
+
+/* x[i] = max(x[i], 0) in place, as np.maximum(x, 0): NaN stays, -0.0 and negatives become +0.0. */
+int dl_relu_forward_f32(int64_t n, float *x, int n_threads) {
+    if (n < 0 || n_threads < 1) return DL_E_ARG;
+    const int64_t chunk = 1 << 14, nc = (n + chunk - 1) / chunk;
+    const int nt = n < DL_ACT_SERIAL ? 1 : n_threads;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t k = 0; k < nc; k++) {
+        const int64_t i0 = k * chunk, i1 = n - i0 < chunk ? n : i0 + chunk;
+        for (int64_t i = i0; i < i1; i++) x[i] = x[i] <= 0.0f ? 0.0f : x[i];
     }
     return DL_OK;
 }

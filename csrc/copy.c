@@ -109,3 +109,20 @@ int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_id
                (size_t)row_bytes);
     return DL_OK;
 }
+
+/* dst[p, j, i, :] = src[p, i, j, :] for src (P, A, B, K) and dst (P, B, A, K), both C-contiguous
+ * (Flatten's channel-major <-> sample-major reorder): rows of K floats copied whole, threads
+ * split (p, j). Copies only: any split gives the same bits. */
+int dl_swap_axes12_f32(int64_t P, int64_t A, int64_t B, int64_t K, const float *src, float *dst,
+                       int n_threads) {
+    if (P < 0 || A < 0 || B < 0 || K < 0 || n_threads < 1) return DL_E_ARG;
+    const int nt = (double)P * A * B * K < (1 << 16) ? 1 : n_threads;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t pj = 0; pj < P * B; pj++) {
+        const int64_t p = pj / B, j = pj % B;
+        for (int64_t i = 0; i < A; i++)
+            memcpy(dst + (pj * A + i) * K, src + ((p * A + i) * B + j) * K,
+                   (size_t)K * sizeof(float));
+    }
+    return DL_OK;
+}

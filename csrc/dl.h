@@ -547,6 +547,9 @@ int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
 /* dst row r = src row idx[r] for r < n_idx (rows of row_bytes bytes); DL_E_INDEX (nothing written)
  * when an index is outside [0, n_src). */
+/* dst (P, B, A, K) = src (P, A, B, K) with axes 1 and 2 swapped (rows of K copied whole). */
+int dl_swap_axes12_f32(int64_t P, int64_t A, int64_t B, int64_t K, const float *src, float *dst,
+                       int n_threads);
 int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
                  const int64_t *idx, void *dst, int n_threads);
 
@@ -628,6 +631,8 @@ int dl_groupnorm_backward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_
 /* >>> act: the backward pass of ReLU (act.c); contracts in act.c. */
 /* dx[i] = dy[i] * (y[i] > 0 ? 1 : 0) for i < n (no overlap). */
 int dl_relu_backward_f32(int64_t n, const float *dy, const float *y, float *dx, int n_threads);
+/* x[i] = x[i] > 0 or NaN ? x[i] : +0.0, in place. */
+int dl_relu_forward_f32(int64_t n, float *x, int n_threads);
 /* <<< act */
 
 #endif /* DL_H */

@@ -38,6 +38,28 @@ static int call_read_f32(const glue_call_t *c, const dl_dispatch_t *d) {
     return dl_read_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
 
+/* swap_axes12(src, dst, n_threads) -> dst: src (P, A, B, K) and dst (P, B, A, K) float32,
+ * C-contiguous: dst[p, j, i] = src[p, i, j]. */
+static int check_swap_axes12(glue_call_t *c) {
+    PyArrayObject *src = c->arr[0], *dst = c->arr[1];
+    const npy_intp want[4] = {PyArray_DIM(src, 0), PyArray_DIM(src, 2), PyArray_DIM(src, 1),
+                              PyArray_DIM(src, 3)};
+    for (int d = 0; d < 4; d++)
+        if (PyArray_DIM(dst, d) != want[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: dst must have shape (%zd, %zd, %zd, %zd) (src's "
+                         "axes 1 and 2 swapped)", c->fn, (Py_ssize_t)want[0], (Py_ssize_t)want[1],
+                         (Py_ssize_t)want[2], (Py_ssize_t)want[3]);
+            return -1;
+        }
+    return 0;
+}
+static int call_swap_axes12(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    PyArrayObject *src = c->arr[0];
+    return dl_swap_axes12_f32(PyArray_DIM(src, 0), PyArray_DIM(src, 1), PyArray_DIM(src, 2),
+                              PyArray_DIM(src, 3), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"copy_f32", "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32).",
      {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
@@ -48,6 +70,11 @@ static const glue_op_t ops[] = {
      {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
       G_OUT("out", NPY_UINT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_read_out, NULL, call_read_f32, {0}, 1, {1}},
+    {"swap_axes12", "swap_axes12(src, dst, n_threads) -> dst: axes 1 and 2 of a 4-D float32 "
+     "array swapped.",
+     {G_IN("src", NPY_FLOAT32, 4, X_ANY, X_ANY), G_OUT("dst", NPY_FLOAT32, 4, X_ANY, X_ANY),
+      G_THREADS_ARG},
+     0, 0, check_swap_axes12, NULL, call_swap_axes12, {0}, 1, {1}},
 };
 
 /* take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]], rows of src's trailing

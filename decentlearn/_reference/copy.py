@@ -1,7 +1,8 @@
 """NumPy references of the memory-limit kernels of csrc/copy.c that decentlearn.bench measures the
 machine with, with the signatures of decentlearn.ops.copy: ``copy_f32(src, dst)`` is
 ``np.copyto``; ``read_f32(src)`` the XOR of src's 32-bit words; ``take_rows(src, idx)`` is
-``np.take(src, idx, axis=0)``. ``n_threads`` is accepted and
+``np.take(src, idx, axis=0)``; ``swap_axes12(src)`` is ``src.transpose(0, 2, 1, 3)``
+copied. ``n_threads`` is accepted and
 ignored.
 """
 
@@ -23,3 +24,11 @@ def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
 def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
               n_threads: int | None = None) -> np.ndarray:
     return np.take(src, idx, axis=0, out=out)
+
+
+def swap_axes12(src: np.ndarray, out: np.ndarray | None = None,
+                n_threads: int | None = None) -> np.ndarray:
+    if out is None:
+        out = np.empty((src.shape[0], src.shape[2], src.shape[1], src.shape[3]), src.dtype)
+    np.copyto(out, src.transpose(0, 2, 1, 3))
+    return out

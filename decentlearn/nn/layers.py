@@ -636,7 +636,10 @@ class ReLU(Layer):
     def forward(
         self, w: Params, x: np.ndarray, train: bool, scratch: Scratch
     ) -> tuple[np.ndarray, Any]:
-        y = np.maximum(x, 0, out=x if x.flags.writeable else None)
+        if x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:
+            y = ops.relu_forward(x, n_threads=scratch.n_threads)  # in place, threaded
+        else:
+            y = np.maximum(x, 0, out=x if x.flags.writeable else None)
         return y, (y if train else None)
 
     def backward(
@@ -785,7 +788,11 @@ class Flatten(Layer):
     ) -> tuple[np.ndarray, Any]:
         n_peers, c, b, h, wd = x.shape
         y = scratch.empty("y", (n_peers, b, c, h, wd), x.dtype)
-        np.copyto(y, x.transpose(0, 2, 1, 3, 4))
+        if x.dtype == np.float32 and x.flags.c_contiguous:  # threaded (ops.swap_axes12)
+            ops.swap_axes12(_view(x, (n_peers, c, b, h * wd)), _view(y, (n_peers, b, c, h * wd)),
+                            n_threads=scratch.n_threads)
+        else:
+            np.copyto(y, x.transpose(0, 2, 1, 3, 4))
         return _view(y, (n_peers, b, c * h * wd)), (x.shape if train else None)
 
     def backward(
@@ -794,4 +801,9 @@ class Flatten(Layer):
         if not need_dx:
             return None
         n_peers, c, b, h, wd = ctx
+        if dy.dtype == np.float32 and dy.flags.c_contiguous:  # a contiguous dx, threaded
+            dx = scratch.empty("dx", (n_peers, c, b, h, wd), np.float32)
+            ops.swap_axes12(_view(dy, (n_peers, b, c, h * wd)), _view(dx, (n_peers, c, b, h * wd)),
+                            n_threads=scratch.n_threads)
+            return dx
         return _view(dy, (n_peers, b, c, h, wd)).transpose(0, 2, 1, 3, 4)

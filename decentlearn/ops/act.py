@@ -1,4 +1,4 @@
-"""ReLU's backward pass (csrc/act.c).
+"""ReLU's forward (in place) and backward passes (csrc/act.c).
 
 NumPy twin: decentlearn/_reference/act.py.
 """
@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn._core import relu_backward as _core_relu_backward
+from decentlearn._core import (
+    relu_backward as _core_relu_backward,
+    relu_forward as _core_relu_forward,
+)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["relu_backward"]
+__all__ = ["relu_backward", "relu_forward"]
 
 
 def relu_backward(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
@@ -21,3 +24,9 @@ def relu_backward(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
     if out is None:
         out = np.empty_like(dy)
     return _core_relu_backward(dy, y, out, resolve_threads(n_threads, dy.size))
+
+
+def relu_forward(x: np.ndarray, n_threads: int | None = None) -> np.ndarray:
+    """``np.maximum(x, 0, out=x)`` on the run's threads, for a C-contiguous float32 ``x``: x where
+    x > 0 or NaN, else +0.0 (the bits NumPy gives). Returns x."""
+    return _core_relu_forward(x, resolve_threads(n_threads, x.size))

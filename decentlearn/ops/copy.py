@@ -1,5 +1,6 @@
 """A streaming copy and a read-only pass (csrc/copy.c): the memory limits decentlearn.experiments.bench
-measures the machine with; and ``take_rows``, the threaded gather of every peer's minibatch.
+measures the machine with; ``take_rows``, the threaded gather of every peer's minibatch; and
+``swap_axes12``, Flatten's threaded reorder between channel-major and sample-major.
 
 NumPy twin: decentlearn/_reference/copy.py.
 """
@@ -9,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn._core import (copy_f32 as _core_copy_f32, read_f32 as _core_read_f32,
-                               take_rows as _core_take_rows)
+                               swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["copy_f32", "read_f32", "take_rows"]
+__all__ = ["copy_f32", "read_f32", "swap_axes12", "take_rows"]
 
 
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
@@ -51,3 +52,16 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
         out = np.empty(idx.shape + src.shape[1:], dtype=src.dtype)
     work = idx.size * (src.size // len(src) if src.ndim and len(src) else 0)
     return _core_take_rows(src, idx, out, resolve_threads(n_threads, work))
+
+
+def swap_axes12(src: np.ndarray, out: np.ndarray | None = None,
+                n_threads: int | None = None) -> np.ndarray:
+    """``src.transpose(0, 2, 1, 3)`` copied into the C-contiguous float32 ``out`` (P, B, A, K) (new
+    when None) from the C-contiguous float32 ``src`` (P, A, B, K): rows of K values copied whole,
+    on the run's threads. Returns out."""
+    if not isinstance(src, np.ndarray) or src.ndim != 4:
+        raise ValueError(f"swap_axes12: src must be a 4-D numpy array, got "
+                         f"{getattr(src, 'shape', type(src).__name__)}")
+    if out is None:
+        out = np.empty((src.shape[0], src.shape[2], src.shape[1], src.shape[3]), src.dtype)
+    return _core_swap_axes12(src, out, resolve_threads(n_threads, src.size))
