@@ -319,10 +319,11 @@ def test_stopped_rank_ends_the_job_within_the_timeout(launched):
     assert "a rank died or stopped answering" in job["stderr"], job["stderr"][-2000:]
     # One line from decentlearn for the whole job (several ranks give up on rank 2; the first
     # report's abort ends the others), beside whatever banner the launcher adds.
-    # (lstrip: the launcher merges the ranks' streams and once put a blank before the line.)
+    # (lstrip: Open MPI's launcher, merging the ranks' streams, sometimes puts a NUL byte before
+    # the line, about 1 run in 20 here; the line itself is decentlearn's.)
     errors = [ln for ln in job["stderr"].splitlines()
-              if ln.lstrip().startswith("decentlearn: error:")]
-    assert len(errors) == 1, job["stderr"][-3000:]
+              if ln.lstrip("\x00 ").startswith("decentlearn: error:")]
+    assert len(errors) == 1, repr([ln for ln in job["stderr"].splitlines() if "decentlearn" in ln])
     assert (out / "stopped" / "summary.json").is_file()  # it was training when rank 2 stopped
     elapsed = job["ended"] - float((out / "stopped_at").read_text())
     assert mpi_check.STOP_TIMEOUT <= elapsed < mpi_check.STOP_TIMEOUT + 30
