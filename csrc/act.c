@@ -4,7 +4,7 @@
  * dx[i] = dy[i] * (y[i] > 0 ? 1 : 0), with y the ReLU's output: the product NumPy computes for
  * np.multiply(dy, y > 0) (the boolean cast to 1.0 or 0.0), so the results match it bit for bit
  * (dy * 0 is -0 for negative dy and NaN for infinite dy, as there). dx must not overlap dy or y.
- * Threads split the elements in fixed chunks; each element is one product.
+ * Threads split the elements (static schedule); each element is one operation.
  */
 #include <stdint.h>
 
@@ -15,25 +15,15 @@
 
 int dl_relu_backward_f32(int64_t n, const float *dy, const float *y, float *dx, int n_threads) {
     if (n < 0 || n_threads < 1) return DL_E_ARG;
-    const int64_t chunk = 1 << 14, nc = (n + chunk - 1) / chunk;
-    const int nt = n < DL_ACT_SERIAL ? 1 : n_threads;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t k = 0; k < nc; k++) {
-        const int64_t i0 = k * chunk, i1 = n - i0 < chunk ? n : i0 + chunk;
-        for (int64_t i = i0; i < i1; i++) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
-    }
+#pragma omp parallel for schedule(static) num_threads(n < DL_ACT_SERIAL ? 1 : n_threads)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
     return DL_OK;
 }
 
 /* x[i] = max(x[i], 0) in place, as np.maximum(x, 0): NaN stays, -0.0 and negatives become +0.0. */
 int dl_relu_forward_f32(int64_t n, float *x, int n_threads) {
     if (n < 0 || n_threads < 1) return DL_E_ARG;
-    const int64_t chunk = 1 << 14, nc = (n + chunk - 1) / chunk;
-    const int nt = n < DL_ACT_SERIAL ? 1 : n_threads;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t k = 0; k < nc; k++) {
-        const int64_t i0 = k * chunk, i1 = n - i0 < chunk ? n : i0 + chunk;
-        for (int64_t i = i0; i < i1; i++) x[i] = x[i] <= 0.0f ? 0.0f : x[i];
-    }
+#pragma omp parallel for schedule(static) num_threads(n < DL_ACT_SERIAL ? 1 : n_threads)
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] <= 0.0f ? 0.0f : x[i];
     return DL_OK;
 }
