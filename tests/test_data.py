@@ -316,6 +316,19 @@ def _npy(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _foreign_method(path: pathlib.Path) -> pathlib.Path:
+    """A digits .npz whose members claim compression method 99, which zipfile does not support
+    (it raises NotImplementedError on reading them)."""
+    data = bytearray(_npz(path, **_digits_arrays()).read_bytes())
+    for sig, at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # local and central headers
+        i = data.find(sig)
+        while i >= 0:
+            data[i + at : i + at + 2] = (99).to_bytes(2, "little")
+            i = data.find(sig, i + 4)
+    path.write_bytes(bytes(data))
+    return path
+
+
 def _zip_members(path: pathlib.Path, members: dict[str, bytes]) -> pathlib.Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in members.items():
@@ -339,6 +352,7 @@ def _zip_members(path: pathlib.Path, members: dict[str, bytes]) -> pathlib.Path:
         (lambda p: _npz(p, **{**_digits_arrays(), "labels": np.full(20, 10, np.uint8)}), "label 10"),
         (lambda p: _npz(p, **{**_digits_arrays(), "images": np.full((20, 8, 8), 17, np.uint8)}), "pixel value 17"),
         (lambda p: _npz(p, **{**_digits_arrays(), "test": np.ones(20, bool)}), "no training images"),
+        (lambda p: _foreign_method(p), "not a valid .npz .*compression method"),
         (lambda p: _npz_bomb(p), "declares shape \\(1000000000, 8, 8\\) \\(64000000000 bytes\\) but holds"),
         (lambda p: _zip_members(p, {"images.npy": b"\x93NUMPY garbage", "labels.npy": b"", "test.npy": b""}), "not a valid .npy"),
         (lambda p: _zip_members(p, {"images.npy": _npy(np.zeros((2, 8, 8), np.uint8))[:-5], "labels.npy": b"", "test.npy": b""}), "holds fewer bytes|but holds"),

@@ -25,10 +25,10 @@ _FIELDS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
     "labels": (np.dtype(np.uint8), ()),
     "test": (np.dtype(np.bool_), ()),
 }
-# Errors zipfile/zlib raise on a damaged archive or member (zipfile raises NotImplementedError
-# for a member whose compression method it does not support: a foreign file, reported as damaged).
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError,
-               struct.error)
+# Errors zipfile/zlib raise on a damaged archive or member. RuntimeError includes the
+# NotImplementedError zipfile raises for a compression method it does not support (a foreign
+# file, reported as damaged).
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, struct.error)
 _MAX_HEADER = 10_000
 
 
