@@ -101,6 +101,22 @@ static inline void amx_pend_rows(amx_pend_t *p, int r) {
 /* C tiles 0-3 += A rows 0-15 (tmm4) and 16-31 (tmm5) x column blocks c0, c0 + 1 of the panel over
  * every k block; stored into tile (32 x 64 int32) at columns 16 c0 ... Only rows 0-15 (C tiles 0
  * and 1) when two_a is 0. pend (may be NULL): rows written two per k block, all by the end. */
+/* One k block: C tiles 0, 1 (and 2, 3 when two_a) += A rows (tmm4, tmm5) x the column blocks b0
+ * and b1 (tmm6, tmm7, rows b_stride bytes apart). */
+static inline void amx_kblock(const int8_t *a, const int8_t *b0, const int8_t *b1, int b_stride,
+                              int two_a) {
+    DL_AMX_LOADD(4, a, 64);
+    DL_AMX_LOADD(6, b0, b_stride);
+    DL_AMX_LOADD(7, b1, b_stride);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    if (two_a) {
+        DL_AMX_LOADD(5, a + 16 * 64, 64);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+}
+
 static inline void amx_half_p(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
                               int32_t *tile, amx_pend_t *pend) {
     const int64_t nkb = kgn / 16, kr = kgn % 16;
@@ -109,34 +125,15 @@ static inline void amx_half_p(int64_t kgn, const int8_t *ap, const int8_t *bp, i
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t kb = 0; kb < nkb; kb++) {
-        const int8_t *a = ap + kb * DL_GEMM_MR * 64, *b = bp + kb * 16 * 256 + 64 * c0;
-        DL_AMX_LOADD(4, a, 64);
-        DL_AMX_LOADD(6, b, 256);
-        DL_AMX_LOADD(7, b + 64, 256);
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        if (two_a) {
-            DL_AMX_LOADD(5, a + 16 * 64, 64);
-            _tile_dpbssd(2, 5, 6);
-            _tile_dpbssd(3, 5, 7);
-        }
+        const int8_t *b = bp + kb * 16 * 256 + 64 * c0;
+        amx_kblock(ap + kb * DL_GEMM_MR * 64, b, b + 64, 256, two_a);
         if (pend != NULL) amx_pend_rows(pend, 2);
     }
     if (pend != NULL) amx_pend_rows(pend, DL_GEMM_MR);
-    if (kr) {
+    if (kr) { /* the last, partial k block: its B rows zero-padded into a local panel */
         int8_t tail[2][1024] __attribute__((aligned(64)));
-        const int8_t *a = ap + nkb * DL_GEMM_MR * 64;
         amx_tail_b(bp + nkb * 16 * 256, (int)kr, c0, tail);
-        DL_AMX_LOADD(4, a, 64);
-        DL_AMX_LOADD(6, tail[0], 64);
-        DL_AMX_LOADD(7, tail[1], 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        if (two_a) {
-            DL_AMX_LOADD(5, a + 16 * 64, 64);
-            _tile_dpbssd(2, 5, 6);
-            _tile_dpbssd(3, 5, 7);
-        }
+        amx_kblock(ap + nkb * DL_GEMM_MR * 64, tail[0], tail[1], 64, two_a);
     }
     _tile_stored(0, tile + 16 * c0, DL_GEMM_NR * 4);
     _tile_stored(1, tile + 16 * c0 + 16, DL_GEMM_NR * 4);

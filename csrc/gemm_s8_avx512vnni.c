@@ -64,18 +64,26 @@ static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t 
 /* Quantizer cores (see dl.h), 16 lanes with masked tails; the same IEEE operations as the
  * portable code: product with the reciprocal, vmaxps/vminps clamp (NaN -> -127), round half to even
  * through 1.5 * 2^23, truncation of the now integral value. */
+/* The lanes of x[j..) under mask k (the tail) times their reciprocal scale (inv[j..), or inv0 when
+ * inv is NULL), clamped to [-127, 127] with vmaxps/vminps (NaN -> -127); *mx keeps the largest
+ * |x| bit pattern. */
+static inline __m512 gemm_scaled16(const float *x, const float *inv, __m512 s16, int64_t j,
+                                   __mmask16 k, __m512i *mx) {
+    const __m512 xv = _mm512_maskz_loadu_ps(k, x + j);
+    const __m512 sc = inv != NULL ? _mm512_maskz_loadu_ps(k, inv + j) : s16;
+    *mx = _mm512_max_epu32(*mx, _mm512_and_si512(_mm512_castps_si512(xv),
+                                                 _mm512_set1_epi32(0x7fffffff)));
+    return _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, sc), _mm512_set1_ps(-127.0f)),
+                         _mm512_set1_ps(127.0f));
+}
+
 uint32_t dl_gemm_qnearest_f32_avx512vnni(const float *x, const float *inv, float inv0, int64_t n,
                                          int8_t *q) {
-    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
     const __m512 mg = _mm512_set1_ps(0x1.8p23f), s16 = _mm512_set1_ps(inv0);
-    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
     __m512i mx = _mm512_setzero_si512();
     for (int64_t j = 0; j < n; j += 16) {
         const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-        const __m512 xv = _mm512_maskz_loadu_ps(k, x + j);
-        const __m512 sc = inv != NULL ? _mm512_maskz_loadu_ps(k, inv + j) : s16;
-        mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(xv), absm));
-        __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, sc), lo), hi);
+        __m512 v = gemm_scaled16(x, inv, s16, j, k, &mx);
         v = _mm512_sub_ps(_mm512_add_ps(v, mg), mg);
         _mm_mask_storeu_epi8(q + j, k, _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v)));
     }
@@ -115,10 +123,8 @@ uint32_t dl_gemm_qstoch_f32_avx512vnni(const float *x, const float *inv, float i
     if (n <= 0) return 0;
     if (((j0 + (uint64_t)n) >> 32) != 0)
         return dl_gemm_qstoch_f32_generic(x, inv, inv0, n, key, j0, q);
-    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
     const __m512 one = _mm512_set1_ps(1.0f), s16 = _mm512_set1_ps(inv0);
     const __m512 ulp = _mm512_set1_ps(0x1.0p-24f);
-    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
     const __m512i klo = _mm512_set1_epi32((int32_t)(uint32_t)key);
     const __m512i khi = _mm512_set1_epi32((int32_t)(uint32_t)(key >> 32));
     __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(uint32_t)j0),
@@ -127,10 +133,7 @@ uint32_t dl_gemm_qstoch_f32_avx512vnni(const float *x, const float *inv, float i
     __m512i mx = _mm512_setzero_si512();
     for (int64_t j = 0; j < n; j += 16) {
         const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-        const __m512 xv = _mm512_maskz_loadu_ps(k, x + j);
-        const __m512 sc = inv != NULL ? _mm512_maskz_loadu_ps(k, inv + j) : s16;
-        mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(xv), absm));
-        const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xv, sc), lo), hi);
+        const __m512 v = gemm_scaled16(x, inv, s16, j, k, &mx);
         const __m512 f = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         const __m512i h =
             gemm_hash16(_mm512_xor_si512(gemm_hash16(_mm512_xor_si512(idx, klo)), khi));
