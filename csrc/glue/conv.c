@@ -73,24 +73,36 @@ static int call_conv_fold(const glue_call_t *c, const dl_dispatch_t *d) {
                             G_DATA(c, 0), R, ld, G_DATA(c, 1), c->n_threads);
 }
 
+/* The wide-row geometry shared by conv_pad and conv_crop: images of h x w placed at pad in rows
+ * of wp, within wide rows of len (named wide_name in messages). */
+static int conv_check_wide(const glue_call_t *c, npy_intp h, npy_intp w, Py_ssize_t pad,
+                           Py_ssize_t wp, npy_intp len, const char *wide_name) {
+    if (pad < 0 || pad > INT32_MAX || wp > INT32_MAX || wp < w + 2 * pad) {
+        PyErr_Format(PyExc_ValueError, "%s: need 0 <= pad < 2**31 and w + 2*pad <= wp < 2**31, got "
+                     "w=%zd, pad=%zd, wp=%zd", c->fn, (Py_ssize_t)w, pad, wp);
+        return -1;
+    }
+    if ((h + 2 * pad) * wp > len) {
+        PyErr_Format(PyExc_ValueError, "%s: %s rows must hold (h + 2*pad)*wp = %zd elements, got "
+                     "%zd", c->fn, wide_name, (Py_ssize_t)((h + 2 * pad) * wp), (Py_ssize_t)len);
+        return -1;
+    }
+    return 0;
+}
+
 /* conv_pad(src, w, dst, pad, wp, n_threads): src (n, h, ld) float32 (w <= ld), dst (n, len) with
  * wp >= w + 2*pad and len >= (h + 2*pad)*wp; ssz = w, pad, wp. */
 static int check_conv_pad(glue_call_t *c) {
     PyArrayObject *src = c->arr[0], *dst = c->arr[1];
-    const Py_ssize_t w = c->ssz[0], pad = c->ssz[1], wp = c->ssz[2];
-    const npy_intp h = PyArray_DIM(src, 1), ld = PyArray_DIM(src, 2), len = PyArray_DIM(dst, 1);
-    if (w < 0 || w > ld || pad < 0 || pad > INT32_MAX || wp > INT32_MAX || wp < w + 2 * pad) {
-        PyErr_Format(PyExc_ValueError, "%s: need 0 <= w <= %zd (src's last axis), 0 <= pad < 2**31 "
-                     "and w + 2*pad <= wp < 2**31, got w=%zd, pad=%zd, wp=%zd", c->fn,
-                     (Py_ssize_t)ld, w, pad, wp);
+    const Py_ssize_t w = c->ssz[0];
+    const npy_intp ld = PyArray_DIM(src, 2);
+    if (w < 0 || w > ld) {
+        PyErr_Format(PyExc_ValueError, "%s: need 0 <= w <= %zd (src's last axis), got w=%zd", c->fn,
+                     (Py_ssize_t)ld, w);
         return -1;
     }
-    if ((h + 2 * pad) * wp > len) {
-        PyErr_Format(PyExc_ValueError, "%s: dst rows must hold (h + 2*pad)*wp = %zd elements, got "
-                     "%zd", c->fn, (Py_ssize_t)((h + 2 * pad) * wp), (Py_ssize_t)len);
-        return -1;
-    }
-    return 0;
+    return conv_check_wide(c, PyArray_DIM(src, 1), w, c->ssz[1], c->ssz[2], PyArray_DIM(dst, 1),
+                           "dst");
 }
 static int call_conv_pad(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
@@ -104,24 +116,13 @@ static int call_conv_pad(const glue_call_t *c, const dl_dispatch_t *d) {
  * wp >= w + 2*pad and len >= (h + 2*pad)*wp; ssz = pad, wp. */
 static int check_conv_crop(glue_call_t *c) {
     PyArrayObject *src = c->arr[0], *dst = c->arr[1];
-    const Py_ssize_t pad = c->ssz[0], wp = c->ssz[1];
-    const npy_intp len = PyArray_DIM(src, 1), h = PyArray_DIM(dst, 1), w = PyArray_DIM(dst, 2);
     if (PyArray_DIM(dst, 0) != PyArray_DIM(src, 0)) { /* (the driver checks 2-D shapes only) */
         PyErr_Format(PyExc_ValueError, "%s: dst must have src's %zd rows on axis 0, got %zd", c->fn,
                      (Py_ssize_t)PyArray_DIM(src, 0), (Py_ssize_t)PyArray_DIM(dst, 0));
         return -1;
     }
-    if (pad < 0 || pad > INT32_MAX || wp > INT32_MAX || wp < w + 2 * pad) {
-        PyErr_Format(PyExc_ValueError, "%s: need 0 <= pad < 2**31 and w + 2*pad <= wp < 2**31 (w = "
-                     "%zd, dst's last axis), got pad=%zd, wp=%zd", c->fn, (Py_ssize_t)w, pad, wp);
-        return -1;
-    }
-    if ((h + 2 * pad) * wp > len) {
-        PyErr_Format(PyExc_ValueError, "%s: src rows must hold (h + 2*pad)*wp = %zd elements, got "
-                     "%zd", c->fn, (Py_ssize_t)((h + 2 * pad) * wp), (Py_ssize_t)len);
-        return -1;
-    }
-    return 0;
+    return conv_check_wide(c, PyArray_DIM(dst, 1), PyArray_DIM(dst, 2), c->ssz[0], c->ssz[1],
+                           PyArray_DIM(src, 1), "src");
 }
 static int call_conv_crop(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
