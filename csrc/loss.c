@@ -14,8 +14,8 @@
  * exp (xent_exp8): float32 in, float32 out, computed in float64 with a degree-8 Taylor polynomial on
  * |r| <= ln(2)/2 after x = n ln(2) + r; its error before the final rounding is below 0.01 of a
  * float32 ulp, so the result is the correctly rounded exp but for rare near-ties (within one ulp
- * always). Plain C with no FMA contraction (the portable build's -std=c11): the same bits on every
- * CPU and compiler target, unlike np.exp, whose float32 SIMD loops differ by CPU.
+ * always). Plain C with no FMA contraction (the portable build's -std=c11) and no per-ISA build:
+ * the same operations whatever the CPU's instruction set.
  *
  * Threads split the peers; each peer is computed by one thread with the same operations
  * whatever the count, so results do not depend on it.

@@ -421,7 +421,7 @@ def _cross_entropy(
     """Mean cross-entropy per peer (float64) and, optionally, its gradient w.r.t. the logits.
 
     Works in place on ``logits`` (which the caller owns) with a max-shifted log-sum-exp: float32
-    logits in one C pass over the peers (ops.softmax_xent, threaded, the same bits on every CPU),
+    logits in one C pass over the peers (ops.softmax_xent, threaded, portable C without FMA),
     float64 ones with NumPy (_cross_entropy_f64).
     """
     if logits.dtype != np.float32:

@@ -37,8 +37,8 @@ def softmax_xent(logits: np.ndarray, labels: np.ndarray, loss: np.ndarray | None
 def exp_f32(x: np.ndarray, out: np.ndarray | None = None,
             n_threads: int | None = None) -> np.ndarray:
     """exp of float32 ``x`` rounded to float32, the exp of :func:`softmax_xent`: computed in
-    float64 (within one ulp of the exact value, nearly always the correctly rounded one) with the
-    same bits on every CPU. Returns ``out`` (new when None)."""
+    float64 (within one ulp of the exact value, nearly always the correctly rounded one), portable
+    C without FMA contraction or a per-ISA build. Returns ``out`` (new when None)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if out is None:
         out = np.empty_like(x)
