@@ -569,6 +569,10 @@ def test_one_bytes_format_in_every_table():
     from decentlearn.units import format_bytes
     assert [format_bytes(n) for n in (0, 512, 1536, 10_240_000, 3 << 30)] == [
         "0 B", "512 B", "1.5 KiB", "9.77 MiB", "3 GiB"]
+    # 3 significant digits never turn into an exponent: from 999.5 of a unit on, the next unit
+    assert [format_bytes(n) for n in (1023, 999 << 20, 999.6 * 2**20, 1010 << 20,
+                                      1023.999 * 2**20, 1000 << 10)] == [
+        "1023 B", "999 MiB", "0.976 GiB", "0.986 GiB", "1 GiB", "0.977 MiB"]
     summary = {"test_accuracy_mean": 0.5, "test_accuracy_min": 0.4, "test_accuracy_max": 0.6,
                "test_accuracy_avg_model": 0.55, "consensus_distance": 1e-3,
                "bytes_sent_total": 10_240_000, "bytes_sent_max_peer": 1536, "spectral_gap": 0.5,
