@@ -54,7 +54,7 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .sign_encode_f32 = W(dl_sign_encode_f32_##isa),                                               \
     .int8_encode_f32 = W(dl_int8_encode_f32_##isa)
 
-/* The float32 GEMMs of the layers (nn_impl.h): a portable and an AVX2 build; AVX-512 runs AVX2's. */
+/* The float32 GEMMs of the layers (nn_impl.h): a portable, an AVX2 and an AVX-512 build. */
 #define DL_NN_KERNELS(isa, W)                                                                      \
     .nn_gemm_f32 = W(dl_nn_gemm_f32_##isa), .nn_dense_forward_f32 = W(dl_nn_dense_forward_f32_##isa), \
     .nn_dense_backward_f32 = W(dl_nn_dense_backward_f32_##isa)
@@ -75,7 +75,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
     {.isa = DL_ISA_AVX2, .name = "avx2", DL_ISA_KERNELS(avx2, DL_X86_ONLY),
      DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY), DL_NN_KERNELS(avx2, DL_X86_ONLY)},
     {.isa = DL_ISA_AVX512, .name = "avx512", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
-     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY), DL_NN_KERNELS(avx2, DL_X86_ONLY)},
+     DL_GEMM_S16_KERNELS(avx2, DL_X86_ONLY), DL_NN_KERNELS(avx512, DL_X86_ONLY)},
     {.isa = DL_ISA_AVX512VNNI, .name = "avx512vnni", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
      .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
      .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
@@ -87,7 +87,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_avx512vnni),
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_avx512vnni),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni),
-     DL_NN_KERNELS(avx2, DL_X86_ONLY)},
+     DL_NN_KERNELS(avx512, DL_X86_ONLY)},
     {.isa = DL_ISA_AMX, .name = "amx", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
      .gemm_s8_layout = DL_X86_ONLY(&dl_gemm_s8_layout_vnni),
      .gemm_s8_pack_b = DL_X86_ONLY(dl_gemm_s8_pack_b_avx512vnni),
@@ -99,7 +99,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_amx),
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_amx),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_amx),
-     DL_NN_KERNELS(avx2, DL_X86_ONLY)},
+     DL_NN_KERNELS(avx512, DL_X86_ONLY)},
 };
 
 static const dl_dispatch_t *active = NULL;

@@ -1,12 +1,13 @@
 /* nn_impl.h: the float32 GEMMs of the peer-batched layers, compiled once per ISA.
  *
- * Included by nn.c (portable flags, 4-lane vectors) and nn_avx2.c (-mavx2 -mfma, 8 lanes); each
- * defines DL_SUFFIX first. One register-blocked GEMM, C = A B with any element strides for A and B
- * (so A^T and B^T need no copies): B is packed once per KC x NC block into NR-column panels (the
- * last one 12 columns wide on AVX2 when it fits: N = 10 logits) and reused by every row block; A
- * is read in place; an MR x NR microkernel keeps 2 * MR vector accumulators in registers and
- * applies the epilogue (accumulate into C, bias, ReLU or a ReLU mask) on its way straight into C,
- * edge columns through one out-of-line call per tile. On top of it:
+ * Included by nn.c (portable flags, 4-lane vectors), nn_avx2.c (-mavx2 -mfma, 8 lanes) and
+ * nn_avx512.c (-mavx512f -mfma, 16 lanes); each defines DL_SUFFIX first. One register-blocked
+ * GEMM, C = A B with any element strides for A and B (so A^T and B^T need no copies): B is packed
+ * once per KC x NC block into NR-column panels (the last one narrower when it fits: 12 columns on
+ * AVX2, 16 on AVX-512, for N = 10 logits) and reused by every row block; A is read in place; an
+ * MR x NR microkernel keeps 2 * MR vector accumulators in registers and applies the epilogue
+ * (accumulate into C, bias, ReLU or a ReLU mask) on its way straight into C, edge columns through
+ * one out-of-line call per tile (AVX-512: masked loads and stores). On top of it:
  * - dl_nn_gemm_f32: C_p (+)= A_p B_p for P peers (convolutions);
  * - dl_nn_dense_forward_f32: Y_p = act(X_p W_p + b_p);
  * - dl_nn_dense_backward_f32: db_p = sum_b dY_p, dW_p = X_p^T dY_p, dX_p = (dY_p W_p^T) * [M_p > 0].
@@ -26,7 +27,10 @@
 #define DL_CAT2(a, b) a##_##b
 #define DL_CAT(a, b) DL_CAT2(a, b)
 
-#if defined(__AVX2__)
+#if defined(__AVX512F__)
+#define DL_NN_LANES 16
+#include <immintrin.h>
+#elif defined(__AVX2__)
 #define DL_NN_LANES 8
 #else
 #define DL_NN_LANES 4
@@ -105,7 +109,7 @@ typedef struct {
     /* The edge: the first n (< lanes) lanes of one vector per row for mr rows, element by      \
      * element with the same operations; out of line (inlined, it makes GCC spill the           \
      * microkernel's accumulators), one call per tile, the vectors passed in registers. */      \
-    static __attribute__((noinline)) void NAME##_tail(                                            \
+    static __attribute__((noinline, unused)) void NAME##_tail(                                            \
         int mr, float *c, int64_t ldc, int64_t j, int n, const nn_epi_t *e, int acc, int last,    \
         const float *mask, VT v0, VT v1, VT v2, VT v3, VT v4, VT v5) {                            \
         enum { LN = sizeof(VT) / 4 };                                                             \
@@ -157,6 +161,39 @@ DL_NN_INLINE void nn_put2(float *crow, dl_nn_v4 v, int64_t j, const nn_epi_t *e,
  * columns: N = 10 outputs waste 2 of 12 lanes instead of 6 of 16, and a 4-lane FMA is half the
  * work of an 8-lane one on CPUs with 128-bit FMA units (Zen 1). */
 #define DL_NN_NRN 12
+#elif DL_NN_LANES == 16
+/* The edge columns of a tile through masked loads and stores (the same operations per element as
+ * the scalar tail, lanes past n neither read nor written); a narrow last panel is one zmm wide
+ * (N = 10 logits: 6 of 16 lanes idle, against 22 of 32 in a full panel). */
+DL_NN_INLINE void nn_putm(float *crow, dl_nn_vf v, int64_t j, int n, const nn_epi_t *e, int acc,
+                          int last, const float *mrow) {
+    const __mmask16 k = (__mmask16)((1u << n) - 1u);
+    const dl_nn_vf zero = {0};
+    dl_nn_vf t;
+    if (acc) {
+        t = (dl_nn_vf)_mm512_maskz_loadu_ps(k, crow + j);
+        v = t + v;
+    }
+    if (last) {
+        if (e->bias) v += (dl_nn_vf)_mm512_maskz_loadu_ps(k, e->bias + j);
+        if (e->relu) v = (dl_nn_vf)((dl_nn_vi)v & ~(dl_nn_vi)(v <= zero));
+        if (mrow) {
+            t = (dl_nn_vf)_mm512_maskz_loadu_ps(k, mrow + j);
+            v = (dl_nn_vf)((dl_nn_vi)v & (dl_nn_vi)(t > zero));
+        }
+    }
+    _mm512_mask_storeu_ps(crow + j, k, (__m512)v);
+}
+/* The first n (< 16) lanes of one vector per row for mr rows (the wide kernel's edge). */
+DL_NN_INLINE void nn_putm_rows(int mr, float *c, int64_t ldc, int64_t j, int n, const nn_epi_t *e,
+                               int acc, int last, const float *mask, dl_nn_vf v0, dl_nn_vf v1,
+                               dl_nn_vf v2, dl_nn_vf v3, dl_nn_vf v4, dl_nn_vf v5) {
+    const dl_nn_vf v[6] = {v0, v1, v2, v3, v4, v5};
+    for (int r = 0; r < 6; r++)
+        if (mr > r) nn_putm(c + r * ldc, v[r], j, n, e, acc, last, mask ? mask + r * e->mask_rs : NULL);
+}
+#define nn_put_tail nn_putm_rows
+#define DL_NN_NRN 16
 #else
 #define DL_NN_NRN DL_NN_NR
 #endif
@@ -322,13 +359,48 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
 #undef DL_NN_PUT_ROW
 }
 #endif
+
+#if DL_NN_LANES == 16
+/* A narrow panel (n <= 16 columns): one zmm accumulator per row. */
+DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64_t ars,
+                                 int64_t acs, const float *restrict bp, float *c, int64_t ldc,
+                                 int64_t j, int n, const nn_epi_t *e, int acc, int last,
+                                 const float *mask) {
+    const int64_t o1 = DL_NN_ROW(1, ars), o2 = DL_NN_ROW(2, 2 * ars), o3 = DL_NN_ROW(3, 3 * ars),
+                  o4 = DL_NN_ROW(4, 4 * ars), o5 = DL_NN_ROW(5, 5 * ars);
+    dl_nn_vf c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0};
+    for (int64_t k = 0; k < kc; k++, a += acs) {
+        const dl_nn_vf b0 = nn_ld(bp);
+        c0 += a[0] * b0;
+        if (mr > 1) c1 += a[o1] * b0;
+        if (mr > 2) c2 += a[o2] * b0;
+        if (mr > 3) c3 += a[o3] * b0;
+        if (mr > 4) c4 += a[o4] * b0;
+        if (mr > 5) c5 += a[o5] * b0;
+        bp += DL_NN_NRN;
+    }
+    if (n == DL_NN_LANES) {
+#define DL_NN_PUT_ROW(R, V)                                                                       \
+    if (mr > (R)) nn_put(c + (R) * ldc, V, j, e, acc, last, mask ? mask + (R) * e->mask_rs : NULL);
+        DL_NN_PUT_ROW(0, c0)
+        DL_NN_PUT_ROW(1, c1)
+        DL_NN_PUT_ROW(2, c2)
+        DL_NN_PUT_ROW(3, c3)
+        DL_NN_PUT_ROW(4, c4)
+        DL_NN_PUT_ROW(5, c5)
+#undef DL_NN_PUT_ROW
+    } else {
+        nn_putm_rows(mr, c, ldc, j, n, e, acc, last, mask, c0, c1, c2, c3, c4, c5);
+    }
+}
+#endif
 #undef DL_NN_ROW
 
 /* One mr x (panel) tile: a switch to the kernels compiled for each row count. */
 static void nn_tile(int mr, int narrow, int64_t kc, const float *a, int64_t ars, int64_t acs,
                     const float *bp, float *c, int64_t ldc, int64_t j, int n, const nn_epi_t *e,
                     int acc, int last, const float *mask) {
-#if DL_NN_LANES == 8
+#if DL_NN_LANES >= 8
 #define DL_NN_CASE(R)                                                                             \
     case R:                                                                                       \
         if (narrow)                                                                               \

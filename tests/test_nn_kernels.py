@@ -1,11 +1,12 @@
 """The layers' C kernels (csrc/nn_impl.h, csrc/optim.c) against their NumPy references in
 decentlearn/_reference/nn.py and optim.py: awkward shapes and peer counts, strided and broadcast
-operands, every ISA path, and 1 thread == 2 threads bit for bit."""
+operands, every ISA path, 1 thread == 2 threads bit for bit, and the FMA builds (AVX2, AVX-512)
+bit for bit against each other."""
 
 import numpy as np
 import pytest
 
-from decentlearn import ops
+from decentlearn import _core, ops
 from decentlearn._reference import nn as ref
 from decentlearn._reference import optim as ref_optim
 
@@ -99,6 +100,58 @@ def test_gemm_dense_thread_count_bit_identical(P):
         outs.append((gw, gb, dx))
     for u, v in zip(*outs):
         assert np.array_equal(u, v)
+
+
+#: The builds that contract each multiply-add into an FMA (every path but the portable one): their
+#: tiles differ (6 x 16 and a 12-column narrow panel on AVX2, 6 x 32 and a 16-column one with
+#: masked edges on AVX-512) but every element is the same chain of operations.
+FMA_PATHS = [i for i in _core.config()["isa_supported"] if i != "generic"]
+
+
+def _on_each_fma_path(fn):
+    out, active = {}, _core.config()["isa"]
+    try:
+        for isa in FMA_PATHS:
+            _core.set_isa(isa)
+            out[isa] = fn()
+    finally:
+        _core.set_isa(active)
+    return out
+
+
+@pytest.mark.skipif(len(FMA_PATHS) < 2, reason="one FMA build on this CPU")
+@pytest.mark.parametrize("P,B,I,O", [(3, 32, 64, 128), (2, 7, 300, 10), (4, 13, 5, 12),
+                                     (2, 9, 40, 16), (3, 6, 17, 17), (2, 11, 33, 31),
+                                     (2, 20, 520, 47), (5, 1, 3, 1), (2, 8, 16, 70)])
+def test_fma_paths_bit_identical(P, B, I, O):
+    """Every output of nn_gemm (plain, accumulate, transposed operands) and of the dense forward
+    and backward (bias, ReLU, mask; k past one 256 block) is the same float on every FMA path,
+    infinities and -0.0 included; NaN in the same places (its payload is not compared)."""
+    rng = np.random.default_rng(P * 7 + B + I + O)
+    x, w, b = _rand(rng, (P, B, I)), _rand(rng, (P, I, O)), _rand(rng, (P, O))
+    dy, mask = _rand(rng, (P, B, O)), _rand(rng, (P, B, I))
+    x.flat[::17] = -0.0
+    x[0, 0, ::3] = np.inf  # specials on peer 0 only: the other peers stay finite
+    w[0, :, 0] = np.nan
+    c0 = _rand(rng, (P, B, O))
+
+    def run():
+        acc = c0.copy()
+        ops.nn_gemm(x, w, out=acc, accumulate=True)
+        gw, gb, dx = np.empty_like(w), np.empty_like(b), np.empty_like(x)
+        ops.dense_backward(x, w, dy, gw, gb, dx, mask)
+        return [ops.nn_gemm(x, w), acc, ops.nn_gemm(w.transpose(0, 2, 1), x.transpose(0, 2, 1)),
+                ops.dense_forward(x, w, b, True), ops.dense_forward(x, w, b, False), gw, gb, dx]
+
+    outs = _on_each_fma_path(run)
+    first = FMA_PATHS[0]
+    assert all(np.isfinite(o[1:]).all() for o in outs[first][:5])  # peers 1.. compared as numbers
+    for isa in FMA_PATHS[1:]:
+        for got, want in zip(outs[isa], outs[first]):
+            nan = np.isnan(want)
+            np.testing.assert_array_equal(np.isnan(got), nan, err_msg=f"{isa} against {first}")
+            np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32),
+                                          err_msg=f"{isa} against {first}")
 
 
 def test_gemm_bad_input():
