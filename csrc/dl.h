@@ -222,7 +222,23 @@ typedef struct {
     const float *mask;
     int64_t m_ps, m_rs;
 } dl_nn_dense_t;
+/* A convolution's forward without im2col: for p < n_peers and b < batch,
+ * y_p[:, b run .. (b+1) run) = wb_p (cout x (c k k + 1)) [unfold(xp_p, b); 1], where row
+ * (ci, i, j) of unfold(xp_p, b) is the run elements of image (ci, b) of xp_p (c, batch, len)
+ * from i wp + j, and the last row of ones carries the bias (wb_p's last column). The same
+ * products, in the same order per element, as nn_gemm on conv_unfold's columns. xp's peer stride
+ * may be 0 (one shared input); y_p is (cout, batch run), contiguous; wb_p (cout, c k k + 1). */
+typedef struct {
+    int64_t n_peers, cout, c, batch, len, k, wp, run;
+    const float *wb;
+    int64_t wb_ps;
+    const float *xp;
+    int64_t xp_ps;
+    float *y;
+    int64_t y_ps;
+} dl_nn_conv_t;
 typedef int (*dl_nn_gemm_f32_fn)(const dl_nn_gemm_t *g, int n_threads);
+typedef int (*dl_nn_conv_f32_fn)(const dl_nn_conv_t *cv, int n_threads);
 typedef int (*dl_nn_dense_f32_fn)(const dl_nn_dense_t *d, int n_threads);
 /* <<< dispatch-types nn */
 
@@ -267,6 +283,7 @@ typedef struct {
     dl_nn_gemm_f32_fn nn_gemm_f32;
     dl_nn_dense_f32_fn nn_dense_forward_f32;
     dl_nn_dense_f32_fn nn_dense_backward_f32;
+    dl_nn_conv_f32_fn nn_conv_forward_f32;
     /* <<< dispatch-members nn */
 } dl_dispatch_t;
 
@@ -576,6 +593,7 @@ static inline int64_t dl_cdiv_i64(int64_t a, int64_t b) { return (a + b - 1) / b
 DL_DECLARE_ISA(dl_nn_gemm_f32, int, (const dl_nn_gemm_t *g, int n_threads))
 DL_DECLARE_ISA(dl_nn_dense_forward_f32, int, (const dl_nn_dense_t *d, int n_threads))
 DL_DECLARE_ISA(dl_nn_dense_backward_f32, int, (const dl_nn_dense_t *d, int n_threads))
+DL_DECLARE_ISA(dl_nn_conv_forward_f32, int, (const dl_nn_conv_t *cv, int n_threads))
 /* One SGD step over P rows of dim (see optim.c). */
 int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
                      float lr, float momentum, float weight_decay, int nesterov,

@@ -636,13 +636,14 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
     {
         gemm_dense_buf_t wb;
         DL_GEMM_THREAD_BEGIN();
-        if (!gemm_dense_buf_init(&wb, B, I, O, 0)) {
-            status = DL_E_NOMEM;
-        } else {
+        const int ok = gemm_dense_buf_init(&wb, B, I, O, 0);
+        if (!ok) status = DL_E_NOMEM;
+        { /* every thread meets the omp for, with its buffers or not */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
             for (int64_t p = 0; p < P; p++) {
+                if (!ok) continue;
                 const int8_t *xq = d->xq + (shared ? 0 : p * B * I);
                 const float sx = shared ? d->sx[0] : 0.0f;
                 float sxp = sx;
@@ -692,13 +693,14 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
     {
         gemm_dense_buf_t wb;
         DL_GEMM_THREAD_BEGIN();
-        if (!gemm_dense_buf_init(&wb, B, I, O, 1)) {
-            status = DL_E_NOMEM;
-        } else {
+        const int ok = gemm_dense_buf_init(&wb, B, I, O, 1);
+        if (!ok) status = DL_E_NOMEM;
+        { /* every thread meets the omp for, with its buffers or not */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
             for (int64_t p = 0; p < P; p++) {
+                if (!ok) continue;
                 const float *dy = d->dy + p * d->dy_ps;
                 float *gb = d->gb + p * d->gb_ps;
                 gemm_dense_bias_grad(B, O, dy, d->dy_rs, gb);

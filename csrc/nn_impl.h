@@ -250,10 +250,13 @@ static void nn_pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_
  * acc = acc + a * b over k in order, whatever mr and the panel, so how rows are blocked (and
  * split over threads) never changes a result. */
 #define DL_NN_ROW(R, S) (mr > (R) ? (S) : 0)
+/* nn_kern_wide: B's rows bs apart from bp (a packed panel, or B in place), or, when brow is not
+ * NULL, row k at brow[k] + bs (bs then the panel's first column). */
 DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                               const float *restrict bp, int64_t bs, float *c, int64_t ldc,
-                               int64_t j, int n,
-                               const nn_epi_t *e, int acc, int last, const float *mask) {
+                               const float *restrict bp, int64_t bs,
+                               const float *const *restrict brow, float *c, int64_t ldc,
+                               int64_t j, int n, const nn_epi_t *e, int acc, int last,
+                               const float *mask) {
     const int L = DL_NN_LANES;
     /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
      * spill the accumulators under -fwrapv, which Python's build flags add) */
@@ -262,7 +265,8 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
     dl_nn_vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     dl_nn_vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
-        const dl_nn_vf b0 = nn_ld(bp), b1 = nn_ld(bp + L);
+        const float *bk = brow != NULL ? brow[k] + bs : bp;
+        const dl_nn_vf b0 = nn_ld(bk), b1 = nn_ld(bk + L);
         c00 += a[0] * b0;
         c01 += a[0] * b1;
         if (mr > 1) c10 += a[o1] * b0, c11 += a[o1] * b1;
@@ -270,7 +274,7 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
         if (mr > 3) c30 += a[o3] * b0, c31 += a[o3] * b1;
         if (mr > 4) c40 += a[o4] * b0, c41 += a[o4] * b1;
         if (mr > 5) c50 += a[o5] * b0, c51 += a[o5] * b1;
-        bp += bs;
+        if (brow == NULL) bp += bs;
     }
     /* full vectors straight into C; the edge vectors of all rows in one tail call */
 #define DL_NN_PUT_ROW(R, V, J)                                                                    \
@@ -403,21 +407,27 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
 
 /* One mr x (panel) tile: a switch to the kernels compiled for each row count. */
 static void nn_tile(int mr, int narrow, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                    const float *bp, int64_t bs, float *c, int64_t ldc, int64_t j, int n,
-                    const nn_epi_t *e, int acc, int last, const float *mask) {
+                    const float *bp, int64_t bs, const float *const *brow, float *c, int64_t ldc,
+                    int64_t j, int n, const nn_epi_t *e, int acc, int last, const float *mask) {
+#define DL_NN_WIDE(R)                                                                             \
+    if (brow != NULL)                                                                             \
+        nn_kern_wide(R, kc, a, ars, acs, bp, bs, brow, c, ldc, j, n, e, acc, last, mask);         \
+    else                                                                                          \
+        nn_kern_wide(R, kc, a, ars, acs, bp, bs, NULL, c, ldc, j, n, e, acc, last, mask);
 #if DL_NN_LANES >= 8
 #define DL_NN_CASE(R)                                                                             \
     case R:                                                                                       \
         if (narrow)                                                                               \
             nn_kern_narrow(R, kc, a, ars, acs, bp, c, ldc, j, n, e, acc, last, mask);             \
-        else                                                                                      \
-            nn_kern_wide(R, kc, a, ars, acs, bp, bs, c, ldc, j, n, e, acc, last, mask);           \
+        else {                                                                                    \
+            DL_NN_WIDE(R)                                                                         \
+        }                                                                                         \
         break;
 #else
     (void)narrow;
 #define DL_NN_CASE(R)                                                                             \
     case R:                                                                                       \
-        nn_kern_wide(R, kc, a, ars, acs, bp, bs, c, ldc, j, n, e, acc, last, mask);               \
+        DL_NN_WIDE(R)                                                                             \
         break;
 #endif
     switch (mr) {
@@ -431,6 +441,7 @@ static void nn_tile(int mr, int narrow, int64_t kc, const float *a, int64_t ars,
         break;
     }
 #undef DL_NN_CASE
+#undef DL_NN_WIDE
 }
 
 /* Rows of the next row block when rem rows are left: MR, but a remainder of MR + 1 .. 2 MR - 1
@@ -442,12 +453,26 @@ static inline int nn_block_rows(int64_t rem) {
     return (int)rem;
 }
 
-/* Rows [m0, m1) of C (ldc) (+)= A B, A m x k (strides ars, acs), B k x n (brs, bcs), C's rows
- * contiguous. B is packed once per (KC x NC) block and reused by every row block; A is read in
- * place. Returns DL_E_NOMEM if the packing buffer cannot grow. */
+/* Columns [j0, j0 + nc) of rows[0 .. kc) (B given by row pointers) into panels as nn_pack_b. */
+static void nn_pack_b_rows(int64_t kc, int64_t nc, const float *const *rows, int64_t j0,
+                           float *bp) {
+    for (int64_t jp = 0; jp < nc; jp += DL_NN_NR) {
+        const int64_t w = dl_min_i64(DL_NN_NR, nc - jp), pw = nn_panel_width(w);
+        float *dst = bp + jp * kc;
+        for (int64_t k = 0; k < kc; k++) {
+            memcpy(dst + k * pw, rows[k] + j0 + jp, (size_t)w * sizeof(float));
+            for (int64_t q = w; q < pw; q++) dst[k * pw + q] = 0.0f;
+        }
+    }
+}
+
+/* Rows [m0, m1) of C (ldc) (+)= A B, A m x k (strides ars, acs), B k x n (brs, bcs; or, when
+ * brows is not NULL, row kk of B at brows[kk], contiguous), C's rows contiguous. B is packed once
+ * per (KC x NC) block and reused by every row block, or read in place; A is read in place.
+ * Returns DL_E_NOMEM if the packing buffer cannot grow. */
 static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a, int64_t ars,
-                        int64_t acs, const float *b, int64_t brs, int64_t bcs, float *c,
-                        int64_t ldc, const nn_epi_t *e) {
+                        int64_t acs, const float *b, int64_t brs, int64_t bcs,
+                        const float *const *brows, float *c, int64_t ldc, const nn_epi_t *e) {
     if (k == 0) { /* C = 0 (+ epilogue), one element at a time */
         for (int64_t i = m0; i < m1; i++) {
             const float *mrow = e->mask ? e->mask + i * e->mask_rs : NULL;
@@ -465,30 +490,40 @@ static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const floa
     const int64_t ncmax = dl_min_i64(DL_NN_NC, (n + DL_NN_NR - 1) / DL_NN_NR * DL_NN_NR);
     float *bp = nn_scratch((size_t)(kcmax * ncmax));
     if (bp == NULL) return DL_E_NOMEM;
-    /* Few rows against a B with contiguous rows (a convolution's forward, [W | b] cols: M = Cout):
-     * the full panels are read in place, rows brs apart, as packing them would cost about as much
-     * as the product; the last, narrower panel is packed (zero-padded) as always. */
-    const int inplace = bcs == 1 && m1 - m0 <= DL_NN_INPLACE_ROWS;
+    /* Few rows against a B with contiguous rows (a dense layer's forward: M = the batch), or B
+     * given by row pointers (a convolution's forward, nn_conv_forward): the full panels are read
+     * in place, as packing them would cost about as much as the product; the last, narrower panel
+     * is packed (zero-padded) as always. */
+    const int inplace = brows != NULL || (bcs == 1 && m1 - m0 <= DL_NN_INPLACE_ROWS);
     for (int64_t jc = 0; jc < n; jc += DL_NN_NC) {
         const int64_t nc = dl_min_i64(DL_NN_NC, n - jc);
         const int64_t nfull = inplace ? nc / DL_NN_NR * DL_NN_NR : 0;
         for (int64_t pc = 0; pc < k; pc += DL_NN_KC) {
             const int64_t kc = dl_min_i64(DL_NN_KC, k - pc);
             const int acc = e->accumulate || pc > 0, last = pc + kc == k;
-            const float *bk = b + pc * brs + jc * bcs;
-            if (nfull < nc) nn_pack_b(kc, nc - nfull, bk + nfull * bcs, brs, bcs, bp + nfull * kc);
+            const float *bk = brows != NULL ? NULL : b + pc * brs + jc * bcs;
+            if (nfull < nc) {
+                if (brows != NULL)
+                    nn_pack_b_rows(kc, nc - nfull, brows + pc, jc + nfull, bp + nfull * kc);
+                else
+                    nn_pack_b(kc, nc - nfull, bk + nfull * bcs, brs, bcs, bp + nfull * kc);
+            }
             for (int64_t i = m0; i < m1;) {
                 const int mr = nn_block_rows(m1 - i);
                 const float *ai = a + i * ars + pc * acs;
                 const float *mask = e->mask ? e->mask + i * e->mask_rs : NULL;
                 for (int64_t j = 0; j < nc; j += DL_NN_NR) {
                     const int64_t w = dl_min_i64(DL_NN_NR, nc - j);
-                    if (j < nfull)
-                        nn_tile(mr, 0, kc, ai, ars, acs, bk + j, brs, c + i * ldc, ldc, jc + j,
-                                (int)w, e, acc, last, mask);
+                    if (j < nfull && brows != NULL)
+                        nn_tile(mr, 0, kc, ai, ars, acs, NULL, jc + j, brows + pc, c + i * ldc,
+                                ldc, jc + j, (int)w, e, acc, last, mask);
+                    else if (j < nfull)
+                        nn_tile(mr, 0, kc, ai, ars, acs, bk + j, brs, NULL, c + i * ldc, ldc,
+                                jc + j, (int)w, e, acc, last, mask);
                     else
                         nn_tile(mr, nn_panel_width(w) != DL_NN_NR, kc, ai, ars, acs, bp + j * kc,
-                                DL_NN_NR, c + i * ldc, ldc, jc + j, (int)w, e, acc, last, mask);
+                                DL_NN_NR, NULL, c + i * ldc, ldc, jc + j, (int)w, e, acc, last,
+                                mask);
                 }
                 i += mr;
             }
@@ -527,7 +562,7 @@ int DL_CAT(dl_nn_gemm_f32, DL_SUFFIX)(const dl_nn_gemm_t *g, int n_threads) {
     for (int64_t it = 0; it < items; it++) {
         const int64_t p = it / nrb, m0 = (it % nrb) * mb, m1 = dl_min_i64(g->m, m0 + mb);
         const int s = nn_gemm_rows(m0, m1, g->n, g->k, g->a + p * g->a_ps, g->a_rs, g->a_cs,
-                                   g->b + p * g->b_ps, g->b_rs, g->b_cs, g->c + p * g->c_ps,
+                                   g->b + p * g->b_ps, g->b_rs, g->b_cs, NULL, g->c + p * g->c_ps,
                                    g->c_rs, &e);
         if (s < status) status = s;
     }
@@ -549,7 +584,7 @@ int DL_CAT(dl_nn_dense_forward_f32, DL_SUFFIX)(const dl_nn_dense_t *d, int n_thr
         const int64_t p = it / nrb, m0 = (it % nrb) * mb, m1 = dl_min_i64(d->batch, m0 + mb);
         const nn_epi_t e = {.bias = d->bias ? d->bias + p * d->b_ps : NULL, .relu = d->relu};
         const int s = nn_gemm_rows(m0, m1, d->n_out, d->n_in, d->x + p * d->x_ps, d->x_rs, 1,
-                                   d->w + p * d->w_ps, d->n_out, 1, d->y + p * d->y_ps, d->y_rs,
+                                   d->w + p * d->w_ps, d->n_out, 1, NULL, d->y + p * d->y_ps, d->y_rs,
                                    &e);
         if (s < status) status = s;
     }
@@ -580,16 +615,61 @@ int DL_CAT(dl_nn_dense_backward_f32, DL_SUFFIX)(const dl_nn_dense_t *d, int n_th
         }
         const nn_epi_t plain = {0};
         /* dW (I x O) = X^T (I x B) dY (B x O) */
-        int s = nn_gemm_rows(0, I, O, B, x, 1, d->x_rs, dy, d->dy_rs, 1, d->gw + p * d->gw_ps, O,
-                             &plain);
+        int s = nn_gemm_rows(0, I, O, B, x, 1, d->x_rs, dy, d->dy_rs, 1, NULL,
+                             d->gw + p * d->gw_ps, O, &plain);
         if (s == DL_OK && d->dx != NULL) {
             /* dX (B x I) = dY (B x O) W^T (O x I), masked */
             const nn_epi_t em = {.mask = d->mask ? d->mask + p * d->m_ps : NULL,
                                  .mask_rs = d->m_rs};
-            s = nn_gemm_rows(0, B, I, O, dy, d->dy_rs, 1, d->w + p * d->w_ps, 1, O,
+            s = nn_gemm_rows(0, B, I, O, dy, d->dy_rs, 1, d->w + p * d->w_ps, 1, O, NULL,
                              d->dx + p * d->dx_ps, d->dx_rs, &em);
         }
         if (s < status) status = s;
+    }
+    return status;
+}
+
+/* A convolution's forward without im2col (see dl.h, dl_nn_conv_t): one item per (peer, sample),
+ * each a GEMM of cout rows whose B rows are pointers into the padded image (row (ci, i, j) at
+ * i wp + j of image (ci, b)) and a row of ones; threads take items. */
+int DL_CAT(dl_nn_conv_forward_f32, DL_SUFFIX)(const dl_nn_conv_t *cv, int n_threads) {
+    if (cv->n_peers < 0 || cv->cout < 0 || cv->c < 0 || cv->batch < 0 || cv->k < 1 ||
+        cv->wp < cv->k || cv->run < 0 || cv->len < (cv->k - 1) * cv->wp + cv->k - 1 + cv->run ||
+        n_threads < 1)
+        return DL_E_ARG;
+    const int64_t P = cv->n_peers, B = cv->batch, k = cv->k, kk = cv->c * k * k, K = kk + 1;
+    if (P == 0 || B == 0 || cv->cout == 0 || cv->run == 0) return DL_OK;
+    const int64_t items = P * B;
+    const int nt = nn_threads(n_threads, items, (double)items * cv->cout * K * cv->run);
+    int status = DL_OK;
+#pragma omp parallel num_threads(nt) reduction(min : status)
+    {
+        const float **rows = (const float **)malloc((size_t)K * sizeof(*rows));
+        float *ones = (float *)malloc((size_t)cv->run * sizeof(float));
+        const int ok = rows != NULL && ones != NULL; /* every thread still meets the omp for */
+        if (!ok) {
+            status = DL_E_NOMEM;
+        } else {
+            for (int64_t q = 0; q < cv->run; q++) ones[q] = 1.0f;
+            rows[kk] = ones;
+        }
+        const nn_epi_t plain = {0};
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; it++) {
+            if (!ok) continue;
+            const int64_t p = it / B, b = it % B;
+            const float *img = cv->xp + p * cv->xp_ps + b * cv->len;
+            for (int64_t ci = 0, r = 0; ci < cv->c; ci++)
+                for (int64_t i = 0; i < k; i++)
+                    for (int64_t j = 0; j < k; j++, r++)
+                        rows[r] = img + ci * B * cv->len + i * cv->wp + j;
+            const int s = nn_gemm_rows(0, cv->cout, cv->run, K, cv->wb + p * cv->wb_ps, K, 1, NULL,
+                                       0, 1, rows, cv->y + p * cv->y_ps + b * cv->run, B * cv->run,
+                                       &plain);
+            if (s < status) status = s;
+        }
+        free(rows);
+        free(ones);
     }
     return status;
 }

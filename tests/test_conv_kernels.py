@@ -215,3 +215,85 @@ def test_crop_bad_arguments_raise():
         ops.conv_crop(src, 0, 4, np.zeros((1, 3, 4), np.float32))
     with pytest.raises(ValueError, match="pad"):
         ops.conv_crop(src, -1, 8, np.zeros((2, 3, 4), np.float32))
+
+
+# (peers, groups (None: shared), channels, batch, H, W, k, padding, Cout): partial panels, C*k*k
+# + 1 past one 256-value k block (12*25 + 1), runs past one 512-column block, Cout past 32 rows
+FORWARD_SHAPES = [
+    (2, 2, 1, 2, 28, 28, 5, 2, 6),
+    (3, None, 3, 3, 9, 7, 5, 2, 5),
+    (2, 2, 6, 2, 14, 14, 5, 2, 16),
+    (1, 1, 12, 1, 6, 6, 5, 2, 3),
+    (2, 2, 2, 1, 30, 30, 3, 1, 40),
+    (3, 3, 1, 1, 1, 1, 1, 0, 1),
+    (2, 1, 3, 2, 5, 8, 5, 0, 33),
+]
+
+
+def _forward_case(peers, groups, c, b, h, w, k, p, cout, seed=0):
+    x, xp, wp, run = _case(groups, c, b, h, w, k, p, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    wb = rng.standard_normal((peers, cout, c * k * k + 1)).astype(np.float32)
+    return wb, xp, wp, run
+
+
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
+def test_forward_is_the_gemm_on_unfolded_columns(shape):
+    """conv_forward equals nn_gemm on conv_unfold's columns plus a row of ones bit for bit (the
+    path it replaces in Conv2d), is within float32 rounding of the float64 reference, and gives
+    the same bits on 1 and 2 threads."""
+    peers, groups, c, b, h, w, k, p, cout = shape
+    wb, xp, wp, run = _forward_case(*shape)
+    x4 = xp if xp.ndim == 4 else xp[None]
+    cols = np.ones((x4.shape[0], c * k * k + 1, b * run), np.float32)
+    ops.conv_unfold(x4, 0, b, cols, k, wp, run)
+    want = ops.nn_gemm(wb, cols)
+    got = ops.conv_forward(wb, xp, None, k, wp, run, n_threads=1)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    y = np.full_like(got, np.nan)
+    assert ops.conv_forward(wb, xp, y, k, wp, run, n_threads=2) is y
+    np.testing.assert_array_equal(y.view(np.uint32), got.view(np.uint32))
+    r = ref.conv_forward(wb, xp, None, k, wp, run)
+    np.testing.assert_allclose(got, r, rtol=1e-5, atol=1e-5 * np.sqrt(c * k * k + 1))
+
+
+def test_forward_same_bits_on_every_fma_path():
+    paths = [i for i in ops.supported_isas() if i != "generic"]
+    if len(paths) < 2:
+        pytest.skip("one FMA build on this CPU")
+    outs = []
+    for shape in FORWARD_SHAPES:
+        wb, xp, wp, run = _forward_case(*shape, seed=3)
+        k = shape[6]
+        for isa in paths:
+            with ops.using_isa(isa):
+                outs.append((shape, isa, ops.conv_forward(wb, xp, None, k, wp, run)))
+    for (s0, i0, y0), (s1, i1, y1) in zip(outs, outs[1:]):
+        if s0 == s1:
+            np.testing.assert_array_equal(y1.view(np.uint32), y0.view(np.uint32),
+                                          err_msg=f"{i1} against {i0} on {s0}")
+
+
+def test_forward_bad_arguments_raise():
+    wb, xp, wp, run = _forward_case(2, 2, 3, 2, 5, 5, 3, 1, 4)  # xp (2, 3, 2, 52): L = 49 + 2
+    with pytest.raises(ValueError, match=r"wb must have C\*k\*k \+ 1 = 28 columns"):
+        ops.conv_forward(wb[..., :-1].copy(), xp, None, 3, wp, run)
+    with pytest.raises(ValueError, match=r"xp rows must hold \(k-1\)\*wp \+ k-1 \+ run"):
+        ops.conv_forward(wb, xp, None, 3, wp, run + 1)
+    with pytest.raises(ValueError, match="1 <= k <= wp"):
+        ops.conv_forward(wb, xp, None, 3, 2, run)
+    with pytest.raises(ValueError, match=r"xp must have 1 \(shared\) or P=3 groups"):
+        ops.conv_forward(np.concatenate([wb, wb[:1]]), xp, None, 3, wp, run)
+    with pytest.raises(ValueError, match=r"y must have shape \(2, 4, 70\)"):
+        ops.conv_forward(wb, xp, np.zeros((2, 4, 69), np.float32), 3, wp, run)
+    with pytest.raises(TypeError, match="wb must be a 3-D float32"):
+        ops.conv_forward(wb.astype(np.float64), xp, None, 3, wp, run)
+    with pytest.raises(TypeError, match="xp must have dtype float32"):
+        ops.conv_forward(wb, xp.astype(np.float64), None, 3, wp, run)
+    buf = np.zeros(2 * 4 * 70 + xp.size, np.float32)
+    xpv = buf[: xp.size].reshape(xp.shape)
+    xpv[...] = xp
+    with pytest.raises(ValueError, match="y must not overlap xp or wb"):
+        ops.conv_forward(wb, xpv, buf[xp.size - 8: xp.size - 8 + 560].reshape(2, 4, 70), 3, wp, run)
+    with pytest.raises(ValueError, match="k"):
+        ops.conv_forward(wb, xp, None, 0, wp, run)

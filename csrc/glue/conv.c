@@ -1,6 +1,8 @@
 /* conv.c: glue of Conv2d's im2col / col2im on wide rows (csrc/conv.c): conv_unfold (float32 or
  * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry, and
- * conv_pad (float32), the zero-padded wide rows of images, and conv_crop, their interiors.
+ * conv_pad (float32), the zero-padded wide rows of images, and conv_crop, their interiors; and
+ * conv_forward, the float32 forward product on the padded images without im2col (nn_impl.h,
+ * dispatched per ISA).
  * decentlearn/ops/conv.py is the Python side.
  */
 #include "glue.h"
@@ -132,6 +134,60 @@ static int call_conv_crop(const glue_call_t *c, const dl_dispatch_t *d) {
                             c->n_threads);
 }
 
+/* conv_forward(wb, xp, y, k, wp, run, n_threads): wb (P, Cout, C*k*k + 1), xp (G, C, B, L) with
+ * G = 1 (shared) or P, k >= 1, wp >= k, run >= 0, L >= (k-1)*wp + k-1 + run, y (P, Cout, B*run),
+ * y overlapping neither; ssz = k, wp, run. */
+static int check_conv_forward(glue_call_t *c) {
+    const char *fn = c->fn;
+    PyArrayObject *wb = c->arr[0], *xp = c->arr[1], *y = c->arr[2];
+    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
+    const npy_intp P = PyArray_DIM(wb, 0), cout = PyArray_DIM(wb, 1), G = PyArray_DIM(xp, 0),
+                   C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
+    if (k < 1 || wp < k || run < 0 || k > INT32_MAX || wp > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and run >= 0, got k=%zd, "
+                     "wp=%zd, run=%zd", fn, k, wp, run);
+        return -1;
+    }
+    if ((k - 1) * wp + (k - 1) + run > L) {
+        PyErr_Format(PyExc_ValueError, "%s: xp rows must hold (k-1)*wp + k-1 + run = %zd elements, "
+                     "got %zd", fn, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+        return -1;
+    }
+    if (G != 1 && G != P) {
+        PyErr_Format(PyExc_ValueError, "%s: xp must have 1 (shared) or P=%zd groups on axis 0, got "
+                     "%zd", fn, (Py_ssize_t)P, (Py_ssize_t)G);
+        return -1;
+    }
+    if (PyArray_DIM(wb, 2) != C * k * k + 1) {
+        PyErr_Format(PyExc_ValueError, "%s: wb must have C*k*k + 1 = %zd columns ([weight | bias]), "
+                     "got %zd", fn, (Py_ssize_t)(C * k * k + 1), (Py_ssize_t)PyArray_DIM(wb, 2));
+        return -1;
+    }
+    if (PyArray_DIM(y, 0) != P || PyArray_DIM(y, 1) != cout || PyArray_DIM(y, 2) != B * run) {
+        PyErr_Format(PyExc_ValueError, "%s: y must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)",
+                     fn, (Py_ssize_t)P, (Py_ssize_t)cout, (Py_ssize_t)(B * run),
+                     (Py_ssize_t)PyArray_DIM(y, 0), (Py_ssize_t)PyArray_DIM(y, 1),
+                     (Py_ssize_t)PyArray_DIM(y, 2));
+        return -1;
+    }
+    if (overlaps(y, xp) || overlaps(y, wb)) {
+        PyErr_Format(PyExc_ValueError, "%s: y must not overlap xp or wb", fn);
+        return -1;
+    }
+    return 0;
+}
+static int call_conv_forward(const glue_call_t *c, const dl_dispatch_t *d) {
+    PyArrayObject *wb = c->arr[0], *xp = c->arr[1];
+    const npy_intp P = PyArray_DIM(wb, 0), C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2),
+                   L = PyArray_DIM(xp, 3);
+    const dl_nn_conv_t cv = {
+        .n_peers = P, .cout = PyArray_DIM(wb, 1), .c = C, .batch = B, .len = L, .k = c->ssz[0],
+        .wp = c->ssz[1], .run = c->ssz[2], .wb = G_DATA(c, 0), .wb_ps = PyArray_STRIDE(wb, 0) / 4,
+        .xp = G_DATA(c, 1), .xp_ps = PyArray_DIM(xp, 0) == 1 ? 0 : C * B * L, .y = G_DATA(c, 2),
+        .y_ps = PyArray_STRIDE(c->arr[2], 0) / 4};
+    return d->nn_conv_forward_f32(&cv, c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -149,6 +205,11 @@ static const glue_op_t ops[] = {
      {G_IN("src", NPY_FLOAT32, 2, X_ANY, X_ANY), G_N("pad"), G_N("wp"),
       G_OUT("dst", NPY_FLOAT32, 3, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_conv_crop, NULL, call_conv_crop, {0}, 0, {0}},
+    {"conv_forward", "conv_forward(wb, xp, y, k, wp, run, n_threads): Conv2d's forward product "
+     "on the padded images, without im2col.",
+     {G_IN("wb", NPY_FLOAT32, 3, X_ANY, X_ANY), G_IN("xp", NPY_FLOAT32, 4, X_ANY, X_ANY),
+      G_OUT("y", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_forward, NULL, call_conv_forward, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

@@ -1,5 +1,5 @@
-"""NumPy references (the spec) of Conv2d's im2col / col2im kernels in csrc/conv.c, with the
-signatures of decentlearn.ops.conv_unfold / conv_fold.
+"""NumPy references (the spec) of Conv2d's im2col / col2im kernels in csrc/conv.c and of its
+forward product without im2col (csrc/nn_impl.h), with the signatures of decentlearn.ops.conv_*.
 
 Images are "wide rows" (see decentlearn.nn.Conv2d): xp (..., C, B, L), each (c, b) row a padded
 Hp x Wp image flattened with k - 1 trailing zeros; the im2col row (c, i, j) of sample b is the run
@@ -38,6 +38,23 @@ def conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads=None) -> np.ndarray:
             off = i * wp + j
             dxp[..., b0:b1, off : off + run] += dc[..., i, j, :, :]
     return dxp
+
+
+def conv_forward(wb, xp, y, k, wp, run, n_threads=None) -> np.ndarray:
+    """y (P, Cout, B*run) = wb (P, Cout, C*k*k + 1) @ [conv_unfold(xp, 0, B); ones] per peer, the
+    unfolded columns of xp (P or 1, C, B, L) (no leading axis: shared) with a last row of ones;
+    float64 products of the float32 values, rounded once to float32 (the C kernel's chains of
+    float32 multiply-adds are within float32 rounding of it). Returns y."""
+    x4 = xp if xp.ndim == 4 else xp[None]
+    g, c, b, _ = x4.shape
+    kk = c * k * k
+    cols = np.ones((g, kk + 1, b * run), np.float64)
+    conv_unfold(x4.astype(np.float64), 0, b, cols, k, wp, run)
+    out = np.matmul(wb.astype(np.float64), cols).astype(np.float32)
+    if y is None:
+        return out
+    y[...] = out
+    return y
 
 
 def conv_pad(src, w, dst, pad, wp, n_threads=None) -> np.ndarray:

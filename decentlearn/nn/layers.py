@@ -267,9 +267,12 @@ class Conv2d(Layer):
     dropped by a strided view, and their gradient is zero. The im2col matrix gets a row of ones
     so the bias rides in the gemm (and its gradient comes out of the weight-gradient gemm).
 
-    The batch is unfolded a few samples at a time (about ``_CONV_CHUNK`` matrix elements per
-    peer), so each peer's im2col block stays in cache between the copy and the gemm; the backward
-    pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
+    The float32 forward builds no im2col matrix: ops.conv_forward multiplies [weight | bias] by
+    rows read in place from the padded images (a pointer per row (c, i, j) and one to a row of
+    ones), the same products in the same order as the gemm on the unfolded columns, so the same
+    bits. Elsewhere the batch is unfolded a few samples at a time (about ``_CONV_CHUNK`` matrix
+    elements per peer), so each peer's im2col block stays in cache between the copy and the gemm;
+    the backward pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
     depends only on the layer's geometry, never on the number of peers, so a peer's results are
     the same whichever peers it is batched with. The unfold (float32 and int8 codes) and the
     fold (float32) run in C (ops.conv_unfold / ops.conv_fold, csrc/conv.c), threads over
@@ -389,9 +392,12 @@ class Conv2d(Layer):
         wb = scratch.empty("wb", (n_peers, cout, kk + 1), dt)  # [weight | bias]
         wb[..., :kk] = _view(weight, (n_peers, cout, kk))
         wb[..., kk] = bias
+        y = scratch.empty("y", (n_peers, cout, b * run), dt)
+        if dt == np.float32:  # the product on the padded images, no im2col (ops.conv_forward)
+            ops.conv_forward(wb, xp, y, k, wp, run, n_threads=scratch.n_threads)
+            return _view(y, (n_peers, cout, b, ho, wp))[..., :wo], ((xp, (h, wd)) if train else None)
         cols = scratch.empty("cols", (*lead, kk + 1, min(b, chunk) * run), dt)
         cols[..., kk, :] = 1
-        y = scratch.empty("y", (n_peers, cout, b * run), dt)
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
             _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads),

@@ -9,6 +9,7 @@ import numpy as np
 
 from decentlearn._core import (
     conv_fold as _core_conv_fold,
+    conv_forward as _core_conv_forward,
     conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
@@ -16,7 +17,7 @@ from decentlearn._core import (
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold", "conv_pad", "conv_crop"]
+__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_pad", "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -68,6 +69,29 @@ def conv_fold(dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, k: int, wp: 
     work = x4.shape[0] * x4.shape[1] * max(nb, 0) * k * k * run
     _core_conv_fold(d3, x4, b0, b1, k, wp, run, resolve_threads(n_threads, work))
     return dxp
+
+
+def conv_forward(wb: np.ndarray, xp: np.ndarray, y: np.ndarray | None, k: int, wp: int, run: int,
+                 n_threads: int | None = None) -> np.ndarray:
+    """Conv2d's forward product without im2col: for each peer p and sample b,
+    ``y[p, :, b*run:(b+1)*run] = wb[p] @ [conv_unfold(xp[p], b, b+1); ones(run)]`` with ``wb``
+    (P, Cout, C*k*k + 1) float32 ([weight | bias]) and ``xp`` (P or 1, C, B, L) the padded images
+    on wide rows (a leading axis of 1, or none, for one input shared by every peer), both
+    C-contiguous. The im2col rows are read in place from the images (no unfolded copy); every
+    output is the same chain of multiply-adds as :func:`nn_gemm` on conv_unfold's columns with a
+    row of ones, so the two agree bit for bit. ``y`` (P, Cout, B*run), new when None. Returns y."""
+    x4 = _conv_groups("xp", xp, 4, (np.float32,))
+    if not isinstance(wb, np.ndarray) or wb.dtype != np.float32 or wb.ndim != 3:
+        raise TypeError(f"conv_forward: wb must be a 3-D float32 numpy array, got "
+                        f"{getattr(wb, 'dtype', type(wb).__name__)} "
+                        f"{getattr(wb, 'shape', '')}")
+    big = 1 << 62
+    k, wp, run = check_int("k", k, 1, big), check_int("wp", wp, 1, big), check_int("run", run, 0, big)
+    if y is None:
+        y = np.empty((wb.shape[0], wb.shape[1], x4.shape[2] * run), np.float32)
+    work = wb.shape[0] * wb.shape[1] * wb.shape[2] * x4.shape[2] * run
+    _core_conv_forward(wb, x4, y, k, wp, run, resolve_threads(n_threads, work))
+    return y
 
 
 def conv_pad(src: np.ndarray, w: int, dst: np.ndarray, pad: int, wp: int,
