@@ -237,8 +237,24 @@ typedef struct {
     float *y;
     int64_t y_ps;
 } dl_nn_conv_t;
+/* A convolution's weight gradient without im2col: g_p ((c k k + 1) x cout, contiguous) = the sum
+ * over chunks [b0, b1) of `chunk` samples of [unfold(xp_p, b0 .. b1); 1] dy_p[:, b0 run .. b1 run)^T,
+ * the first chunk written, the later ones added, each chunk's product in blocks of 256 of its
+ * (b1 - b0) run positions: the same operations, in the same order per element, as nn_gemm on
+ * conv_unfold's columns with a row of ones (accumulate from the second chunk on). dy_p (cout,
+ * >= batch run), rows dy_rs apart; xp as in dl_nn_conv_t (peer stride 0: shared). */
+typedef struct {
+    int64_t n_peers, cout, c, batch, len, k, wp, run, chunk;
+    const float *xp;
+    int64_t xp_ps;
+    const float *dy;
+    int64_t dy_ps, dy_rs;
+    float *g;
+    int64_t g_ps;
+} dl_nn_wgrad_t;
 typedef int (*dl_nn_gemm_f32_fn)(const dl_nn_gemm_t *g, int n_threads);
 typedef int (*dl_nn_conv_f32_fn)(const dl_nn_conv_t *cv, int n_threads);
+typedef int (*dl_nn_wgrad_f32_fn)(const dl_nn_wgrad_t *w, int n_threads);
 typedef int (*dl_nn_dense_f32_fn)(const dl_nn_dense_t *d, int n_threads);
 /* <<< dispatch-types nn */
 
@@ -284,6 +300,7 @@ typedef struct {
     dl_nn_dense_f32_fn nn_dense_forward_f32;
     dl_nn_dense_f32_fn nn_dense_backward_f32;
     dl_nn_conv_f32_fn nn_conv_forward_f32;
+    dl_nn_wgrad_f32_fn nn_conv_wgrad_f32;
     /* <<< dispatch-members nn */
 } dl_dispatch_t;
 
@@ -594,6 +611,7 @@ DL_DECLARE_ISA(dl_nn_gemm_f32, int, (const dl_nn_gemm_t *g, int n_threads))
 DL_DECLARE_ISA(dl_nn_dense_forward_f32, int, (const dl_nn_dense_t *d, int n_threads))
 DL_DECLARE_ISA(dl_nn_dense_backward_f32, int, (const dl_nn_dense_t *d, int n_threads))
 DL_DECLARE_ISA(dl_nn_conv_forward_f32, int, (const dl_nn_conv_t *cv, int n_threads))
+DL_DECLARE_ISA(dl_nn_conv_wgrad_f32, int, (const dl_nn_wgrad_t *w, int n_threads))
 /* One SGD step over P rows of dim (see optim.c). */
 int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
                      float lr, float momentum, float weight_decay, int nesterov,

@@ -250,9 +250,14 @@ static void nn_pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_
  * acc = acc + a * b over k in order, whatever mr and the panel, so how rows are blocked (and
  * split over threads) never changes a result. */
 #define DL_NN_ROW(R, S) (mr > (R) ? (S) : 0)
+/* Row R's offset from row 0 in A: R ars, or from the row-offset table aro. */
+#define DL_NN_AOFF(R) (aro != NULL ? aro[R] - aro[0] : (R) * ars)
 /* nn_kern_wide: B's rows bs apart from bp (a packed panel, or B in place), or, when brow is not
- * NULL, row k at brow[k] + bs (bs then the panel's first column). */
+ * NULL, row k at brow[k] + bs (bs then the panel's first column). A (also for nn_kern_narrow):
+ * element (r, k) at a[r ars + k acs], or, with the tables, at a[aro[r] - aro[0] + acol[k]]
+ * (acs 0): a convolution's im2col rows read in place (nn_conv_wgrad). */
 DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t ars, int64_t acs,
+                               const int64_t *restrict aro, const int64_t *restrict acol,
                                const float *restrict bp, int64_t bs,
                                const float *const *restrict brow, float *c, int64_t ldc,
                                int64_t j, int n, const nn_epi_t *e, int acc, int last,
@@ -260,20 +265,22 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
     const int L = DL_NN_LANES;
     /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
      * spill the accumulators under -fwrapv, which Python's build flags add) */
-    const int64_t o1 = DL_NN_ROW(1, ars), o2 = DL_NN_ROW(2, 2 * ars), o3 = DL_NN_ROW(3, 3 * ars),
-                  o4 = DL_NN_ROW(4, 4 * ars), o5 = DL_NN_ROW(5, 5 * ars);
+    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),
+                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),
+                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
     dl_nn_vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     dl_nn_vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
+        const float *ak = acol != NULL ? a + acol[k] : a;
         const float *bk = brow != NULL ? brow[k] + bs : bp;
         const dl_nn_vf b0 = nn_ld(bk), b1 = nn_ld(bk + L);
-        c00 += a[0] * b0;
-        c01 += a[0] * b1;
-        if (mr > 1) c10 += a[o1] * b0, c11 += a[o1] * b1;
-        if (mr > 2) c20 += a[o2] * b0, c21 += a[o2] * b1;
-        if (mr > 3) c30 += a[o3] * b0, c31 += a[o3] * b1;
-        if (mr > 4) c40 += a[o4] * b0, c41 += a[o4] * b1;
-        if (mr > 5) c50 += a[o5] * b0, c51 += a[o5] * b1;
+        c00 += ak[0] * b0;
+        c01 += ak[0] * b1;
+        if (mr > 1) c10 += ak[o1] * b0, c11 += ak[o1] * b1;
+        if (mr > 2) c20 += ak[o2] * b0, c21 += ak[o2] * b1;
+        if (mr > 3) c30 += ak[o3] * b0, c31 += ak[o3] * b1;
+        if (mr > 4) c40 += ak[o4] * b0, c41 += ak[o4] * b1;
+        if (mr > 5) c50 += ak[o5] * b0, c51 += ak[o5] * b1;
         if (brow == NULL) bp += bs;
     }
     /* full vectors straight into C; the edge vectors of all rows in one tail call */
@@ -304,16 +311,20 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
 
 #if DL_NN_LANES == 8
 DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64_t ars,
-                                 int64_t acs, const float *restrict bp, float *c, int64_t ldc,
+                                 int64_t acs, const int64_t *restrict aro,
+                                 const int64_t *restrict acol, const float *restrict bp, float *c,
+                                 int64_t ldc,
                                  int64_t j, int n, const nn_epi_t *e, int acc, int last,
                                  const float *mask) {
     /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
      * spill the accumulators under -fwrapv, which Python's build flags add) */
-    const int64_t o1 = DL_NN_ROW(1, ars), o2 = DL_NN_ROW(2, 2 * ars), o3 = DL_NN_ROW(3, 3 * ars),
-                  o4 = DL_NN_ROW(4, 4 * ars), o5 = DL_NN_ROW(5, 5 * ars);
+    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),
+                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),
+                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
     dl_nn_vf c00 = {0}, c10 = {0}, c20 = {0}, c30 = {0}, c40 = {0}, c50 = {0};
     dl_nn_v4 c01 = {0}, c11 = {0}, c21 = {0}, c31 = {0}, c41 = {0}, c51 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
+        const float *ak = acol != NULL ? a + acol[k] : a;
         const dl_nn_vf b0 = nn_ld(bp);
         dl_nn_v4 b1;
         memcpy(&b1, bp + 8, sizeof b1);
@@ -321,7 +332,7 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
          * where two broadcasts would cost as much as the FMAs on Zen 1) */
 #define DL_NN_NARROW_ROW(R, OFF, C0, C1)                                                          \
     if (mr > (R)) {                                                                               \
-        const float s = a[OFF];                                                                   \
+        const float s = ak[OFF];                                                                   \
         const dl_nn_vf x = {s, s, s, s, s, s, s, s};                                              \
         C0 += x * b0;                                                                             \
         C1 += __builtin_shufflevector(x, x, 0, 1, 2, 3) * b1;                                     \
@@ -372,20 +383,24 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
 #if DL_NN_LANES == 16
 /* A narrow panel (n <= 16 columns): one zmm accumulator per row. */
 DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64_t ars,
-                                 int64_t acs, const float *restrict bp, float *c, int64_t ldc,
+                                 int64_t acs, const int64_t *restrict aro,
+                                 const int64_t *restrict acol, const float *restrict bp, float *c,
+                                 int64_t ldc,
                                  int64_t j, int n, const nn_epi_t *e, int acc, int last,
                                  const float *mask) {
-    const int64_t o1 = DL_NN_ROW(1, ars), o2 = DL_NN_ROW(2, 2 * ars), o3 = DL_NN_ROW(3, 3 * ars),
-                  o4 = DL_NN_ROW(4, 4 * ars), o5 = DL_NN_ROW(5, 5 * ars);
+    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),
+                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),
+                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
     dl_nn_vf c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
+        const float *ak = acol != NULL ? a + acol[k] : a;
         const dl_nn_vf b0 = nn_ld(bp);
-        c0 += a[0] * b0;
-        if (mr > 1) c1 += a[o1] * b0;
-        if (mr > 2) c2 += a[o2] * b0;
-        if (mr > 3) c3 += a[o3] * b0;
-        if (mr > 4) c4 += a[o4] * b0;
-        if (mr > 5) c5 += a[o5] * b0;
+        c0 += ak[0] * b0;
+        if (mr > 1) c1 += ak[o1] * b0;
+        if (mr > 2) c2 += ak[o2] * b0;
+        if (mr > 3) c3 += ak[o3] * b0;
+        if (mr > 4) c4 += ak[o4] * b0;
+        if (mr > 5) c5 += ak[o5] * b0;
         bp += DL_NN_NRN;
     }
     if (n == DL_NN_LANES) {
@@ -404,21 +419,29 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
 }
 #endif
 #undef DL_NN_ROW
+#undef DL_NN_AOFF
 
 /* One mr x (panel) tile: a switch to the kernels compiled for each row count. */
 static void nn_tile(int mr, int narrow, int64_t kc, const float *a, int64_t ars, int64_t acs,
-                    const float *bp, int64_t bs, const float *const *brow, float *c, int64_t ldc,
-                    int64_t j, int n, const nn_epi_t *e, int acc, int last, const float *mask) {
+                    const int64_t *aro, const int64_t *acol, const float *bp, int64_t bs,
+                    const float *const *brow, float *c, int64_t ldc, int64_t j, int n,
+                    const nn_epi_t *e, int acc, int last, const float *mask) {
 #define DL_NN_WIDE(R)                                                                             \
-    if (brow != NULL)                                                                             \
-        nn_kern_wide(R, kc, a, ars, acs, bp, bs, brow, c, ldc, j, n, e, acc, last, mask);         \
+    if (acol != NULL)                                                                             \
+        nn_kern_wide(R, kc, a, ars, 0, aro, acol, bp, bs, NULL, c, ldc, j, n, e, acc, last, mask); \
+    else if (brow != NULL)                                                                        \
+        nn_kern_wide(R, kc, a, ars, acs, NULL, NULL, bp, bs, brow, c, ldc, j, n, e, acc, last,    \
+                     mask);                                                                       \
     else                                                                                          \
-        nn_kern_wide(R, kc, a, ars, acs, bp, bs, NULL, c, ldc, j, n, e, acc, last, mask);
+        nn_kern_wide(R, kc, a, ars, acs, NULL, NULL, bp, bs, NULL, c, ldc, j, n, e, acc, last,    \
+                     mask);
 #if DL_NN_LANES >= 8
 #define DL_NN_CASE(R)                                                                             \
     case R:                                                                                       \
-        if (narrow)                                                                               \
-            nn_kern_narrow(R, kc, a, ars, acs, bp, c, ldc, j, n, e, acc, last, mask);             \
+        if (narrow && acol != NULL)                                                               \
+            nn_kern_narrow(R, kc, a, ars, 0, aro, acol, bp, c, ldc, j, n, e, acc, last, mask);    \
+        else if (narrow)                                                                          \
+            nn_kern_narrow(R, kc, a, ars, acs, NULL, NULL, bp, c, ldc, j, n, e, acc, last, mask); \
         else {                                                                                    \
             DL_NN_WIDE(R)                                                                         \
         }                                                                                         \
@@ -470,9 +493,10 @@ static void nn_pack_b_rows(int64_t kc, int64_t nc, const float *const *rows, int
  * brows is not NULL, row kk of B at brows[kk], contiguous), C's rows contiguous. B is packed once
  * per (KC x NC) block and reused by every row block, or read in place; A is read in place.
  * Returns DL_E_NOMEM if the packing buffer cannot grow. */
-static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a, int64_t ars,
-                        int64_t acs, const float *b, int64_t brs, int64_t bcs,
-                        const float *const *brows, float *c, int64_t ldc, const nn_epi_t *e) {
+static int nn_gemm_rows_t(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a,
+                          int64_t ars, int64_t acs, const int64_t *arow, const int64_t *acol,
+                          const float *b, int64_t brs, int64_t bcs, const float *const *brows,
+                          float *c, int64_t ldc, const nn_epi_t *e) {
     if (k == 0) { /* C = 0 (+ epilogue), one element at a time */
         for (int64_t i = m0; i < m1; i++) {
             const float *mrow = e->mask ? e->mask + i * e->mask_rs : NULL;
@@ -510,18 +534,20 @@ static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const floa
             }
             for (int64_t i = m0; i < m1;) {
                 const int mr = nn_block_rows(m1 - i);
-                const float *ai = a + i * ars + pc * acs;
+                const float *ai = arow != NULL ? a + arow[i] : a + i * ars + pc * acs;
+                const int64_t *aro = arow != NULL ? arow + i : NULL;
+                const int64_t *aco = acol != NULL ? acol + pc : NULL;
                 const float *mask = e->mask ? e->mask + i * e->mask_rs : NULL;
                 for (int64_t j = 0; j < nc; j += DL_NN_NR) {
                     const int64_t w = dl_min_i64(DL_NN_NR, nc - j);
                     if (j < nfull && brows != NULL)
-                        nn_tile(mr, 0, kc, ai, ars, acs, NULL, jc + j, brows + pc, c + i * ldc,
+                        nn_tile(mr, 0, kc, ai, ars, acs, aro, aco, NULL, jc + j, brows + pc, c + i * ldc,
                                 ldc, jc + j, (int)w, e, acc, last, mask);
                     else if (j < nfull)
-                        nn_tile(mr, 0, kc, ai, ars, acs, bk + j, brs, NULL, c + i * ldc, ldc,
+                        nn_tile(mr, 0, kc, ai, ars, acs, aro, aco, bk + j, brs, NULL, c + i * ldc, ldc,
                                 jc + j, (int)w, e, acc, last, mask);
                     else
-                        nn_tile(mr, nn_panel_width(w) != DL_NN_NR, kc, ai, ars, acs, bp + j * kc,
+                        nn_tile(mr, nn_panel_width(w) != DL_NN_NR, kc, ai, ars, acs, aro, aco, bp + j * kc,
                                 DL_NN_NR, NULL, c + i * ldc, ldc, jc + j, (int)w, e, acc, last,
                                 mask);
                 }
@@ -530,6 +556,13 @@ static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const floa
         }
     }
     return DL_OK;
+}
+
+/* nn_gemm_rows_t with A strided (no tables). */
+static int nn_gemm_rows(int64_t m0, int64_t m1, int64_t n, int64_t k, const float *a, int64_t ars,
+                        int64_t acs, const float *b, int64_t brs, int64_t bcs,
+                        const float *const *brows, float *c, int64_t ldc, const nn_epi_t *e) {
+    return nn_gemm_rows_t(m0, m1, n, k, a, ars, acs, NULL, NULL, b, brs, bcs, brows, c, ldc, e);
 }
 
 /* Work items: (peer, block of rows). Whole peers when there are at least as many peers as
@@ -671,5 +704,77 @@ int DL_CAT(dl_nn_conv_forward_f32, DL_SUFFIX)(const dl_nn_conv_t *cv, int n_thre
         free(rows);
         free(ones);
     }
+    return status;
+}
+
+/* Row kk of a weight gradient (the bias's, from the row of ones): for each output, the blocked
+ * sums nn_gemm_rows forms there (1 * dy chained per block of 256 positions from 0, blocks and
+ * chunks added in order), as plain float adds (an FMA by 1 rounds as the add). */
+static void nn_wgrad_bias_row(const dl_nn_wgrad_t *w, const float *dy, float *g) {
+    for (int64_t co = 0; co < w->cout; co++) {
+        const float *d = dy + co * w->dy_rs;
+        float acc = 0.0f;
+        for (int64_t b0 = 0; b0 < w->batch; b0 += w->chunk) {
+            const int64_t K = (dl_min_i64(w->batch, b0 + w->chunk) - b0) * w->run;
+            for (int64_t pc = 0; pc < K; pc += DL_NN_KC) {
+                const int64_t kc = dl_min_i64(DL_NN_KC, K - pc);
+                float part = 0.0f;
+                for (int64_t q = 0; q < kc; q++) part += d[b0 * w->run + pc + q];
+                acc = (b0 == 0 && pc == 0) ? part : acc + part;
+            }
+        }
+        g[co] = acc;
+    }
+}
+
+/* A convolution's weight gradient without im2col (see dl.h, dl_nn_wgrad_t): items (peer, block
+ * of rows) as nn_gemm; per chunk, A's rows (ci, i, j) are read in place from the padded images
+ * through a row-offset table (ci batch len + i wp + j) and a column-offset table (sample and
+ * position of each of the chunk's columns); the bias's row is nn_wgrad_bias_row. */
+int DL_CAT(dl_nn_conv_wgrad_f32, DL_SUFFIX)(const dl_nn_wgrad_t *w, int n_threads) {
+    if (w->n_peers < 0 || w->cout < 0 || w->c < 0 || w->batch < 0 || w->k < 1 || w->wp < w->k ||
+        w->run < 0 || w->chunk < 1 || w->len < (w->k - 1) * w->wp + w->k - 1 + w->run ||
+        w->dy_rs < w->batch * w->run || n_threads < 1)
+        return DL_E_ARG;
+    const int64_t P = w->n_peers, k = w->k, kk = w->c * k * k, M = kk + 1;
+    if (P == 0 || w->cout == 0) return DL_OK;
+    if (w->batch == 0 || w->run == 0) {
+        for (int64_t p = 0; p < P; p++) memset(w->g + p * w->g_ps, 0, sizeof(float) * M * w->cout);
+        return DL_OK;
+    }
+    int64_t *arow = (int64_t *)malloc((size_t)(kk + 1) * sizeof(int64_t));
+    if (arow == NULL) return DL_E_NOMEM;
+    for (int64_t ci = 0, r = 0; ci < w->c; ci++)
+        for (int64_t i = 0; i < k; i++)
+            for (int64_t j = 0; j < k; j++, r++) arow[r] = ci * w->batch * w->len + i * w->wp + j;
+    const int64_t mb = nn_row_block(P, M, n_threads), nrb = (M + mb - 1) / mb, items = P * nrb;
+    const int64_t kmax = dl_min_i64(w->chunk, w->batch) * w->run;
+    const int nt = nn_threads(n_threads, items, (double)P * M * w->cout * w->batch * w->run);
+    int status = DL_OK;
+#pragma omp parallel num_threads(nt) reduction(min : status)
+    {
+        int64_t *acol = (int64_t *)malloc((size_t)kmax * sizeof(int64_t));
+        if (acol == NULL) status = DL_E_NOMEM; /* every thread still meets the omp for */
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; it++) {
+            if (acol == NULL) continue;
+            const int64_t p = it / nrb, m0 = (it % nrb) * mb, m1 = dl_min_i64(M, m0 + mb);
+            const float *x = w->xp + p * w->xp_ps, *dy = w->dy + p * w->dy_ps;
+            float *g = w->g + p * w->g_ps;
+            const int64_t r1 = dl_min_i64(m1, kk);
+            for (int64_t b0 = 0; m0 < r1 && b0 < w->batch; b0 += w->chunk) {
+                const int64_t nb = dl_min_i64(w->batch, b0 + w->chunk) - b0, K = nb * w->run;
+                for (int64_t s = 0, q = 0; s < nb; s++)
+                    for (int64_t t = 0; t < w->run; t++, q++) acol[q] = (b0 + s) * w->len + t;
+                const nn_epi_t e = {.accumulate = b0 > 0};
+                const int st = nn_gemm_rows_t(m0, r1, w->cout, K, x, 0, 0, arow, acol,
+                                              dy + b0 * w->run, 1, w->dy_rs, NULL, g, w->cout, &e);
+                if (st < status) status = st;
+            }
+            if (m1 > kk) nn_wgrad_bias_row(w, dy, g + kk * w->cout);
+        }
+        free(acol);
+    }
+    free(arow);
     return status;
 }

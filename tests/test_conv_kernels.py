@@ -297,3 +297,77 @@ def test_forward_bad_arguments_raise():
         ops.conv_forward(wb, xpv, buf[xp.size - 8: xp.size - 8 + 560].reshape(2, 4, 70), 3, wp, run)
     with pytest.raises(ValueError, match="k"):
         ops.conv_forward(wb, xp, None, 0, wp, run)
+
+
+def _wgrad_by_gemm(xp, dy, k, wp, run, chunk):
+    """The path conv_weight_grad replaces in Conv2d.backward: unfold a chunk, nn_gemm it against
+    dy^T, accumulating from the second chunk on."""
+    x4 = xp if xp.ndim == 4 else xp[None]
+    g, c, b, _ = x4.shape
+    p = dy.shape[0]
+    cols = np.ones((g, c * k * k + 1, chunk * run), np.float32)
+    out = np.empty((p, c * k * k + 1, dy.shape[1]), np.float32)
+    for b0 in range(0, b, chunk):
+        b1 = min(b, b0 + chunk)
+        cc = ops.conv_unfold(x4, b0, b1, cols, k, wp, run)
+        ops.nn_gemm(np.broadcast_to(cc, (p, *cc.shape[1:])) if g == 1 else cc,
+                    dy[..., b0 * run : b1 * run].swapaxes(-1, -2), out=out, accumulate=b0 > 0)
+    return out
+
+
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
+@pytest.mark.parametrize("chunk", [1, 2, 5])
+def test_weight_grad_is_the_gemm_on_unfolded_chunks(shape, chunk):
+    """conv_weight_grad equals the chunked gemm on conv_unfold's columns bit for bit (256-value
+    blocks straddling samples included: run is not a multiple of 256), on 1 and 2 threads, and
+    is within float32 rounding of the float64 reference."""
+    peers, groups, c, b, h, w, k, p, cout = shape
+    _, xp, wp, run = _forward_case(*shape, seed=5)
+    dy = np.random.default_rng(7).standard_normal((peers, cout, b * run)).astype(np.float32)
+    dy[:, :, ::7] = 0.0
+    want = _wgrad_by_gemm(xp, dy, k, wp, run, chunk)
+    got = ops.conv_weight_grad(xp, dy, None, k, wp, run, chunk, n_threads=1)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    g = np.full_like(got, np.nan)
+    assert ops.conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads=2) is g
+    np.testing.assert_array_equal(g.view(np.uint32), got.view(np.uint32))
+    r = ref.conv_weight_grad(xp, dy, None, k, wp, run, chunk)
+    np.testing.assert_allclose(got, r, rtol=1e-4, atol=1e-5 * np.sqrt(b * run))
+
+
+def test_weight_grad_same_bits_on_every_fma_path():
+    paths = [i for i in ops.supported_isas() if i != "generic"]
+    if len(paths) < 2:
+        pytest.skip("one FMA build on this CPU")
+    for shape in FORWARD_SHAPES:
+        peers, _, _, b, _, _, k, _, cout = shape
+        _, xp, wp, run = _forward_case(*shape, seed=9)
+        dy = np.random.default_rng(2).standard_normal((peers, cout, b * run)).astype(np.float32)
+        outs = {}
+        for isa in paths:
+            with ops.using_isa(isa):
+                outs[isa] = ops.conv_weight_grad(xp, dy, None, k, wp, run, 2)
+        for isa in paths[1:]:
+            np.testing.assert_array_equal(outs[isa].view(np.uint32), outs[paths[0]].view(np.uint32),
+                                          err_msg=f"{isa} against {paths[0]} on {shape}")
+
+
+def test_weight_grad_bad_arguments_raise():
+    _, xp, wp, run = _forward_case(2, 2, 3, 2, 5, 5, 3, 1, 4)  # xp (2, 3, 2, 51), run 35
+    dy = np.zeros((2, 4, 70), np.float32)
+    with pytest.raises(ValueError, match=r"dy must have B\*run = 70 columns"):
+        ops.conv_weight_grad(xp, dy[..., :-1].copy(), None, 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"g must have shape \(2, 28, 4\)"):
+        ops.conv_weight_grad(xp, dy, np.zeros((2, 27, 4), np.float32), 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"xp rows must hold"):
+        ops.conv_weight_grad(xp, np.zeros((2, 4, 72), np.float32), None, 3, wp, run + 1, 1)
+    with pytest.raises(ValueError, match=r"xp must have 1 \(shared\) or P=3 groups"):
+        ops.conv_weight_grad(xp, np.zeros((3, 4, 70), np.float32), None, 3, wp, run, 1)
+    with pytest.raises(ValueError, match="chunk"):
+        ops.conv_weight_grad(xp, dy, None, 3, wp, run, 0)
+    with pytest.raises(TypeError, match="dy must be a 3-D float32"):
+        ops.conv_weight_grad(xp, dy.astype(np.float64), None, 3, wp, run, 1)
+    buf = np.zeros(dy.size + 2 * 28 * 4, np.float32)
+    dyv = buf[: dy.size].reshape(dy.shape)
+    with pytest.raises(ValueError, match="g must not overlap xp or dy"):
+        ops.conv_weight_grad(xp, dyv, buf[8 : 8 + 224].reshape(2, 28, 4), 3, wp, run, 1)

@@ -1,8 +1,8 @@
 /* conv.c: glue of Conv2d's im2col / col2im on wide rows (csrc/conv.c): conv_unfold (float32 or
  * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry, and
  * conv_pad (float32), the zero-padded wide rows of images, and conv_crop, their interiors; and
- * conv_forward, the float32 forward product on the padded images without im2col (nn_impl.h,
- * dispatched per ISA).
+ * conv_forward and conv_weight_grad, the float32 forward product and weight gradient on the
+ * padded images without im2col (nn_impl.h, dispatched per ISA).
  * decentlearn/ops/conv.py is the Python side.
  */
 #include "glue.h"
@@ -188,6 +188,61 @@ static int call_conv_forward(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->nn_conv_forward_f32(&cv, c->n_threads);
 }
 
+/* conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads): xp (G, C, B, L) as conv_forward's,
+ * dy (P, Cout, B*run), g (P, C*k*k + 1, Cout) overlapping neither, chunk >= 1; ssz = k, wp, run,
+ * chunk. */
+static int check_conv_weight_grad(glue_call_t *c) {
+    const char *fn = c->fn;
+    PyArrayObject *xp = c->arr[0], *dy = c->arr[1], *g = c->arr[2];
+    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2], chunk = c->ssz[3];
+    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), G = PyArray_DIM(xp, 0),
+                   C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
+    if (k < 1 || wp < k || run < 0 || chunk < 1 || k > INT32_MAX || wp > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31, run >= 0 and chunk >= 1, "
+                     "got k=%zd, wp=%zd, run=%zd, chunk=%zd", fn, k, wp, run, chunk);
+        return -1;
+    }
+    if ((k - 1) * wp + (k - 1) + run > L) {
+        PyErr_Format(PyExc_ValueError, "%s: xp rows must hold (k-1)*wp + k-1 + run = %zd elements, "
+                     "got %zd", fn, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+        return -1;
+    }
+    if (G != 1 && G != P) {
+        PyErr_Format(PyExc_ValueError, "%s: xp must have 1 (shared) or P=%zd groups on axis 0, got "
+                     "%zd", fn, (Py_ssize_t)P, (Py_ssize_t)G);
+        return -1;
+    }
+    if (PyArray_DIM(dy, 2) != B * run) {
+        PyErr_Format(PyExc_ValueError, "%s: dy must have B*run = %zd columns, got %zd", fn,
+                     (Py_ssize_t)(B * run), (Py_ssize_t)PyArray_DIM(dy, 2));
+        return -1;
+    }
+    if (PyArray_DIM(g, 0) != P || PyArray_DIM(g, 1) != C * k * k + 1 || PyArray_DIM(g, 2) != cout) {
+        PyErr_Format(PyExc_ValueError, "%s: g must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)",
+                     fn, (Py_ssize_t)P, (Py_ssize_t)(C * k * k + 1), (Py_ssize_t)cout,
+                     (Py_ssize_t)PyArray_DIM(g, 0), (Py_ssize_t)PyArray_DIM(g, 1),
+                     (Py_ssize_t)PyArray_DIM(g, 2));
+        return -1;
+    }
+    if (overlaps(g, xp) || overlaps(g, dy)) {
+        PyErr_Format(PyExc_ValueError, "%s: g must not overlap xp or dy", fn);
+        return -1;
+    }
+    return 0;
+}
+static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
+    PyArrayObject *xp = c->arr[0], *dy = c->arr[1];
+    const npy_intp P = PyArray_DIM(dy, 0), C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2),
+                   L = PyArray_DIM(xp, 3);
+    const dl_nn_wgrad_t w = {
+        .n_peers = P, .cout = PyArray_DIM(dy, 1), .c = C, .batch = B, .len = L, .k = c->ssz[0],
+        .wp = c->ssz[1], .run = c->ssz[2], .chunk = c->ssz[3], .xp = G_DATA(c, 0),
+        .xp_ps = PyArray_DIM(xp, 0) == 1 ? 0 : C * B * L, .dy = G_DATA(c, 1),
+        .dy_ps = PyArray_STRIDE(dy, 0) / 4, .dy_rs = PyArray_STRIDE(dy, 1) / 4, .g = G_DATA(c, 2),
+        .g_ps = PyArray_STRIDE(c->arr[2], 0) / 4};
+    return d->nn_conv_wgrad_f32(&w, c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -210,6 +265,12 @@ static const glue_op_t ops[] = {
      {G_IN("wb", NPY_FLOAT32, 3, X_ANY, X_ANY), G_IN("xp", NPY_FLOAT32, 4, X_ANY, X_ANY),
       G_OUT("y", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
      0, 0, check_conv_forward, NULL, call_conv_forward, {0}, 0, {0}},
+    {"conv_weight_grad", "conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads): Conv2d's "
+     "[weight | bias] gradient on the padded images, without im2col.",
+     {G_IN("xp", NPY_FLOAT32, 4, X_ANY, X_ANY), G_IN("dy", NPY_FLOAT32, 3, X_ANY, X_ANY),
+      G_OUT("g", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_N("chunk"),
+      G_THREADS_ARG},
+     0, 0, check_conv_weight_grad, NULL, call_conv_weight_grad, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

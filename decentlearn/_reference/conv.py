@@ -57,6 +57,22 @@ def conv_forward(wb, xp, y, k, wp, run, n_threads=None) -> np.ndarray:
     return y
 
 
+def conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads=None) -> np.ndarray:
+    """g (P, C*k*k + 1, Cout) = [conv_unfold(xp, 0, B); ones] @ dy^T per peer, dy (P, Cout, B*run),
+    xp (P or 1, C, B, L) (no leading axis: shared): float64 products of the float32 values,
+    rounded once to float32 (the C kernel's blocked float32 sums are within float32 rounding of
+    it; ``chunk`` only sets their blocking). Returns g."""
+    x4 = xp if xp.ndim == 4 else xp[None]
+    gr, c, b, _ = x4.shape
+    cols = np.ones((gr, c * k * k + 1, b * run), np.float64)
+    conv_unfold(x4.astype(np.float64), 0, b, cols, k, wp, run)
+    out = np.matmul(cols, dy.astype(np.float64).swapaxes(-1, -2)).astype(np.float32)
+    if g is None:
+        return out
+    g[...] = out
+    return g
+
+
 def conv_pad(src, w, dst, pad, wp, n_threads=None) -> np.ndarray:
     """Row n of ``dst`` (N, L): zeros, with the first ``w`` columns of image n of ``src``
     (N, h, ld) placed row r at ``(pad + r) * wp + pad``; returns ``dst``."""

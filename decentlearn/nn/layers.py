@@ -419,11 +419,16 @@ class Conv2d(Layer):
         hp, wp, _, _, chunk = self._geometry(h, wd)
         run, dt = ho * wp, dy.dtype
         dyw = self._wide_dy(dy, wp, scratch)
-        cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
-        cols[..., kk, :] = 1
-        # [dW | db] transposed: cols @ dy^T runs much faster in OpenBLAS than dy @ cols^T here.
+        # [dW | db] transposed, (kk + 1, Cout) per peer: cols @ dy^T. float32 reads the im2col
+        # rows in place from the padded images (ops.conv_weight_grad, the same bits as the gemm
+        # on unfolded chunks); float64 unfolds each chunk and runs np.matmul.
         g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
-        part = scratch.empty("g_wb_part", g_wb.shape, dt) if dt != np.float32 else None
+        if dt == np.float32:
+            ops.conv_weight_grad(xp, dyw, g_wb, k, wp, run, chunk, n_threads=scratch.n_threads)
+        else:
+            cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
+            cols[..., kk, :] = 1
+            part = scratch.empty("g_wb_part", g_wb.shape, dt)
         if need_dx:
             w_t = _view(weight, (n_peers, cout, kk)).transpose(0, 2, 1)
             dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), dt)
@@ -431,10 +436,8 @@ class Conv2d(Layer):
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
             dy_c = dyw[..., b0 * run : b1 * run]
-            cols_c = self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads)
-            if dt == np.float32:  # accumulates the chunks in place
-                _matmul(cols_c, dy_c.swapaxes(-1, -2), g_wb, scratch.n_threads, accumulate=b0 > 0)
-            else:
+            if dt != np.float32:
+                cols_c = self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads)
                 np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
                 if b0:
                     g_wb += part

@@ -10,6 +10,7 @@ import numpy as np
 from decentlearn._core import (
     conv_fold as _core_conv_fold,
     conv_forward as _core_conv_forward,
+    conv_weight_grad as _core_conv_weight_grad,
     conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
@@ -17,7 +18,7 @@ from decentlearn._core import (
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_pad", "conv_crop"]
+__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_pad", "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -92,6 +93,29 @@ def conv_forward(wb: np.ndarray, xp: np.ndarray, y: np.ndarray | None, k: int, w
     work = wb.shape[0] * wb.shape[1] * wb.shape[2] * x4.shape[2] * run
     _core_conv_forward(wb, x4, y, k, wp, run, resolve_threads(n_threads, work))
     return y
+
+
+def conv_weight_grad(xp: np.ndarray, dy: np.ndarray, g: np.ndarray | None, k: int, wp: int,
+                     run: int, chunk: int, n_threads: int | None = None) -> np.ndarray:
+    """Conv2d's [weight | bias] gradient without im2col: ``g[p]`` (C*k*k + 1, Cout) = the sum over
+    chunks [b0, b1) of ``chunk`` samples of ``[conv_unfold(xp[p], b0, b1); ones] @ dy[p][:,
+    b0*run:b1*run].T``, the first chunk written and the later ones added, each in blocks of 256
+    columns: the same operations in the same order as :func:`nn_gemm` on conv_unfold's columns
+    (accumulating from the second chunk), so the same bits. ``xp`` (P or 1, C, B, L) as in
+    :func:`conv_forward`; ``dy`` (P, Cout, B*run) the output gradient on wide rows; all float32,
+    C-contiguous. ``g`` (P, C*k*k + 1, Cout), new when None. Returns g."""
+    x4 = _conv_groups("xp", xp, 4, (np.float32,))
+    if not isinstance(dy, np.ndarray) or dy.dtype != np.float32 or dy.ndim != 3:
+        raise TypeError(f"conv_weight_grad: dy must be a 3-D float32 numpy array, got "
+                        f"{getattr(dy, 'dtype', type(dy).__name__)} {getattr(dy, 'shape', '')}")
+    big = 1 << 62
+    k, wp, run = check_int("k", k, 1, big), check_int("wp", wp, 1, big), check_int("run", run, 0, big)
+    chunk = check_int("chunk", chunk, 1, big)
+    if g is None:
+        g = np.empty((dy.shape[0], x4.shape[1] * k * k + 1, dy.shape[1]), np.float32)
+    work = g.size * x4.shape[2] * run
+    _core_conv_weight_grad(x4, dy, g, k, wp, run, chunk, resolve_threads(n_threads, work))
+    return g
 
 
 def conv_pad(src: np.ndarray, w: int, dst: np.ndarray, pad: int, wp: int,
