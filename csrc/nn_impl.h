@@ -231,14 +231,14 @@ static void nn_pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_
                 for (int64_t c = w; c < pw; c++) d[c] = 0.0f;
             }
         } else {
-            /* column by column: with rs == 1 (B = W^T) each column is a contiguous read */
-            for (int64_t c = 0; c < pw; c++) {
-                if (c < w) {
-                    const float *src = b + (j0 + c) * cs;
-                    for (int64_t k = 0; k < kc; k++) dst[k * pw + c] = src[k * rs];
-                } else {
-                    for (int64_t k = 0; k < kc; k++) dst[k * pw + c] = 0.0f;
-                }
+            /* row by row: each packed row (pw floats, a line or two) written whole, zeros
+             * included; with rs == 1 (B = W^T, dy^T) the w columns are read as w sequential
+             * streams (column by column, every row's lines were written pw times) */
+            for (int64_t k = 0; k < kc; k++) {
+                const float *src = b + j0 * cs + k * rs;
+                float *d = dst + k * pw;
+                for (int64_t c = 0; c < w; c++) d[c] = src[c * cs];
+                for (int64_t c = w; c < pw; c++) d[c] = 0.0f;
             }
         }
     }
@@ -711,19 +711,23 @@ int DL_CAT(dl_nn_conv_forward_f32, DL_SUFFIX)(const dl_nn_conv_t *cv, int n_thre
  * sums nn_gemm_rows forms there (1 * dy chained per block of 256 positions from 0, blocks and
  * chunks added in order), as plain float adds (an FMA by 1 rounds as the add). */
 static void nn_wgrad_bias_row(const dl_nn_wgrad_t *w, const float *dy, float *g) {
-    for (int64_t co = 0; co < w->cout; co++) {
-        const float *d = dy + co * w->dy_rs;
-        float acc = 0.0f;
+    enum { CB = 16 }; /* outputs summed side by side: independent chains, not one long one */
+    for (int64_t c0 = 0; c0 < w->cout; c0 += CB) {
+        const int64_t nc = dl_min_i64(CB, w->cout - c0);
+        const float *d = dy + c0 * w->dy_rs;
+        float acc[CB] = {0}, part[CB];
         for (int64_t b0 = 0; b0 < w->batch; b0 += w->chunk) {
             const int64_t K = (dl_min_i64(w->batch, b0 + w->chunk) - b0) * w->run;
             for (int64_t pc = 0; pc < K; pc += DL_NN_KC) {
-                const int64_t kc = dl_min_i64(DL_NN_KC, K - pc);
-                float part = 0.0f;
-                for (int64_t q = 0; q < kc; q++) part += d[b0 * w->run + pc + q];
-                acc = (b0 == 0 && pc == 0) ? part : acc + part;
+                const int64_t kc = dl_min_i64(DL_NN_KC, K - pc), q0 = b0 * w->run + pc;
+                for (int64_t co = 0; co < nc; co++) part[co] = 0.0f;
+                for (int64_t q = q0; q < q0 + kc; q++)
+                    for (int64_t co = 0; co < nc; co++) part[co] += d[co * w->dy_rs + q];
+                for (int64_t co = 0; co < nc; co++)
+                    acc[co] = (b0 == 0 && pc == 0) ? part[co] : acc[co] + part[co];
             }
         }
-        g[co] = acc;
+        for (int64_t co = 0; co < nc; co++) g[c0 + co] = acc[co];
     }
 }
 
