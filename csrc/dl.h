@@ -238,11 +238,11 @@ typedef struct {
     int64_t y_ps;
 } dl_nn_conv_t;
 /* A convolution's weight gradient without im2col: g_p ((c k k + 1) x cout, contiguous) = the sum
- * over chunks [b0, b1) of `chunk` samples of [unfold(xp_p, b0 .. b1); 1] dy_p[:, b0 run .. b1 run)^T,
- * the first chunk written, the later ones added, each chunk's product in blocks of 256 of its
- * (b1 - b0) run positions: the same operations, in the same order per element, as nn_gemm on
- * conv_unfold's columns with a row of ones (accumulate from the second chunk on). dy_p (cout,
- * >= batch run), rows dy_rs apart; xp as in dl_nn_conv_t (peer stride 0: shared). */
+ * over chunks [b0, b1) of `chunk` samples of [unfold(xp_p, b0 .. b1); 1] dy_p[:, b0 run ..
+ * b1 run)^T, the first chunk written, the later ones added, each chunk's product in blocks of
+ * 256 of its (b1 - b0) run positions: the same operations, in the same order per element, as
+ * nn_gemm on conv_unfold's columns with a row of ones (accumulate from the second chunk on).
+ * dy_p (cout, >= batch run), rows dy_rs apart; xp as in dl_nn_conv_t (peer stride 0: shared). */
 typedef struct {
     int64_t n_peers, cout, c, batch, len, k, wp, run, chunk;
     const float *xp;

@@ -113,7 +113,7 @@ typedef struct {
     /* The edge: the first n (< lanes) lanes of one vector per row for mr rows, element by      \
      * element with the same operations; out of line (inlined, it makes GCC spill the           \
      * microkernel's accumulators), one call per tile, the vectors passed in registers. */      \
-    static __attribute__((noinline, unused)) void NAME##_tail(                                            \
+    static __attribute__((noinline, unused)) void NAME##_tail(                                    \
         int mr, float *c, int64_t ldc, int64_t j, int n, const nn_epi_t *e, int acc, int last,    \
         const float *mask, VT v0, VT v1, VT v2, VT v3, VT v4, VT v5) {                            \
         enum { LN = sizeof(VT) / 4 };                                                             \
@@ -194,7 +194,8 @@ DL_NN_INLINE void nn_putm_rows(int mr, float *c, int64_t ldc, int64_t j, int n, 
                                dl_nn_vf v2, dl_nn_vf v3, dl_nn_vf v4, dl_nn_vf v5) {
     const dl_nn_vf v[6] = {v0, v1, v2, v3, v4, v5};
     for (int r = 0; r < 6; r++)
-        if (mr > r) nn_putm(c + r * ldc, v[r], j, n, e, acc, last, mask ? mask + r * e->mask_rs : NULL);
+        if (mr > r)
+            nn_putm(c + r * ldc, v[r], j, n, e, acc, last, mask ? mask + r * e->mask_rs : NULL);
 }
 #define nn_put_tail nn_putm_rows
 #define DL_NN_NRN 16
@@ -541,15 +542,15 @@ static int nn_gemm_rows_t(int64_t m0, int64_t m1, int64_t n, int64_t k, const fl
                 for (int64_t j = 0; j < nc; j += DL_NN_NR) {
                     const int64_t w = dl_min_i64(DL_NN_NR, nc - j);
                     if (j < nfull && brows != NULL)
-                        nn_tile(mr, 0, kc, ai, ars, acs, aro, aco, NULL, jc + j, brows + pc, c + i * ldc,
-                                ldc, jc + j, (int)w, e, acc, last, mask);
+                        nn_tile(mr, 0, kc, ai, ars, acs, aro, aco, NULL, jc + j, brows + pc,
+                                c + i * ldc, ldc, jc + j, (int)w, e, acc, last, mask);
                     else if (j < nfull)
-                        nn_tile(mr, 0, kc, ai, ars, acs, aro, aco, bk + j, brs, NULL, c + i * ldc, ldc,
-                                jc + j, (int)w, e, acc, last, mask);
+                        nn_tile(mr, 0, kc, ai, ars, acs, aro, aco, bk + j, brs, NULL,
+                                c + i * ldc, ldc, jc + j, (int)w, e, acc, last, mask);
                     else
-                        nn_tile(mr, nn_panel_width(w) != DL_NN_NR, kc, ai, ars, acs, aro, aco, bp + j * kc,
-                                DL_NN_NR, NULL, c + i * ldc, ldc, jc + j, (int)w, e, acc, last,
-                                mask);
+                        nn_tile(mr, nn_panel_width(w) != DL_NN_NR, kc, ai, ars, acs, aro, aco,
+                                bp + j * kc, DL_NN_NR, NULL, c + i * ldc, ldc, jc + j, (int)w, e,
+                                acc, last, mask);
                 }
                 i += mr;
             }
@@ -617,7 +618,8 @@ int DL_CAT(dl_nn_dense_forward_f32, DL_SUFFIX)(const dl_nn_dense_t *d, int n_thr
         const int64_t p = it / nrb, m0 = (it % nrb) * mb, m1 = dl_min_i64(d->batch, m0 + mb);
         const nn_epi_t e = {.bias = d->bias ? d->bias + p * d->b_ps : NULL, .relu = d->relu};
         const int s = nn_gemm_rows(m0, m1, d->n_out, d->n_in, d->x + p * d->x_ps, d->x_rs, 1,
-                                   d->w + p * d->w_ps, d->n_out, 1, NULL, d->y + p * d->y_ps, d->y_rs,
+                                   d->w + p * d->w_ps, d->n_out, 1, NULL, d->y + p * d->y_ps,
+                                   d->y_rs,
                                    &e);
         if (s < status) status = s;
     }

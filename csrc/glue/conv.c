@@ -159,8 +159,8 @@ static int check_conv_forward(glue_call_t *c) {
         return -1;
     }
     if (PyArray_DIM(wb, 2) != C * k * k + 1) {
-        PyErr_Format(PyExc_ValueError, "%s: wb must have C*k*k + 1 = %zd columns ([weight | bias]), "
-                     "got %zd", fn, (Py_ssize_t)(C * k * k + 1), (Py_ssize_t)PyArray_DIM(wb, 2));
+        PyErr_Format(PyExc_ValueError, "%s: wb must have C*k*k + 1 = %zd columns "
+                     "([weight | bias]), got %zd", fn, (Py_ssize_t)(C * k * k + 1), (Py_ssize_t)PyArray_DIM(wb, 2));
         return -1;
     }
     if (PyArray_DIM(y, 0) != P || PyArray_DIM(y, 1) != cout || PyArray_DIM(y, 2) != B * run) {

@@ -267,16 +267,18 @@ class Conv2d(Layer):
     dropped by a strided view, and their gradient is zero. The im2col matrix gets a row of ones
     so the bias rides in the gemm (and its gradient comes out of the weight-gradient gemm).
 
-    The float32 forward builds no im2col matrix: ops.conv_forward multiplies [weight | bias] by
-    rows read in place from the padded images (a pointer per row (c, i, j) and one to a row of
-    ones), the same products in the same order as the gemm on the unfolded columns, so the same
-    bits. Elsewhere the batch is unfolded a few samples at a time (about ``_CONV_CHUNK`` matrix
-    elements per peer), so each peer's im2col block stays in cache between the copy and the gemm;
-    the backward pass unfolds the kept padded input again rather than keeping the whole matrix. The chunk
-    depends only on the layer's geometry, never on the number of peers, so a peer's results are
-    the same whichever peers it is batched with. The unfold (float32 and int8 codes) and the
-    fold (float32) run in C (ops.conv_unfold / ops.conv_fold, csrc/conv.c), threads over
-    (peer, channel, image), bit-identical to the NumPy code kept for float64.
+    The float32 forward and weight gradient build no im2col matrix: ops.conv_forward and
+    ops.conv_weight_grad read the rows (c, i, j) in place from the padded images (pointer and
+    offset tables, and a row of ones for the bias), the same products in the same order as the
+    gemm on the unfolded columns, so the same bits. The other products go a few samples at a time
+    (about ``_CONV_CHUNK`` im2col elements per peer), so each block stays in cache between its
+    gemm and its copy: the input gradient's column gradient and its col2im (ops.conv_fold), and
+    in float64 and int8 the unfolded columns (ops.conv_unfold for float32 and int8 codes, a
+    strided NumPy copy for float64; the backward unfolds the kept padded input again rather than
+    keeping the whole matrix). The chunk depends only on the layer's geometry, never on the
+    number of peers, so a peer's results are the same whichever peers it is batched with; it also
+    sets the weight gradient's summation blocks. The unfold and fold run in C (csrc/conv.c),
+    threads over (peer, channel, image), bit-identical to the NumPy code kept for float64.
 
     ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
     unfolds the int8 codes and runs the forward and both backward products as int8 GEMMs with
@@ -395,7 +397,8 @@ class Conv2d(Layer):
         y = scratch.empty("y", (n_peers, cout, b * run), dt)
         if dt == np.float32:  # the product on the padded images, no im2col (ops.conv_forward)
             ops.conv_forward(wb, xp, y, k, wp, run, n_threads=scratch.n_threads)
-            return _view(y, (n_peers, cout, b, ho, wp))[..., :wo], ((xp, (h, wd)) if train else None)
+            out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
+            return out, ((xp, (h, wd)) if train else None)
         cols = scratch.empty("cols", (*lead, kk + 1, min(b, chunk) * run), dt)
         cols[..., kk, :] = 1
         for b0 in range(0, b, chunk):
@@ -544,7 +547,8 @@ class Conv2d(Layer):
         sdy = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
         dyq = scratch.empty("dyq", (n_peers, cout, b * run), np.int8)
         ops.quantize_s8(flat, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
-                        peer0=scratch.peer0, out=np.reshape(dyq, flat.shape, copy=False), n_threads=scratch.n_threads)
+                        peer0=scratch.peer0, out=np.reshape(dyq, flat.shape, copy=False),
+                        n_threads=scratch.n_threads)
         cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
         g_w = _view(g_weight, (n_peers, cout, kk))
         part = scratch.empty("g_w_part", g_w.shape, np.float32)

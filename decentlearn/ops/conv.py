@@ -87,7 +87,8 @@ def conv_forward(wb: np.ndarray, xp: np.ndarray, y: np.ndarray | None, k: int, w
                         f"{getattr(wb, 'dtype', type(wb).__name__)} "
                         f"{getattr(wb, 'shape', '')}")
     big = 1 << 62
-    k, wp, run = check_int("k", k, 1, big), check_int("wp", wp, 1, big), check_int("run", run, 0, big)
+    k, wp = check_int("k", k, 1, big), check_int("wp", wp, 1, big)
+    run = check_int("run", run, 0, big)
     if y is None:
         y = np.empty((wb.shape[0], wb.shape[1], x4.shape[2] * run), np.float32)
     work = wb.shape[0] * wb.shape[1] * wb.shape[2] * x4.shape[2] * run
@@ -109,7 +110,8 @@ def conv_weight_grad(xp: np.ndarray, dy: np.ndarray, g: np.ndarray | None, k: in
         raise TypeError(f"conv_weight_grad: dy must be a 3-D float32 numpy array, got "
                         f"{getattr(dy, 'dtype', type(dy).__name__)} {getattr(dy, 'shape', '')}")
     big = 1 << 62
-    k, wp, run = check_int("k", k, 1, big), check_int("wp", wp, 1, big), check_int("run", run, 0, big)
+    k, wp = check_int("k", k, 1, big), check_int("wp", wp, 1, big)
+    run = check_int("run", run, 0, big)
     chunk = check_int("chunk", chunk, 1, big)
     if g is None:
         g = np.empty((dy.shape[0], x4.shape[1] * k * k + 1, dy.shape[1]), np.float32)
