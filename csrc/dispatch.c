@@ -59,7 +59,8 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .nn_gemm_f32 = W(dl_nn_gemm_f32_##isa), .nn_dense_forward_f32 = W(dl_nn_dense_forward_f32_##isa), \
     .nn_dense_backward_f32 = W(dl_nn_dense_backward_f32_##isa),                                   \
     .nn_conv_forward_f32 = W(dl_nn_conv_forward_f32_##isa),                                       \
-    .nn_conv_wgrad_f32 = W(dl_nn_conv_wgrad_f32_##isa)
+    .nn_conv_wgrad_f32 = W(dl_nn_conv_wgrad_f32_##isa),                                           \
+    .nn_conv_dgrad_f32 = W(dl_nn_conv_dgrad_f32_##isa)
 
 /* The exact int8 GEMM on the int16 layout (generic, AVX2) and its quantizer cores. */
 #define DL_GEMM_S16_KERNELS(isa, W)                                                                \

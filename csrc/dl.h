@@ -252,8 +252,24 @@ typedef struct {
     float *g;
     int64_t g_ps;
 } dl_nn_wgrad_t;
+/* A convolution's input gradient without the column gradient: for every peer p, sample b and
+ * channel ci, dxp_p[ci, b, t] for t < len = the sum, over kernel offsets (i, j) in order with
+ * i wp + j <= t < i wp + j + run, of the chain over co of w_p[co, (ci, i, j)] dy_p[co, b run + t -
+ * i wp - j] (from 0, in blocks of 256 co added in order), added to +0.0: bit for bit nn_gemm's
+ * W^T dY followed by conv_fold into zeros. w_p (cout, c k k) rows w_rs apart; dy_p (cout,
+ * >= batch run) rows dy_rs apart; dxp_p (c, batch, len) contiguous, every element written. */
+typedef struct {
+    int64_t n_peers, cout, c, batch, len, k, wp, run;
+    const float *w;
+    int64_t w_ps, w_rs;
+    const float *dy;
+    int64_t dy_ps, dy_rs;
+    float *dxp;
+    int64_t dxp_ps;
+} dl_nn_dgrad_t;
 typedef int (*dl_nn_gemm_f32_fn)(const dl_nn_gemm_t *g, int n_threads);
 typedef int (*dl_nn_conv_f32_fn)(const dl_nn_conv_t *cv, int n_threads);
+typedef int (*dl_nn_dgrad_f32_fn)(const dl_nn_dgrad_t *d, int n_threads);
 typedef int (*dl_nn_wgrad_f32_fn)(const dl_nn_wgrad_t *w, int n_threads);
 typedef int (*dl_nn_dense_f32_fn)(const dl_nn_dense_t *d, int n_threads);
 /* <<< dispatch-types nn */
@@ -301,6 +317,7 @@ typedef struct {
     dl_nn_dense_f32_fn nn_dense_backward_f32;
     dl_nn_conv_f32_fn nn_conv_forward_f32;
     dl_nn_wgrad_f32_fn nn_conv_wgrad_f32;
+    dl_nn_dgrad_f32_fn nn_conv_dgrad_f32;
     /* <<< dispatch-members nn */
 } dl_dispatch_t;
 
@@ -612,6 +629,7 @@ DL_DECLARE_ISA(dl_nn_dense_forward_f32, int, (const dl_nn_dense_t *d, int n_thre
 DL_DECLARE_ISA(dl_nn_dense_backward_f32, int, (const dl_nn_dense_t *d, int n_threads))
 DL_DECLARE_ISA(dl_nn_conv_forward_f32, int, (const dl_nn_conv_t *cv, int n_threads))
 DL_DECLARE_ISA(dl_nn_conv_wgrad_f32, int, (const dl_nn_wgrad_t *w, int n_threads))
+DL_DECLARE_ISA(dl_nn_conv_dgrad_f32, int, (const dl_nn_dgrad_t *d, int n_threads))
 /* One SGD step over P rows of dim (see optim.c). */
 int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
                      float lr, float momentum, float weight_decay, int nesterov,

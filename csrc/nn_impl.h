@@ -784,3 +784,139 @@ int DL_CAT(dl_nn_conv_wgrad_f32, DL_SUFFIX)(const dl_nn_wgrad_t *w, int n_thread
     free(arow);
     return status;
 }
+
+/* ---- A convolution's input gradient without the column gradient (dl_nn_dgrad_t) ------------
+ * Positions t of the padded images in blocks of 2 vectors, DL_NN_DG_CB input channels at a time
+ * (each dY vector load serves them all): per kernel offset (i, j), in order, the chain over co of
+ * w[co, (ci, i, j)] dY[co, t - off] (nn_gemm's column-gradient element, bit for bit) is added to
+ * the block's running sums where off <= t < off + run (conv_fold's adds, in its order). dY is
+ * read from a zero-padded copy of the sample's rows, so every load is in bounds; lanes outside
+ * the run add +0.0 (the chain ANDed with the lane mask: a NaN from an infinite weight times a
+ * padding zero never reaches the sum), which leaves a sum unchanged, as a running sum that starts
+ * at +0.0 is never -0.0. */
+#if DL_NN_LANES == 16
+#define DL_NN_DG_CB 6
+#else
+#define DL_NN_DG_CB 3
+#endif
+DL_NN_INLINE void nn_dgrad_block(const int cb, int64_t t0, const dl_nn_dgrad_t *d, const float *w,
+                                 int64_t c0, const float *dyb, int64_t dys, int64_t pre,
+                                 float *out, int64_t out_rs) {
+    const int L = DL_NN_LANES;
+    const int64_t k = d->k, kq = k * k;
+    dl_nn_vf s0[DL_NN_DG_CB], s1[DL_NN_DG_CB];
+    for (int cc = 0; cc < cb; cc++) s0[cc] = s1[cc] = (dl_nn_vf){0};
+    dl_nn_vi lane;
+    for (int q = 0; q < L; q++) lane[q] = q;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t off = i * d->wp + j;
+            if (t0 + 2 * L <= off || t0 >= off + d->run) continue; /* no lane in the run */
+            const float *dp = dyb + pre + t0 - off;
+            const float *wij = w + (c0 * kq + i * k + j);
+            dl_nn_vf h0[DL_NN_DG_CB], h1[DL_NN_DG_CB];
+            for (int cc = 0; cc < cb; cc++) h0[cc] = h1[cc] = (dl_nn_vf){0};
+            const int64_t kc0 = dl_min_i64(DL_NN_KC, d->cout);
+            for (int64_t co = 0; co < kc0; co++) { /* the first block of co: the chain itself */
+                const dl_nn_vf b0 = nn_ld(dp + co * dys), b1 = nn_ld(dp + co * dys + L);
+                for (int cc = 0; cc < cb; cc++) {
+                    const float wv = wij[co * d->w_rs + cc * kq];
+                    h0[cc] += wv * b0;
+                    h1[cc] += wv * b1;
+                }
+            }
+            for (int64_t cb0 = kc0; cb0 < d->cout; cb0 += DL_NN_KC) { /* later blocks: C += part */
+                dl_nn_vf p0[DL_NN_DG_CB], p1[DL_NN_DG_CB];
+                for (int cc = 0; cc < cb; cc++) p0[cc] = p1[cc] = (dl_nn_vf){0};
+                for (int64_t co = cb0; co < dl_min_i64(cb0 + DL_NN_KC, d->cout); co++) {
+                    const dl_nn_vf b0 = nn_ld(dp + co * dys), b1 = nn_ld(dp + co * dys + L);
+                    for (int cc = 0; cc < cb; cc++) {
+                        const float wv = wij[co * d->w_rs + cc * kq];
+                        p0[cc] += wv * b0;
+                        p1[cc] += wv * b1;
+                    }
+                }
+                for (int cc = 0; cc < cb; cc++) h0[cc] = h0[cc] + p0[cc], h1[cc] = h1[cc] + p1[cc];
+            }
+            if (t0 >= off && t0 + 2 * L <= off + d->run) {
+                for (int cc = 0; cc < cb; cc++) s0[cc] = s0[cc] + h0[cc], s1[cc] = s1[cc] + h1[cc];
+            } else { /* lanes t with off <= t < off + run only */
+                const dl_nn_vi u0 = lane + (int32_t)(t0 - off), u1 = u0 + L;
+                const dl_nn_vi m0 = (u0 >= 0) & (u0 < (int32_t)d->run);
+                const dl_nn_vi m1 = (u1 >= 0) & (u1 < (int32_t)d->run);
+                for (int cc = 0; cc < cb; cc++) {
+                    s0[cc] = s0[cc] + (dl_nn_vf)((dl_nn_vi)h0[cc] & m0);
+                    s1[cc] = s1[cc] + (dl_nn_vf)((dl_nn_vi)h1[cc] & m1);
+                }
+            }
+        }
+    for (int cc = 0; cc < cb; cc++) {
+        nn_st(out + cc * out_rs + t0, s0[cc]);
+        nn_st(out + cc * out_rs + t0 + L, s1[cc]);
+    }
+}
+
+/* See dl.h (dl_nn_dgrad_t): items (peer, sample); per item the sample's dY rows copied into a
+ * zero-padded buffer, then channel blocks of DL_NN_DG_CB, position blocks of 2 vectors, into a row
+ * buffer copied to dxp. */
+int DL_CAT(dl_nn_conv_dgrad_f32, DL_SUFFIX)(const dl_nn_dgrad_t *d, int n_threads) {
+    if (d->n_peers < 0 || d->cout < 0 || d->c < 0 || d->batch < 0 || d->k < 1 || d->wp < d->k ||
+        d->run < 0 || d->run > INT32_MAX / 2 || d->len < (d->k - 1) * d->wp + d->k - 1 + d->run ||
+        d->w_rs < d->c * d->k * d->k || d->dy_rs < d->batch * d->run || n_threads < 1)
+        return DL_E_ARG;
+    const int64_t P = d->n_peers, B = d->batch, T = 2 * DL_NN_LANES;
+    if (P == 0 || B == 0 || d->c == 0) return DL_OK;
+    const int64_t tend = (d->len + T - 1) / T * T, pre = (d->k - 1) * d->wp + d->k - 1;
+    const int64_t dys = pre + tend; /* a padded dY row: index t - off + pre, t < tend */
+    const int64_t items = P * B;
+    const int nt = nn_threads(n_threads, items,
+                              (double)items * d->c * d->k * d->k * d->cout * d->run);
+    int status = DL_OK;
+#pragma omp parallel num_threads(nt) reduction(min : status)
+    {
+        float *dyb = (float *)malloc((size_t)((d->cout > 0 ? d->cout : 1) * dys) * sizeof(float));
+        float *buf = (float *)malloc((size_t)(DL_NN_DG_CB * tend) * sizeof(float));
+        const int ok = dyb != NULL && buf != NULL; /* every thread still meets the omp for */
+        if (!ok) status = DL_E_NOMEM;
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; it++) {
+            if (!ok) continue;
+            const int64_t p = it / B, b = it % B;
+            const float *w = d->w + p * d->w_ps, *dy = d->dy + p * d->dy_ps + b * d->run;
+            for (int64_t co = 0; co < d->cout; co++) {
+                float *row = dyb + co * dys;
+                memset(row, 0, (size_t)pre * sizeof(float));
+                memcpy(row + pre, dy + co * d->dy_rs, (size_t)d->run * sizeof(float));
+                memset(row + pre + d->run, 0, (size_t)(dys - pre - d->run) * sizeof(float));
+            }
+            for (int64_t c0 = 0; c0 < d->c; c0 += DL_NN_DG_CB) {
+                const int cb = (int)dl_min_i64(DL_NN_DG_CB, d->c - c0);
+                for (int64_t t0 = 0; t0 < tend; t0 += T) {
+                    switch (cb) {
+#define DL_NN_DG_CASE(R)                                                                          \
+    case R:                                                                                       \
+        nn_dgrad_block(R, t0, d, w, c0, dyb, dys, pre, buf, tend);                                \
+        break;
+                        DL_NN_DG_CASE(1)
+                        DL_NN_DG_CASE(2)
+                        DL_NN_DG_CASE(3)
+#if DL_NN_DG_CB > 3
+                        DL_NN_DG_CASE(4)
+                        DL_NN_DG_CASE(5)
+                        DL_NN_DG_CASE(6)
+#endif
+#undef DL_NN_DG_CASE
+                    default:
+                        break;
+                    }
+                }
+                for (int cc = 0; cc < cb; cc++)
+                    memcpy(d->dxp + p * d->dxp_ps + ((c0 + cc) * B + b) * d->len, buf + cc * tend,
+                           (size_t)d->len * sizeof(float));
+            }
+        }
+        free(dyb);
+        free(buf);
+    }
+    return status;
+}

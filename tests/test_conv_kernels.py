@@ -371,3 +371,94 @@ def test_weight_grad_bad_arguments_raise():
     dyv = buf[: dy.size].reshape(dy.shape)
     with pytest.raises(ValueError, match="g must not overlap xp or dy"):
         ops.conv_weight_grad(xp, dyv, buf[8 : 8 + 224].reshape(2, 28, 4), 3, wp, run, 1)
+
+
+def _dgrad_by_gemm(w, dy, c, b, length, k, wp, run):
+    """The path conv_input_grad replaces in Conv2d.backward: the column gradient W^T dy by nn_gemm,
+    folded into zeros."""
+    dcols = ops.nn_gemm(w.transpose(0, 2, 1), dy)
+    dxp = np.zeros((w.shape[0], c, b, length), np.float32)
+    return ops.conv_fold(dcols, dxp, 0, b, k, wp, run)
+
+
+# (peers, channels, batch, H, W, k, padding, Cout): the README CNN's second convolution, channel
+# counts around the 6- and 3-channel blocks, Cout past one 256 block, k = 1
+INPUT_GRAD_SHAPES = [
+    (2, 6, 2, 14, 14, 5, 2, 16),
+    (3, 2, 4, 7, 9, 3, 1, 5),
+    (2, 7, 2, 9, 9, 3, 1, 300),
+    (1, 13, 1, 6, 6, 5, 2, 3),
+    (2, 1, 3, 28, 28, 5, 2, 6),
+    (3, 4, 1, 5, 8, 5, 0, 33),
+    (2, 3, 2, 4, 4, 1, 0, 2),
+]
+
+
+def _input_grad_case(peers, c, b, h, w, k, p, cout, seed=0):
+    rng = np.random.default_rng(seed)
+    hp, wp = h + 2 * p, w + 2 * p
+    run, length = (hp - k + 1) * wp, hp * wp + k - 1
+    wt = rng.standard_normal((peers, cout, c * k * k)).astype(np.float32)
+    dy = rng.standard_normal((peers, cout, b * run)).astype(np.float32)
+    return wt, dy, wp, run, length
+
+
+@pytest.mark.parametrize("shape", INPUT_GRAD_SHAPES)
+def test_input_grad_is_the_folded_column_gradient(shape):
+    """conv_input_grad equals nn_gemm's W^T dy folded into zeros by conv_fold bit for bit, writes
+    every element, gives the same bits on 1 and 2 threads, and is within float32 rounding of the
+    float64 reference."""
+    peers, c, b, h, w, k, p, cout = shape
+    wt, dy, wp, run, length = _input_grad_case(*shape)
+    dy[:, :, ::5] = 0.0
+    want = _dgrad_by_gemm(wt, dy, c, b, length, k, wp, run)
+    got = np.full((peers, c, b, length), np.nan, np.float32)
+    assert ops.conv_input_grad(wt, dy, got, k, wp, run, n_threads=1) is got
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    two = np.full_like(got, np.nan)
+    ops.conv_input_grad(wt, dy, two, k, wp, run, n_threads=2)
+    np.testing.assert_array_equal(two.view(np.uint32), got.view(np.uint32))
+    r = ref.conv_input_grad(wt, dy, np.empty_like(got), k, wp, run)
+    np.testing.assert_allclose(got, r, rtol=1e-4, atol=1e-5 * np.sqrt(cout * k * k))
+
+
+def test_input_grad_special_values_and_fma_paths():
+    """An infinite weight times the zero padding of dy never reaches a sum (the column-gradient
+    path has no such term), NaN and infinities land where that path puts them, and every FMA
+    path gives the same bits."""
+    wt, dy, wp, run, length = _input_grad_case(2, 6, 2, 14, 14, 5, 2, 16, seed=4)
+    wt[0, 3, 7] = np.inf
+    wt[1, 0, 100] = -np.inf
+    dy[1, 2, 40] = np.nan
+    dy[0, 5, ::9] = -0.0
+    want = _dgrad_by_gemm(wt, dy, 6, 2, length, 5, wp, run)
+    paths = [i for i in ops.supported_isas() if i != "generic"] or ["generic"]
+    for isa in paths:
+        with ops.using_isa(isa):
+            got = ops.conv_input_grad(wt, dy, np.empty_like(want), 5, wp, run)
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan, err_msg=isa)
+        np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32),
+                                      err_msg=isa)
+        assert np.isinf(got).any() and not nan.all()
+
+
+def test_input_grad_bad_arguments_raise():
+    wt, dy, wp, run, length = _input_grad_case(2, 3, 2, 5, 5, 3, 1, 4)  # run 35, length 51
+    dxp = np.empty((2, 3, 2, length), np.float32)
+    with pytest.raises(ValueError, match=r"w must have shape \(2, 4, 27\)"):
+        ops.conv_input_grad(wt[..., :-1].copy(), dy, dxp, 3, wp, run)
+    with pytest.raises(ValueError, match=r"dy must have shape \(P, Cout, B\*run\)"):
+        ops.conv_input_grad(wt, dy[..., :-1].copy(), dxp, 3, wp, run)
+    with pytest.raises(ValueError, match=r"dxp rows must hold"):
+        ops.conv_input_grad(wt, dy, dxp[..., :-1].copy(), 3, wp, run)
+    with pytest.raises(ValueError, match="1 <= k <= wp"):
+        ops.conv_input_grad(wt, dy, dxp, 3, 2, run)
+    with pytest.raises(TypeError, match="w must be a 3-D float32"):
+        ops.conv_input_grad(wt.astype(np.float64), dy, dxp, 3, wp, run)
+    with pytest.raises(TypeError, match="dxp must have dtype float32"):
+        ops.conv_input_grad(wt, dy, dxp.astype(np.float64), 3, wp, run)
+    buf = np.zeros(dy.size + dxp.size, np.float32)
+    dyv = buf[: dy.size].reshape(dy.shape)
+    with pytest.raises(ValueError, match="dxp must not overlap w or dy"):
+        ops.conv_input_grad(wt, dyv, buf[8 : 8 + dxp.size].reshape(dxp.shape), 3, wp, run)

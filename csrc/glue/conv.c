@@ -1,8 +1,9 @@
 /* conv.c: glue of Conv2d's im2col / col2im on wide rows (csrc/conv.c): conv_unfold (float32 or
  * int8) and conv_fold (float32), two glue_op_t rows whose hook checks the shared geometry, and
  * conv_pad (float32), the zero-padded wide rows of images, and conv_crop, their interiors; and
- * conv_forward and conv_weight_grad, the float32 forward product and weight gradient on the
- * padded images without im2col (nn_impl.h, dispatched per ISA).
+ * conv_forward, conv_weight_grad and conv_input_grad, the float32 forward product, weight
+ * gradient and input gradient on the padded images without im2col or a column gradient
+ * (nn_impl.h, dispatched per ISA).
  * decentlearn/ops/conv.py is the Python side.
  */
 #include "glue.h"
@@ -160,7 +161,8 @@ static int check_conv_forward(glue_call_t *c) {
     }
     if (PyArray_DIM(wb, 2) != C * k * k + 1) {
         PyErr_Format(PyExc_ValueError, "%s: wb must have C*k*k + 1 = %zd columns "
-                     "([weight | bias]), got %zd", fn, (Py_ssize_t)(C * k * k + 1), (Py_ssize_t)PyArray_DIM(wb, 2));
+                     "([weight | bias]), got %zd", fn, (Py_ssize_t)(C * k * k + 1),
+                     (Py_ssize_t)PyArray_DIM(wb, 2));
         return -1;
     }
     if (PyArray_DIM(y, 0) != P || PyArray_DIM(y, 1) != cout || PyArray_DIM(y, 2) != B * run) {
@@ -243,6 +245,58 @@ static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->nn_conv_wgrad_f32(&w, c->n_threads);
 }
 
+/* conv_input_grad(w, dy, dxp, k, wp, run, n_threads): w (P, Cout, C*k*k), dy (P, Cout, B*run),
+ * dxp (P, C, B, L) with k >= 1, wp >= k, 0 <= run < 2**30, L >= (k-1)*wp + k-1 + run, dxp
+ * overlapping neither; ssz = k, wp, run. */
+static int check_conv_input_grad(glue_call_t *c) {
+    const char *fn = c->fn;
+    PyArrayObject *w = c->arr[0], *dy = c->arr[1], *dxp = c->arr[2];
+    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
+    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), C = PyArray_DIM(dxp, 1),
+                   B = PyArray_DIM(dxp, 2), L = PyArray_DIM(dxp, 3);
+    if (k < 1 || wp < k || run < 0 || run >= (1 << 30) || k > INT32_MAX || wp > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and 0 <= run < 2**30, got "
+                     "k=%zd, wp=%zd, run=%zd", fn, k, wp, run);
+        return -1;
+    }
+    if ((k - 1) * wp + (k - 1) + run > L) {
+        PyErr_Format(PyExc_ValueError, "%s: dxp rows must hold (k-1)*wp + k-1 + run = %zd "
+                     "elements, got %zd", fn, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+        return -1;
+    }
+    if (PyArray_DIM(dxp, 0) != P || PyArray_DIM(dy, 2) != B * run) {
+        PyErr_Format(PyExc_ValueError, "%s: dy must have shape (P, Cout, B*run) = (%zd, %zd, %zd) "
+                     "for dxp %zd peers of %zd samples, got (%zd, %zd, %zd)", fn,
+                     (Py_ssize_t)PyArray_DIM(dxp, 0), (Py_ssize_t)cout, (Py_ssize_t)(B * run),
+                     (Py_ssize_t)PyArray_DIM(dxp, 0), (Py_ssize_t)B, (Py_ssize_t)P,
+                     (Py_ssize_t)cout, (Py_ssize_t)PyArray_DIM(dy, 2));
+        return -1;
+    }
+    if (PyArray_DIM(w, 0) != P || PyArray_DIM(w, 1) != cout || PyArray_DIM(w, 2) != C * k * k) {
+        PyErr_Format(PyExc_ValueError, "%s: w must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)",
+                     fn, (Py_ssize_t)P, (Py_ssize_t)cout, (Py_ssize_t)(C * k * k),
+                     (Py_ssize_t)PyArray_DIM(w, 0), (Py_ssize_t)PyArray_DIM(w, 1),
+                     (Py_ssize_t)PyArray_DIM(w, 2));
+        return -1;
+    }
+    if (overlaps(dxp, w) || overlaps(dxp, dy)) {
+        PyErr_Format(PyExc_ValueError, "%s: dxp must not overlap w or dy", fn);
+        return -1;
+    }
+    return 0;
+}
+static int call_conv_input_grad(const glue_call_t *c, const dl_dispatch_t *d) {
+    PyArrayObject *w = c->arr[0], *dy = c->arr[1], *dxp = c->arr[2];
+    const dl_nn_dgrad_t g = {
+        .n_peers = PyArray_DIM(dy, 0), .cout = PyArray_DIM(dy, 1), .c = PyArray_DIM(dxp, 1),
+        .batch = PyArray_DIM(dxp, 2), .len = PyArray_DIM(dxp, 3), .k = c->ssz[0],
+        .wp = c->ssz[1], .run = c->ssz[2], .w = G_DATA(c, 0), .w_ps = PyArray_STRIDE(w, 0) / 4,
+        .w_rs = PyArray_STRIDE(w, 1) / 4, .dy = G_DATA(c, 1), .dy_ps = PyArray_STRIDE(dy, 0) / 4,
+        .dy_rs = PyArray_STRIDE(dy, 1) / 4, .dxp = G_DATA(c, 2),
+        .dxp_ps = PyArray_STRIDE(dxp, 0) / 4};
+    return d->nn_conv_dgrad_f32(&g, c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -271,6 +325,11 @@ static const glue_op_t ops[] = {
       G_OUT("g", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_N("chunk"),
       G_THREADS_ARG},
      0, 0, check_conv_weight_grad, NULL, call_conv_weight_grad, {0}, 0, {0}},
+    {"conv_input_grad", "conv_input_grad(w, dy, dxp, k, wp, run, n_threads): Conv2d's input "
+     "gradient on the padded images, without a column gradient.",
+     {G_IN("w", NPY_FLOAT32, 3, X_ANY, X_ANY), G_IN("dy", NPY_FLOAT32, 3, X_ANY, X_ANY),
+      G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_input_grad, NULL, call_conv_input_grad, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

@@ -73,6 +73,19 @@ def conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads=None) -> np.ndarray
     return g
 
 
+def conv_input_grad(w, dy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
+    """dxp (P, C, B, L) = conv_fold of w^T @ dy (P, C*k*k, B*run) into zeros, w (P, Cout, C*k*k),
+    dy (P, Cout, B*run): float64 products of the float32 values and float64 adds, rounded once
+    to float32 (the C kernel's float32 chains and adds are within float32 rounding of it).
+    Returns dxp."""
+    _, c, b, _ = dxp.shape
+    dcols = np.matmul(w.astype(np.float64).swapaxes(-1, -2), dy.astype(np.float64))
+    out = np.zeros(dxp.shape, np.float64)
+    conv_fold(dcols, out, 0, b, k, wp, run)
+    dxp[...] = out.astype(np.float32)
+    return dxp
+
+
 def conv_pad(src, w, dst, pad, wp, n_threads=None) -> np.ndarray:
     """Row n of ``dst`` (N, L): zeros, with the first ``w`` columns of image n of ``src``
     (N, h, ld) placed row r at ``(pad + r) * wp + pad``; returns ``dst``."""

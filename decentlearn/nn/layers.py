@@ -267,17 +267,18 @@ class Conv2d(Layer):
     dropped by a strided view, and their gradient is zero. The im2col matrix gets a row of ones
     so the bias rides in the gemm (and its gradient comes out of the weight-gradient gemm).
 
-    The float32 forward and weight gradient build no im2col matrix: ops.conv_forward and
-    ops.conv_weight_grad read the rows (c, i, j) in place from the padded images (pointer and
-    offset tables, and a row of ones for the bias), the same products in the same order as the
-    gemm on the unfolded columns, so the same bits. The other products go a few samples at a time
+    The float32 forward and backward build no im2col matrix and no column gradient:
+    ops.conv_forward and ops.conv_weight_grad read the rows (c, i, j) in place from the padded
+    images (pointer and offset tables, and a row of ones for the bias), and ops.conv_input_grad
+    forms each chain over the output channels of W^T dy and adds it into the padded input
+    gradient in col2im's order; the same operations in the same order as the gemms on the
+    unfolded columns and the fold, so the same bits. float64 and int8 go a few samples at a time
     (about ``_CONV_CHUNK`` im2col elements per peer), so each block stays in cache between its
-    gemm and its copy: the input gradient's column gradient and its col2im (ops.conv_fold), and
-    in float64 and int8 the unfolded columns (ops.conv_unfold for float32 and int8 codes, a
-    strided NumPy copy for float64; the backward unfolds the kept padded input again rather than
-    keeping the whole matrix). The chunk depends only on the layer's geometry, never on the
-    number of peers, so a peer's results are the same whichever peers it is batched with; it also
-    sets the weight gradient's summation blocks. The unfold and fold run in C (csrc/conv.c),
+    copy and its gemm: ops.conv_unfold (int8 codes; a strided NumPy copy for float64) and
+    ops.conv_fold; the backward unfolds the kept padded input again rather than keeping the
+    whole matrix. The chunk depends only on the layer's geometry, never on the number of peers,
+    so a peer's results are the same whichever peers it is batched with; it also sets the
+    float32 weight gradient's summation blocks. The unfold and fold run in C (csrc/conv.c),
     threads over (peer, channel, image), bit-identical to the NumPy code kept for float64.
 
     ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
@@ -422,31 +423,36 @@ class Conv2d(Layer):
         hp, wp, _, _, chunk = self._geometry(h, wd)
         run, dt = ho * wp, dy.dtype
         dyw = self._wide_dy(dy, wp, scratch)
-        # [dW | db] transposed, (kk + 1, Cout) per peer: cols @ dy^T. float32 reads the im2col
-        # rows in place from the padded images (ops.conv_weight_grad, the same bits as the gemm
-        # on unfolded chunks); float64 unfolds each chunk and runs np.matmul.
+        # [dW | db] transposed, (kk + 1, Cout) per peer: cols @ dy^T, and dX = fold(W^T dy).
+        # float32 reads the im2col rows in place from the padded images and forms no column
+        # gradient (ops.conv_weight_grad, ops.conv_input_grad: the same bits as the gemms on
+        # unfolded chunks and the fold); float64 unfolds each chunk and runs np.matmul.
         g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
         if dt == np.float32:
             ops.conv_weight_grad(xp, dyw, g_wb, k, wp, run, chunk, n_threads=scratch.n_threads)
+            if need_dx:
+                w_c = scratch.empty("w_dx", (n_peers, cout, kk), dt)
+                np.copyto(w_c, _view(weight, (n_peers, cout, kk)))
+                dxp = scratch.empty("dxp", (n_peers, c, b, hp * wp + k - 1), dt)
+                ops.conv_input_grad(w_c, dyw, dxp, k, wp, run, n_threads=scratch.n_threads)
         else:
             cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
             cols[..., kk, :] = 1
             part = scratch.empty("g_wb_part", g_wb.shape, dt)
-        if need_dx:
-            w_t = _view(weight, (n_peers, cout, kk)).transpose(0, 2, 1)
-            dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), dt)
-            dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), dt)
-        for b0 in range(0, b, chunk):
-            b1 = min(b, b0 + chunk)
-            dy_c = dyw[..., b0 * run : b1 * run]
-            if dt != np.float32:
+            if need_dx:
+                w_t = _view(weight, (n_peers, cout, kk)).transpose(0, 2, 1)
+                dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), dt)
+                dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), dt)
+            for b0 in range(0, b, chunk):
+                b1 = min(b, b0 + chunk)
+                dy_c = dyw[..., b0 * run : b1 * run]
                 cols_c = self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads)
                 np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
                 if b0:
                     g_wb += part
-            if need_dx:
-                _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
-                self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
+                if need_dx:
+                    _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
+                    self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
         return self._crop(dxp, h, wd, scratch) if need_dx else None

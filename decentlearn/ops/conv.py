@@ -11,6 +11,7 @@ from decentlearn._core import (
     conv_fold as _core_conv_fold,
     conv_forward as _core_conv_forward,
     conv_weight_grad as _core_conv_weight_grad,
+    conv_input_grad as _core_conv_input_grad,
     conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
@@ -18,7 +19,8 @@ from decentlearn._core import (
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_pad", "conv_crop"]
+__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_input_grad",
+           "conv_pad", "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -118,6 +120,27 @@ def conv_weight_grad(xp: np.ndarray, dy: np.ndarray, g: np.ndarray | None, k: in
     work = g.size * x4.shape[2] * run
     _core_conv_weight_grad(x4, dy, g, k, wp, run, chunk, resolve_threads(n_threads, work))
     return g
+
+
+def conv_input_grad(w: np.ndarray, dy: np.ndarray, dxp: np.ndarray, k: int, wp: int, run: int,
+                    n_threads: int | None = None) -> np.ndarray:
+    """Conv2d's input gradient on the padded images without a column gradient: ``dxp`` (P, C,
+    B, L) gets, for every sample, ``conv_fold`` of ``w[p].T @ dy[p]`` (the column gradient,
+    never written) into zeros: the same chains of multiply-adds over the output channels and the
+    same adds in kernel-offset order, so the same bits. ``w`` (P, Cout, C*k*k) the weights, ``dy``
+    (P, Cout, B*run) the output gradient on wide rows; all float32, C-contiguous; every element of
+    dxp is written. Returns dxp."""
+    for name, a in (("w", w), ("dy", dy)):
+        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 3:
+            raise TypeError(f"conv_input_grad: {name} must be a 3-D float32 numpy array, got "
+                            f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    x4 = _conv_groups("dxp", dxp, 4, (np.float32,))
+    big = 1 << 62
+    k, wp = check_int("k", k, 1, big), check_int("wp", wp, 1, big)
+    run = check_int("run", run, 0, big)
+    work = w.size * x4.shape[2] * run
+    _core_conv_input_grad(w, dy, x4, k, wp, run, resolve_threads(n_threads, work))
+    return dxp
 
 
 def conv_pad(src: np.ndarray, w: int, dst: np.ndarray, pad: int, wp: int,
