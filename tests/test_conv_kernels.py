@@ -238,10 +238,10 @@ def _forward_case(peers, groups, c, b, h, w, k, p, cout, seed=0):
 
 
 @pytest.mark.parametrize("shape", FORWARD_SHAPES)
-def test_forward_is_the_gemm_on_unfolded_columns(shape):
-    """conv_forward equals nn_gemm on conv_unfold's columns plus a row of ones bit for bit (the
-    path it replaces in Conv2d), is within float32 rounding of the float64 reference, and gives
-    the same bits on 1 and 2 threads."""
+def test_forward_is_the_gemm_on_unfolded_columns(isa, shape):
+    """On every ISA path, conv_forward equals that path's nn_gemm on conv_unfold's columns plus a
+    row of ones bit for bit (the path it replaces in Conv2d), is within float32 rounding of the
+    float64 reference, and gives the same bits on 1 and 2 threads."""
     peers, groups, c, b, h, w, k, p, cout = shape
     wb, xp, wp, run = _forward_case(*shape)
     x4 = xp if xp.ndim == 4 else xp[None]
@@ -317,10 +317,10 @@ def _wgrad_by_gemm(xp, dy, k, wp, run, chunk):
 
 @pytest.mark.parametrize("shape", FORWARD_SHAPES)
 @pytest.mark.parametrize("chunk", [1, 2, 5])
-def test_weight_grad_is_the_gemm_on_unfolded_chunks(shape, chunk):
-    """conv_weight_grad equals the chunked gemm on conv_unfold's columns bit for bit (256-value
-    blocks straddling samples included: run is not a multiple of 256), on 1 and 2 threads, and
-    is within float32 rounding of the float64 reference."""
+def test_weight_grad_is_the_gemm_on_unfolded_chunks(isa, shape, chunk):
+    """On every ISA path, conv_weight_grad equals the chunked gemm on conv_unfold's columns bit
+    for bit (256-value blocks straddling samples included: run is not a multiple of 256), on 1
+    and 2 threads, and is within float32 rounding of the float64 reference."""
     peers, groups, c, b, h, w, k, p, cout = shape
     _, xp, wp, run = _forward_case(*shape, seed=5)
     dy = np.random.default_rng(7).standard_normal((peers, cout, b * run)).astype(np.float32)
@@ -404,10 +404,10 @@ def _input_grad_case(peers, c, b, h, w, k, p, cout, seed=0):
 
 
 @pytest.mark.parametrize("shape", INPUT_GRAD_SHAPES)
-def test_input_grad_is_the_folded_column_gradient(shape):
-    """conv_input_grad equals nn_gemm's W^T dy folded into zeros by conv_fold bit for bit, writes
-    every element, gives the same bits on 1 and 2 threads, and is within float32 rounding of the
-    float64 reference."""
+def test_input_grad_is_the_folded_column_gradient(isa, shape):
+    """On every ISA path, conv_input_grad equals nn_gemm's W^T dy folded into zeros by conv_fold
+    bit for bit, writes every element, gives the same bits on 1 and 2 threads, and is within
+    float32 rounding of the float64 reference."""
     peers, c, b, h, w, k, p, cout = shape
     wt, dy, wp, run, length = _input_grad_case(*shape)
     dy[:, :, ::5] = 0.0
