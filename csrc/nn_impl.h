@@ -234,8 +234,27 @@ static void nn_pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_
         } else {
             /* row by row: each packed row (pw floats, a line or two) written whole, zeros
              * included; with rs == 1 (B = W^T, dy^T) the w columns are read as w sequential
-             * streams (column by column, every row's lines were written pw times) */
-            for (int64_t k = 0; k < kc; k++) {
+             * streams (column by column, every row's lines were written pw times). AVX-512: 16
+             * columns of a row per masked gather (lanes past w neither read nor nonzero). */
+            int64_t k = 0;
+#if DL_NN_LANES == 16
+            if (cs <= INT32_MAX / (4 * DL_NN_LANES)) {
+                const __m512i idx = _mm512_mullo_epi32(
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                    _mm512_set1_epi32((int)cs));
+                for (; k < kc; k++) {
+                    const float *src = b + j0 * cs + k * rs;
+                    for (int64_t c0 = 0; c0 < pw; c0 += 16) {
+                        const int64_t nv = dl_min_i64(16, dl_max_i64(0, w - c0));
+                        const __mmask16 m = (__mmask16)((1u << nv) - 1u);
+                        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx,
+                                                                  src + c0 * cs, 4);
+                        _mm512_storeu_ps(dst + k * pw + c0, v);
+                    }
+                }
+            }
+#endif
+            for (; k < kc; k++) {
                 const float *src = b + j0 * cs + k * rs;
                 float *d = dst + k * pw;
                 for (int64_t c = 0; c < w; c++) d[c] = src[c * cs];
