@@ -880,7 +880,7 @@ DL_NN_INLINE void nn_dgrad_block(const int cb, int64_t t0, const dl_nn_dgrad_t *
  * buffer copied to dxp. */
 int DL_CAT(dl_nn_conv_dgrad_f32, DL_SUFFIX)(const dl_nn_dgrad_t *d, int n_threads) {
     if (d->n_peers < 0 || d->cout < 0 || d->c < 0 || d->batch < 0 || d->k < 1 || d->wp < d->k ||
-        d->run < 0 || d->run > INT32_MAX / 2 || d->len < (d->k - 1) * d->wp + d->k - 1 + d->run ||
+        d->run < 0 || d->len >= (1 << 30) || d->len < (d->k - 1) * d->wp + d->k - 1 + d->run ||
         d->w_rs < d->c * d->k * d->k || d->dy_rs < d->batch * d->run || n_threads < 1)
         return DL_E_ARG;
     const int64_t P = d->n_peers, B = d->batch, T = 2 * DL_NN_LANES;

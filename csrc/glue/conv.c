@@ -246,17 +246,22 @@ static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
 }
 
 /* conv_input_grad(w, dy, dxp, k, wp, run, n_threads): w (P, Cout, C*k*k), dy (P, Cout, B*run),
- * dxp (P, C, B, L) with k >= 1, wp >= k, 0 <= run < 2**30, L >= (k-1)*wp + k-1 + run, dxp
- * overlapping neither; ssz = k, wp, run. */
+ * dxp (P, C, B, L) with k >= 1, wp >= k, run >= 0, (k-1)*wp + k-1 + run <= L < 2**30 (the
+ * kernel's lane positions are int32), dxp overlapping neither; ssz = k, wp, run. */
 static int check_conv_input_grad(glue_call_t *c) {
     const char *fn = c->fn;
     PyArrayObject *w = c->arr[0], *dy = c->arr[1], *dxp = c->arr[2];
     const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
     const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), C = PyArray_DIM(dxp, 1),
                    B = PyArray_DIM(dxp, 2), L = PyArray_DIM(dxp, 3);
-    if (k < 1 || wp < k || run < 0 || run >= (1 << 30) || k > INT32_MAX || wp > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and 0 <= run < 2**30, got "
-                     "k=%zd, wp=%zd, run=%zd", fn, k, wp, run);
+    if (k < 1 || wp < k || run < 0 || k > INT32_MAX || wp > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and run >= 0, got k=%zd, "
+                     "wp=%zd, run=%zd", fn, k, wp, run);
+        return -1;
+    }
+    if (L >= (1 << 30)) {
+        PyErr_Format(PyExc_ValueError, "%s: dxp rows must be shorter than 2**30 elements, got %zd",
+                     fn, (Py_ssize_t)L);
         return -1;
     }
     if ((k - 1) * wp + (k - 1) + run > L) {
