@@ -8,6 +8,59 @@
  */
 #include "glue.h"
 
+/* Images on wide rows of L for a k x k kernel over rows of wp with output runs of run:
+ * 1 <= k <= wp < 2**31, run >= 0 and L >= (k-1)*wp + k-1 + run (img_name in the message). */
+static int conv_check_runs(const char *fn, Py_ssize_t k, Py_ssize_t wp, Py_ssize_t run,
+                           npy_intp L, const char *img_name) {
+    if (k < 1 || wp < k || run < 0 || k > INT32_MAX || wp > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and run >= 0, got k=%zd, "
+                     "wp=%zd, run=%zd", fn, k, wp, run);
+        return -1;
+    }
+    if ((k - 1) * wp + (k - 1) + run > L) {
+        PyErr_Format(PyExc_ValueError, "%s: %s rows must hold (k-1)*wp + k-1 + run = %zd elements, "
+                     "got %zd", fn, img_name, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+        return -1;
+    }
+    return 0;
+}
+
+/* A leading axis of G: 1 (one input shared by every peer) or P. */
+static int conv_check_groups(const char *fn, const char *name, npy_intp G, npy_intp P) {
+    if (G != 1 && G != P) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must have 1 (shared) or P=%zd groups on axis 0, got "
+                     "%zd", fn, name, (Py_ssize_t)P, (Py_ssize_t)G);
+        return -1;
+    }
+    return 0;
+}
+
+/* A 3-D array of exactly (d0, d1, d2). */
+static int conv_check_shape3(const char *fn, const char *name, PyArrayObject *a, npy_intp d0,
+                             npy_intp d1, npy_intp d2) {
+    if (PyArray_DIM(a, 0) != d0 || PyArray_DIM(a, 1) != d1 || PyArray_DIM(a, 2) != d2) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)", fn, name,
+                     (Py_ssize_t)d0, (Py_ssize_t)d1, (Py_ssize_t)d2,
+                     (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)PyArray_DIM(a, 1),
+                     (Py_ssize_t)PyArray_DIM(a, 2));
+        return -1;
+    }
+    return 0;
+}
+
+/* The output of a product on padded images must overlap neither operand. */
+static int conv_check_disjoint(const char *fn, PyArrayObject *out, const char *out_name,
+                               PyArrayObject *a, const char *a_name, PyArrayObject *b,
+                               const char *b_name) {
+    if (overlaps(out, a) || overlaps(out, b)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must not overlap %s or %s", fn, out_name, a_name,
+                     b_name);
+        return -1;
+    }
+    return 0;
+}
+
 /* conv_unfold and conv_fold are table rows. Their geometry: images (G, C, B, L), columns
  * (G, R, ld) of the same dtype, 0 <= b0 <= b1 <= B, k >= 1, wp >= k, run >= 0, rows of L >=
  * (k-1)*wp + k-1 + run elements, R >= C*k*k and ld >= (b1 - b0) * run; ssz = b0, b1, k, wp, run. */
@@ -23,19 +76,10 @@ static int conv_check_geometry(glue_call_t *c, int img_slot, const char *img_nam
                      cols_name, (Py_ssize_t)G, img_name, (Py_ssize_t)PyArray_DIM(cols, 0));
         return -1;
     }
-    if (k < 1 || wp < k || run < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: need k >= 1, wp >= k and run >= 0, got k=%zd, wp=%zd, "
-                     "run=%zd", fn, k, wp, run);
-        return -1;
-    }
+    if (conv_check_runs(fn, k, wp, run, L, img_name) < 0) return -1;
     if (b0 < 0 || b1 < b0 || b1 > B) {
         PyErr_Format(PyExc_ValueError, "%s: need 0 <= b0 <= b1 <= %zd, got b0=%zd, b1=%zd", fn,
                      (Py_ssize_t)B, b0, b1);
-        return -1;
-    }
-    if ((k - 1) * wp + (k - 1) + run > L) {
-        PyErr_Format(PyExc_ValueError, "%s: %s rows must hold (k-1)*wp + k-1 + run = %zd elements, "
-                     "got %zd", fn, img_name, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
         return -1;
     }
     if (PyArray_DIM(cols, 1) < C * k * k || PyArray_DIM(cols, 2) < (b1 - b0) * run) {
@@ -142,40 +186,20 @@ static int check_conv_forward(glue_call_t *c) {
     const char *fn = c->fn;
     PyArrayObject *wb = c->arr[0], *xp = c->arr[1], *y = c->arr[2];
     const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
-    const npy_intp P = PyArray_DIM(wb, 0), cout = PyArray_DIM(wb, 1), G = PyArray_DIM(xp, 0),
-                   C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
-    if (k < 1 || wp < k || run < 0 || k > INT32_MAX || wp > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and run >= 0, got k=%zd, "
-                     "wp=%zd, run=%zd", fn, k, wp, run);
+    const npy_intp P = PyArray_DIM(wb, 0), cout = PyArray_DIM(wb, 1), C = PyArray_DIM(xp, 1),
+                   B = PyArray_DIM(xp, 2);
+    if (conv_check_runs(fn, k, wp, run, PyArray_DIM(xp, 3), "xp") < 0 ||
+        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0)
         return -1;
-    }
-    if ((k - 1) * wp + (k - 1) + run > L) {
-        PyErr_Format(PyExc_ValueError, "%s: xp rows must hold (k-1)*wp + k-1 + run = %zd elements, "
-                     "got %zd", fn, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
-        return -1;
-    }
-    if (G != 1 && G != P) {
-        PyErr_Format(PyExc_ValueError, "%s: xp must have 1 (shared) or P=%zd groups on axis 0, got "
-                     "%zd", fn, (Py_ssize_t)P, (Py_ssize_t)G);
-        return -1;
-    }
     if (PyArray_DIM(wb, 2) != C * k * k + 1) {
         PyErr_Format(PyExc_ValueError, "%s: wb must have C*k*k + 1 = %zd columns "
                      "([weight | bias]), got %zd", fn, (Py_ssize_t)(C * k * k + 1),
                      (Py_ssize_t)PyArray_DIM(wb, 2));
         return -1;
     }
-    if (PyArray_DIM(y, 0) != P || PyArray_DIM(y, 1) != cout || PyArray_DIM(y, 2) != B * run) {
-        PyErr_Format(PyExc_ValueError, "%s: y must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)",
-                     fn, (Py_ssize_t)P, (Py_ssize_t)cout, (Py_ssize_t)(B * run),
-                     (Py_ssize_t)PyArray_DIM(y, 0), (Py_ssize_t)PyArray_DIM(y, 1),
-                     (Py_ssize_t)PyArray_DIM(y, 2));
+    if (conv_check_shape3(fn, "y", y, P, cout, B * run) < 0 ||
+        conv_check_disjoint(fn, y, "y", xp, "xp", wb, "wb") < 0)
         return -1;
-    }
-    if (overlaps(y, xp) || overlaps(y, wb)) {
-        PyErr_Format(PyExc_ValueError, "%s: y must not overlap xp or wb", fn);
-        return -1;
-    }
     return 0;
 }
 static int call_conv_forward(const glue_call_t *c, const dl_dispatch_t *d) {
@@ -197,39 +221,19 @@ static int check_conv_weight_grad(glue_call_t *c) {
     const char *fn = c->fn;
     PyArrayObject *xp = c->arr[0], *dy = c->arr[1], *g = c->arr[2];
     const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2], chunk = c->ssz[3];
-    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), G = PyArray_DIM(xp, 0),
-                   C = PyArray_DIM(xp, 1), B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
-    if (k < 1 || wp < k || run < 0 || chunk < 1 || k > INT32_MAX || wp > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31, run >= 0 and chunk >= 1, "
-                     "got k=%zd, wp=%zd, run=%zd, chunk=%zd", fn, k, wp, run, chunk);
+    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), C = PyArray_DIM(xp, 1),
+                   B = PyArray_DIM(xp, 2);
+    if (conv_check_runs(fn, k, wp, run, PyArray_DIM(xp, 3), "xp") < 0 ||
+        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0)
+        return -1;
+    if (chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: need chunk >= 1, got chunk=%zd", fn, chunk);
         return -1;
     }
-    if ((k - 1) * wp + (k - 1) + run > L) {
-        PyErr_Format(PyExc_ValueError, "%s: xp rows must hold (k-1)*wp + k-1 + run = %zd elements, "
-                     "got %zd", fn, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+    if (conv_check_shape3(fn, "dy", dy, P, cout, B * run) < 0 ||
+        conv_check_shape3(fn, "g", g, P, C * k * k + 1, cout) < 0 ||
+        conv_check_disjoint(fn, g, "g", xp, "xp", dy, "dy") < 0)
         return -1;
-    }
-    if (G != 1 && G != P) {
-        PyErr_Format(PyExc_ValueError, "%s: xp must have 1 (shared) or P=%zd groups on axis 0, got "
-                     "%zd", fn, (Py_ssize_t)P, (Py_ssize_t)G);
-        return -1;
-    }
-    if (PyArray_DIM(dy, 2) != B * run) {
-        PyErr_Format(PyExc_ValueError, "%s: dy must have B*run = %zd columns, got %zd", fn,
-                     (Py_ssize_t)(B * run), (Py_ssize_t)PyArray_DIM(dy, 2));
-        return -1;
-    }
-    if (PyArray_DIM(g, 0) != P || PyArray_DIM(g, 1) != C * k * k + 1 || PyArray_DIM(g, 2) != cout) {
-        PyErr_Format(PyExc_ValueError, "%s: g must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)",
-                     fn, (Py_ssize_t)P, (Py_ssize_t)(C * k * k + 1), (Py_ssize_t)cout,
-                     (Py_ssize_t)PyArray_DIM(g, 0), (Py_ssize_t)PyArray_DIM(g, 1),
-                     (Py_ssize_t)PyArray_DIM(g, 2));
-        return -1;
-    }
-    if (overlaps(g, xp) || overlaps(g, dy)) {
-        PyErr_Format(PyExc_ValueError, "%s: g must not overlap xp or dy", fn);
-        return -1;
-    }
     return 0;
 }
 static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
@@ -252,42 +256,18 @@ static int check_conv_input_grad(glue_call_t *c) {
     const char *fn = c->fn;
     PyArrayObject *w = c->arr[0], *dy = c->arr[1], *dxp = c->arr[2];
     const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
-    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), C = PyArray_DIM(dxp, 1),
-                   B = PyArray_DIM(dxp, 2), L = PyArray_DIM(dxp, 3);
-    if (k < 1 || wp < k || run < 0 || k > INT32_MAX || wp > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: need 1 <= k <= wp < 2**31 and run >= 0, got k=%zd, "
-                     "wp=%zd, run=%zd", fn, k, wp, run);
-        return -1;
-    }
+    const npy_intp P = PyArray_DIM(dxp, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
+                   L = PyArray_DIM(dxp, 3), cout = PyArray_DIM(w, 1);
+    if (conv_check_runs(fn, k, wp, run, L, "dxp") < 0) return -1;
     if (L >= (1 << 30)) {
         PyErr_Format(PyExc_ValueError, "%s: dxp rows must be shorter than 2**30 elements, got %zd",
                      fn, (Py_ssize_t)L);
         return -1;
     }
-    if ((k - 1) * wp + (k - 1) + run > L) {
-        PyErr_Format(PyExc_ValueError, "%s: dxp rows must hold (k-1)*wp + k-1 + run = %zd "
-                     "elements, got %zd", fn, (k - 1) * wp + (k - 1) + run, (Py_ssize_t)L);
+    if (conv_check_shape3(fn, "w", w, P, cout, C * k * k) < 0 ||
+        conv_check_shape3(fn, "dy", dy, P, cout, B * run) < 0 ||
+        conv_check_disjoint(fn, dxp, "dxp", w, "w", dy, "dy") < 0)
         return -1;
-    }
-    if (PyArray_DIM(dxp, 0) != P || PyArray_DIM(dy, 2) != B * run) {
-        PyErr_Format(PyExc_ValueError, "%s: dy must have shape (P, Cout, B*run) = (%zd, %zd, %zd) "
-                     "for dxp %zd peers of %zd samples, got (%zd, %zd, %zd)", fn,
-                     (Py_ssize_t)PyArray_DIM(dxp, 0), (Py_ssize_t)cout, (Py_ssize_t)(B * run),
-                     (Py_ssize_t)PyArray_DIM(dxp, 0), (Py_ssize_t)B, (Py_ssize_t)P,
-                     (Py_ssize_t)cout, (Py_ssize_t)PyArray_DIM(dy, 2));
-        return -1;
-    }
-    if (PyArray_DIM(w, 0) != P || PyArray_DIM(w, 1) != cout || PyArray_DIM(w, 2) != C * k * k) {
-        PyErr_Format(PyExc_ValueError, "%s: w must have shape (%zd, %zd, %zd), got (%zd, %zd, %zd)",
-                     fn, (Py_ssize_t)P, (Py_ssize_t)cout, (Py_ssize_t)(C * k * k),
-                     (Py_ssize_t)PyArray_DIM(w, 0), (Py_ssize_t)PyArray_DIM(w, 1),
-                     (Py_ssize_t)PyArray_DIM(w, 2));
-        return -1;
-    }
-    if (overlaps(dxp, w) || overlaps(dxp, dy)) {
-        PyErr_Format(PyExc_ValueError, "%s: dxp must not overlap w or dy", fn);
-        return -1;
-    }
     return 0;
 }
 static int call_conv_input_grad(const glue_call_t *c, const dl_dispatch_t *d) {

@@ -37,10 +37,25 @@ def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
     return a
 
 
+_BIG = 1 << 62
+
+
+def _conv_geometry(k, wp, run) -> tuple[int, int, int]:
+    """The kernel size, padded row width and output run, checked as Python ints."""
+    return (check_int("k", k, 1, _BIG), check_int("wp", wp, 1, _BIG),
+            check_int("run", run, 0, _BIG))
+
+
 def _conv_ints(b0, b1, k, wp, run) -> tuple[int, ...]:
-    big = 1 << 62
-    return (check_int("b0", b0, 0, big), check_int("b1", b1, 0, big), check_int("k", k, 1, big),
-            check_int("wp", wp, 1, big), check_int("run", run, 0, big))
+    return (check_int("b0", b0, 0, _BIG), check_int("b1", b1, 0, _BIG),
+            *_conv_geometry(k, wp, run))
+
+
+def _f32_3d(fn: str, name: str, a: object) -> None:
+    """TypeError unless ``a`` is a 3-D float32 numpy array (its shape the glue checks)."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 3:
+        raise TypeError(f"{fn}: {name} must be a 3-D float32 numpy array, got "
+                        f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
 
 
 def conv_unfold(xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, k: int, wp: int, run: int,
@@ -84,13 +99,8 @@ def conv_forward(wb: np.ndarray, xp: np.ndarray, y: np.ndarray | None, k: int, w
     output is the same chain of multiply-adds as :func:`nn_gemm` on conv_unfold's columns with a
     row of ones, so the two agree bit for bit. ``y`` (P, Cout, B*run), new when None. Returns y."""
     x4 = _conv_groups("xp", xp, 4, (np.float32,))
-    if not isinstance(wb, np.ndarray) or wb.dtype != np.float32 or wb.ndim != 3:
-        raise TypeError(f"conv_forward: wb must be a 3-D float32 numpy array, got "
-                        f"{getattr(wb, 'dtype', type(wb).__name__)} "
-                        f"{getattr(wb, 'shape', '')}")
-    big = 1 << 62
-    k, wp = check_int("k", k, 1, big), check_int("wp", wp, 1, big)
-    run = check_int("run", run, 0, big)
+    _f32_3d("conv_forward", "wb", wb)
+    k, wp, run = _conv_geometry(k, wp, run)
     if y is None:
         y = np.empty((wb.shape[0], wb.shape[1], x4.shape[2] * run), np.float32)
     work = wb.shape[0] * wb.shape[1] * wb.shape[2] * x4.shape[2] * run
@@ -108,13 +118,9 @@ def conv_weight_grad(xp: np.ndarray, dy: np.ndarray, g: np.ndarray | None, k: in
     :func:`conv_forward`; ``dy`` (P, Cout, B*run) the output gradient on wide rows; all float32,
     C-contiguous. ``g`` (P, C*k*k + 1, Cout), new when None. Returns g."""
     x4 = _conv_groups("xp", xp, 4, (np.float32,))
-    if not isinstance(dy, np.ndarray) or dy.dtype != np.float32 or dy.ndim != 3:
-        raise TypeError(f"conv_weight_grad: dy must be a 3-D float32 numpy array, got "
-                        f"{getattr(dy, 'dtype', type(dy).__name__)} {getattr(dy, 'shape', '')}")
-    big = 1 << 62
-    k, wp = check_int("k", k, 1, big), check_int("wp", wp, 1, big)
-    run = check_int("run", run, 0, big)
-    chunk = check_int("chunk", chunk, 1, big)
+    _f32_3d("conv_weight_grad", "dy", dy)
+    k, wp, run = _conv_geometry(k, wp, run)
+    chunk = check_int("chunk", chunk, 1, _BIG)
     if g is None:
         g = np.empty((dy.shape[0], x4.shape[1] * k * k + 1, dy.shape[1]), np.float32)
     work = g.size * x4.shape[2] * run
@@ -130,14 +136,10 @@ def conv_input_grad(w: np.ndarray, dy: np.ndarray, dxp: np.ndarray, k: int, wp: 
     same adds in kernel-offset order, so the same bits. ``w`` (P, Cout, C*k*k) the weights, ``dy``
     (P, Cout, B*run) the output gradient on wide rows; all float32, C-contiguous; every element of
     dxp is written. Returns dxp."""
-    for name, a in (("w", w), ("dy", dy)):
-        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 3:
-            raise TypeError(f"conv_input_grad: {name} must be a 3-D float32 numpy array, got "
-                            f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    _f32_3d("conv_input_grad", "w", w)
+    _f32_3d("conv_input_grad", "dy", dy)
     x4 = _conv_groups("dxp", dxp, 4, (np.float32,))
-    big = 1 << 62
-    k, wp = check_int("k", k, 1, big), check_int("wp", wp, 1, big)
-    run = check_int("run", run, 0, big)
+    k, wp, run = _conv_geometry(k, wp, run)
     work = w.size * x4.shape[2] * run
     _core_conv_input_grad(w, dy, x4, k, wp, run, resolve_threads(n_threads, work))
     return dxp
