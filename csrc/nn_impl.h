@@ -44,7 +44,8 @@ typedef int32_t dl_nn_vi __attribute__((vector_size(DL_NN_LANES * 4)));
 #define DL_NN_NC 512
 /* At most this many rows of C read B in place (nn_gemm_rows): 32 rows (the batch of a dense
  * layer's forward, a convolution's output channels) take 0.83-0.65x the time with packing
- * (AVX-512, 2 threads: Fashion-MNIST CNN's convolutions and the 64-128-10 MLP's first layer) */
+ * (Xeon family 6 model 207, AVX-512 build, 2 threads: the Fashion-MNIST CNN's convolutions and
+ * the 64-128-10 MLP's first layer; 16 and 64 rows measured too, 32 best) */
 #define DL_NN_INPLACE_ROWS 32
 
 static inline dl_nn_vf nn_ld(const float *p) {
@@ -270,8 +271,14 @@ static void nn_pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_
  * acc = acc + a * b over k in order, whatever mr and the panel, so how rows are blocked (and
  * split over threads) never changes a result. */
 #define DL_NN_ROW(R, S) (mr > (R) ? (S) : 0)
-/* Row R's offset from row 0 in A: R ars, or from the row-offset table aro. */
+/* Row R's offset from row 0 in A: R ars, or from the row-offset table aro. The kernels keep
+ * one pointer stepped by acs and rows 1-5 at fixed offsets o1..o5 (an index multiplied by acs
+ * makes GCC spill the accumulators under -fwrapv, which Python's build flags add). */
 #define DL_NN_AOFF(R) (aro != NULL ? aro[R] - aro[0] : (R) * ars)
+#define DL_NN_A_OFFSETS                                                                           \
+    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),             \
+                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),             \
+                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
 /* nn_kern_wide: B's rows bs apart from bp (a packed panel, or B in place), or, when brow is not
  * NULL, row k at brow[k] + bs (bs then the panel's first column). A (also for nn_kern_narrow):
  * element (r, k) at a[r ars + k acs], or, with the tables, at a[aro[r] - aro[0] + acol[k]]
@@ -283,11 +290,7 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
                                int64_t j, int n, const nn_epi_t *e, int acc, int last,
                                const float *mask) {
     const int L = DL_NN_LANES;
-    /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
-     * spill the accumulators under -fwrapv, which Python's build flags add) */
-    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),
-                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),
-                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
+    DL_NN_A_OFFSETS
     dl_nn_vf c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     dl_nn_vf c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
@@ -333,14 +336,9 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
 DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64_t ars,
                                  int64_t acs, const int64_t *restrict aro,
                                  const int64_t *restrict acol, const float *restrict bp, float *c,
-                                 int64_t ldc,
-                                 int64_t j, int n, const nn_epi_t *e, int acc, int last,
-                                 const float *mask) {
-    /* one pointer stepped by acs, rows at fixed offsets (an index multiplied by acs makes GCC
-     * spill the accumulators under -fwrapv, which Python's build flags add) */
-    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),
-                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),
-                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
+                                 int64_t ldc, int64_t j, int n, const nn_epi_t *e, int acc,
+                                 int last, const float *mask) {
+    DL_NN_A_OFFSETS
     dl_nn_vf c00 = {0}, c10 = {0}, c20 = {0}, c30 = {0}, c40 = {0}, c50 = {0};
     dl_nn_v4 c01 = {0}, c11 = {0}, c21 = {0}, c31 = {0}, c41 = {0}, c51 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
@@ -405,12 +403,9 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
 DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64_t ars,
                                  int64_t acs, const int64_t *restrict aro,
                                  const int64_t *restrict acol, const float *restrict bp, float *c,
-                                 int64_t ldc,
-                                 int64_t j, int n, const nn_epi_t *e, int acc, int last,
-                                 const float *mask) {
-    const int64_t o1 = DL_NN_ROW(1, DL_NN_AOFF(1)), o2 = DL_NN_ROW(2, DL_NN_AOFF(2)),
-                  o3 = DL_NN_ROW(3, DL_NN_AOFF(3)), o4 = DL_NN_ROW(4, DL_NN_AOFF(4)),
-                  o5 = DL_NN_ROW(5, DL_NN_AOFF(5));
+                                 int64_t ldc, int64_t j, int n, const nn_epi_t *e, int acc,
+                                 int last, const float *mask) {
+    DL_NN_A_OFFSETS
     dl_nn_vf c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0};
     for (int64_t k = 0; k < kc; k++, a += acs) {
         const float *ak = acol != NULL ? a + acol[k] : a;
@@ -440,6 +435,7 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
 #endif
 #undef DL_NN_ROW
 #undef DL_NN_AOFF
+#undef DL_NN_A_OFFSETS
 
 /* One mr x (panel) tile: a switch to the kernels compiled for each row count. */
 static void nn_tile(int mr, int narrow, int64_t kc, const float *a, int64_t ars, int64_t acs,
