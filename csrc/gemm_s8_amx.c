@@ -117,6 +117,20 @@ static inline void amx_kblock(const int8_t *a, const int8_t *b0, const int8_t *b
     }
 }
 
+/* One k block of C tiles 0-3: A rows 0-15 (tmm4) and 16-31 (tmm5) at a row stride of rs bytes
+ * times the column blocks b0, b1 (tmm6, tmm7, rows b_stride bytes apart). */
+static inline void amx_kblock_s(const int8_t *a, int64_t rs, const int8_t *b0, const int8_t *b1,
+                                int b_stride) {
+    DL_AMX_LOADD(4, a, rs);
+    DL_AMX_LOADD(6, b0, b_stride);
+    DL_AMX_LOADD(7, b1, b_stride);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    DL_AMX_LOADD(5, a + 16 * rs, rs);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+}
+
 static inline void amx_half_p(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
                               int32_t *tile, amx_pend_t *pend) {
     const int64_t nkb = kgn / 16, kr = kgn % 16;
@@ -202,6 +216,82 @@ static inline void dl_gemm_ukernel_multi(int nt, int64_t kgn, const int8_t *ap, 
     for (int c0 = 0; c0 < 4; c0 += 2)
         for (int u = 0; u < nt; u++)
             amx_half(kgn, ap + u * a_tile, bp, c0, 1, tiles + u * DL_GEMM_MR * DL_GEMM_NR);
+}
+
+/* Epilogue of rows r0 .. r1 - 1 of the half (columns 16 h0 .. 16 h0 + 31) of a 32 x 64 tile
+ * buffer: c[r, j] = act(float(t) * s + bv[j]) for the nv valid columns, act the ReLU (v <= 0 ->
+ * +0, NaN kept) or the mask factor ((mask[r, j] > 0) ? 1 : 0, NULL: none); the same operations as
+ * gemm_dense_row's, so the same bits. */
+static inline void amx_epi_rows(const int32_t *tile, int r0, int r1, int h0, int nv, float s,
+                                const float *bv, int relu, const float *mask, int64_t m_rs,
+                                float *c, int64_t c_rs) {
+    const __m512 sv = _mm512_set1_ps(s), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    for (int h = h0; h < h0 + 2; h++) {
+        if (16 * h >= nv) break;
+        const __mmask16 k = nv - 16 * h >= 16 ? (__mmask16)0xffff
+                                               : (__mmask16)((1u << (nv - 16 * h)) - 1);
+        const __m512 b = _mm512_loadu_ps(bv + 16 * h);
+        for (int r = r0; r < r1; r++) {
+            const __m512i t = _mm512_load_si512((const void *)(tile + r * DL_GEMM_NR + 16 * h));
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), sv, b);
+            if (mask != NULL) {
+                const __m512 mk = _mm512_maskz_loadu_ps(k, mask + r * m_rs + 16 * h);
+                v = _mm512_mul_ps(v, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mk, zero, _CMP_GT_OQ),
+                                                         one));
+            } else if (relu) {
+                v = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v);
+            }
+            _mm512_mask_storeu_ps(c + r * c_rs + 16 * h, k, v);
+        }
+    }
+}
+
+/* The fused dense layer's full row tiles (gemm_dense_mm; see the VNNI build): 32 rows of A, its
+ * packed tile (packed: rows of 64 k values, a_rs unused) or signed codes read in place (row r at
+ * a + r * a_rs; k = 4 kgn, then a multiple of 64: whole k blocks), against one panel; the
+ * epilogue from the tile buffer in zmm registers. Per half of the panel's columns the tiles are
+ * computed and stored, and the previous half's rows are finished between the k blocks (their
+ * stores then overlap the multiplies). A last partial k block (packed A only) takes its B rows
+ * from a zero-padded copy, as amx_half_p. */
+#define DL_GEMM_HAVE_UKERNEL_EPI 1
+#define DL_GEMM_EPI_KALIGN 64
+static inline void dl_gemm_ukernel_epi(int64_t kgn, const int8_t *a, int64_t a_rs, int packed,
+                                       const int8_t *bp, const int32_t *colsum, float s,
+                                       const float *bv, int relu, const float *mask, int64_t m_rs,
+                                       float *c, int64_t c_rs, int nv) {
+    (void)colsum;
+    int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+    const int64_t nkb = kgn / 16, kr = kgn % 16;
+    const int64_t rs = packed ? 64 : a_rs, kb_step = packed ? DL_GEMM_MR * 64 : 64;
+    int done = DL_GEMM_MR; /* rows of the previous half still to finish: none */
+    for (int c0 = 0; c0 < 4 && 16 * c0 < nv; c0 += 2) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            const int8_t *b = bp + kb * 16 * 256 + 64 * c0;
+            amx_kblock_s(a + kb * kb_step, rs, b, b + 64, 256);
+            if (done < DL_GEMM_MR) { /* four rows of the previous half */
+                const int r1 = done + 4 < DL_GEMM_MR ? done + 4 : DL_GEMM_MR;
+                amx_epi_rows(tile, done, r1, c0 - 2, nv, s, bv, relu, mask, m_rs, c, c_rs);
+                done = r1;
+            }
+        }
+        if (kr) {
+            int8_t tail[2][1024] __attribute__((aligned(64)));
+            amx_tail_b(bp + nkb * 16 * 256, (int)kr, c0, tail);
+            amx_kblock_s(a + nkb * kb_step, rs, tail[0], tail[1], 64);
+        }
+        if (done < DL_GEMM_MR)
+            amx_epi_rows(tile, done, DL_GEMM_MR, c0 - 2, nv, s, bv, relu, mask, m_rs, c, c_rs);
+        _tile_stored(0, tile + 16 * c0, DL_GEMM_NR * 4);
+        _tile_stored(1, tile + 16 * c0 + 16, DL_GEMM_NR * 4);
+        _tile_stored(2, tile + 16 * DL_GEMM_NR + 16 * c0, DL_GEMM_NR * 4);
+        _tile_stored(3, tile + 16 * DL_GEMM_NR + 16 * c0 + 16, DL_GEMM_NR * 4);
+        done = 0;
+    }
+    amx_epi_rows(tile, done, DL_GEMM_MR, nv > 32 ? 2 : 0, nv, s, bv, relu, mask, m_rs, c, c_rs);
 }
 
 #include "gemm_s8_vnni_pack.h"

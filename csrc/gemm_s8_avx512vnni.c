@@ -58,6 +58,68 @@ static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t 
         for (int j = 0; j < 4; j++) _mm512_store_si512((void *)(tile + r * 64 + 16 * j), c[r][j]);
 }
 
+/* The fused dense layer's full row tiles (gemm_dense_mm): 6 rows of A against one packed panel,
+ * the epilogue in registers: c[r, j] = act(float(t) * s + bv[j]) for the nv <= 64 valid columns
+ * (masked stores), act the ReLU (v <= 0 -> +0, NaN kept) or the mask factor ((mask[r, j] > 0) ?
+ * 1 : 0, NULL: none). A is its packed tile (packed: a is the tile, a_rs unused) or signed codes
+ * read in place (row r at a + r * a_rs, k = 4 kgn values each; the + 128 applied to each
+ * broadcast quad). The same integer sums and the same FMA and compares as the tile route
+ * (dl_gemm_ukernel + gemm_dense_row), so the same bits. */
+#define DL_GEMM_HAVE_UKERNEL_EPI 1
+static inline void dl_gemm_ukernel_epi(int64_t kgn, const int8_t *a, int64_t a_rs, int packed,
+                                       const int8_t *bp, const int32_t *colsum, float s,
+                                       const float *bv, int relu, const float *mask, int64_t m_rs,
+                                       float *c, int64_t c_rs, int nv) {
+    __m512i acc[DL_GEMM_MR][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i cs = _mm512_loadu_si512((const void *)(colsum + 16 * j));
+        const __m512i z = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(cs, 7));
+#pragma GCC unroll 6
+        for (int r = 0; r < DL_GEMM_MR; r++) acc[r][j] = z;
+    }
+    /* packed: quads at 4 r of each 24-byte group, already + 128; in place: + 128 by the xor */
+    const int64_t r_step = packed ? 4 : a_rs, g_step = packed ? 4 * DL_GEMM_MR : 4;
+    const __m512i flip = _mm512_set1_epi32(packed ? 0 : (int32_t)0x80808080u);
+    for (int64_t g = 0; g < kgn; g++) {
+        const __m512i b0 = _mm512_loadu_si512((const void *)bp);
+        const __m512i b1 = _mm512_loadu_si512((const void *)(bp + 64));
+        const __m512i b2 = _mm512_loadu_si512((const void *)(bp + 128));
+        const __m512i b3 = _mm512_loadu_si512((const void *)(bp + 192));
+#pragma GCC unroll 6
+        for (int r = 0; r < DL_GEMM_MR; r++) {
+            int32_t quad;
+            __builtin_memcpy(&quad, a + r * r_step + g * g_step, 4);
+            const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, b0);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, b1);
+            acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], av, b2);
+            acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], av, b3);
+        }
+        bp += DL_GEMM_NR * 4;
+    }
+    const __m512 sv = _mm512_set1_ps(s), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        if (16 * j >= nv) break;
+        const __mmask16 k = nv - 16 * j >= 16 ? (__mmask16)0xffff
+                                               : (__mmask16)((1u << (nv - 16 * j)) - 1);
+        const __m512 b = _mm512_loadu_ps(bv + 16 * j);
+#pragma GCC unroll 6
+        for (int r = 0; r < DL_GEMM_MR; r++) {
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][j]), sv, b);
+            if (mask != NULL) {
+                const __m512 mk = _mm512_maskz_loadu_ps(k, mask + r * m_rs + 16 * j);
+                v = _mm512_mul_ps(v, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mk, zero, _CMP_GT_OQ),
+                                                         one));
+            } else if (relu) {
+                v = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v);
+            }
+            _mm512_mask_storeu_ps(c + r * c_rs + 16 * j, k, v);
+        }
+    }
+}
+
 #include "gemm_s8_vnni_pack.h"
 #include "gemm_s8_impl.h"
 

@@ -540,7 +540,17 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
     const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
     const int64_t a_tile = DL_GEMM_A_TILE(k), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
-    for (int64_t t = 0; t < mt; t++) gemm_pack_a(m, k, a, a_rs, a_cs, t, wb->ap + t * a_tile);
+#ifdef DL_GEMM_HAVE_UKERNEL_EPI /* full row tiles of a row-major A read in place (no A tile) */
+#ifndef DL_GEMM_EPI_KALIGN /* what k must be a multiple of for A read in place */
+#define DL_GEMM_EPI_KALIGN DL_GEMM_KG
+#endif
+    const int64_t t_direct =
+        (!c_trans && a_cs == 1 && k % DL_GEMM_EPI_KALIGN == 0) ? m / DL_GEMM_MR : 0;
+#else
+    const int64_t t_direct = 0;
+#endif
+    for (int64_t t = t_direct; t < mt; t++)
+        gemm_pack_a(m, k, a, a_rs, a_cs, t, wb->ap + t * a_tile);
     for (int64_t q = 0; q < np; q++)
         gemm_pack_b_panel(k, n, b, b_rs, b_cs, q, wb->bp + q * b_panel, wb->colsum);
     int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
@@ -555,6 +565,20 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
         for (int64_t t = 0; t < mt; t++) {
             const int64_t i0 = t * DL_GEMM_MR;
             const int mv = (int)dl_min_i64(DL_GEMM_MR, m - i0);
+#ifdef DL_GEMM_HAVE_UKERNEL_EPI /* full row tiles: the epilogue in the microkernel */
+            if (!c_trans && mv == DL_GEMM_MR) {
+                const float *mt0 = mask != NULL ? mask + i0 * m_rs + j0 : NULL;
+                if (t < t_direct)
+                    dl_gemm_ukernel_epi(kgn, a + i0 * a_rs, a_rs, 0, wb->bp + q * b_panel,
+                                        wb->colsum + j0, s, bv, relu, mt0, m_rs,
+                                        c + i0 * c_rs + j0, c_rs, nv);
+                else
+                    dl_gemm_ukernel_epi(kgn, (const int8_t *)(wb->ap + t * a_tile), 0, 1,
+                                        wb->bp + q * b_panel, wb->colsum + j0, s, bv, relu, mt0,
+                                        m_rs, c + i0 * c_rs + j0, c_rs, nv);
+                continue;
+            }
+#endif
 #ifdef DL_GEMM_HAVE_UKERNEL_ROWS
             if (mv < DL_GEMM_MR)
                 dl_gemm_ukernel_rows(mv, kgn, wb->ap + t * a_tile, wb->bp + q * b_panel,

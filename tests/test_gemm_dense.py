@@ -10,9 +10,11 @@ import pytest
 from decentlearn import _core, ops
 from decentlearn._reference import gemm_s8 as ref
 
-# (peers, batch, in, out): the MLP's layers, edge tiles, one peer, empty batch and inputs
+# (peers, batch, in, out): the MLP's layers, edge tiles, one peer, empty batch and inputs; batches
+# of 64 and more run the AMX tiles on the amx path: whole 32-row tiles with k a multiple of 64 (A
+# read in place) or not (packed A, a partial last k block), a half panel (n = 96), a partial tile
 SHAPES = [(3, 32, 64, 128), (4, 32, 128, 10), (2, 7, 33, 17), (1, 1, 1, 1), (5, 0, 3, 4),
-          (2, 5, 0, 3), (3, 13, 40, 65), (2, 13, 31, 10)]
+          (2, 5, 0, 3), (3, 13, 40, 65), (2, 13, 31, 10), (2, 64, 128, 96), (2, 70, 200, 130)]
 
 
 def _data(shape, shared, seed=0):
