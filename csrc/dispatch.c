@@ -70,7 +70,8 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .gemm_qstoch_f32 = W(dl_gemm_qstoch_f32_##isa),                                               \
     .gemm_s8_batched = W(dl_gemm_s8_batched_##isa),                                               \
     .gemm_s8_dense_forward = W(dl_gemm_s8_dense_forward_##isa),                                   \
-    .gemm_s8_dense_backward = W(dl_gemm_s8_dense_backward_##isa), .peak_s8 = W(dl_peak_s8_##isa)
+    .gemm_s8_dense_backward = W(dl_gemm_s8_dense_backward_##isa),                                 \
+    .gemm_s8_conv_dgrad = W(dl_gemm_s8_conv_dgrad_##isa), .peak_s8 = W(dl_peak_s8_##isa)
 
 static const dl_dispatch_t tables[DL_ISA_COUNT] = {
     {.isa = DL_ISA_GENERIC, .name = "generic", DL_ISA_KERNELS(generic, DL_ANY),
@@ -89,6 +90,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_avx512vnni),
      .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_avx512vnni),
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_avx512vnni),
+     .gemm_s8_conv_dgrad = DL_X86_ONLY(dl_gemm_s8_conv_dgrad_avx512vnni),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni),
      DL_NN_KERNELS(avx512, DL_X86_ONLY)},
     {.isa = DL_ISA_AMX, .name = "amx", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
@@ -101,6 +103,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_batched = DL_X86_ONLY(dl_gemm_s8_batched_amx),
      .gemm_s8_dense_forward = DL_X86_ONLY(dl_gemm_s8_dense_forward_amx),
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_amx),
+     .gemm_s8_conv_dgrad = DL_X86_ONLY(dl_gemm_s8_conv_dgrad_amx),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_amx),
      DL_NN_KERNELS(avx512, DL_X86_ONLY)},
 };

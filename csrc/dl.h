@@ -178,6 +178,24 @@ typedef struct {
     int64_t m_ps, m_rs;
 } dl_gemm_s8_dense_t;
 typedef int (*dl_gemm_s8_dense_fn)(const dl_gemm_s8_dense_t *d, int n_threads);
+/* Conv2d's int8 input gradient on padded images, without a column gradient (gemm_s8_impl.h):
+ * per peer, dxp[p] (C, B, len) = col2im of the columns float(wq[p]^T dq[p]) * (sw[p] sdy[p]),
+ * i.e. zeroed, then for every row kk = (c, i, j) of wq[p] (Cout, C k k) in order and every
+ * sample b, dxp[p][c, b, i wp + j + t] += float(sum_o wq[p][o, kk] dq[p][o, b run + t]) * s for
+ * t < run: the bits of the int8 GEMM on im2col columns followed by conv_fold. Rows contiguous;
+ * strides in elements. */
+typedef struct {
+    int64_t n_peers, cout, c, batch, len, k, wp, run;
+    const int8_t *wq; /* (P, Cout, C k k) codes and (P) scales */
+    int64_t wq_ps;
+    const float *sw;
+    const int8_t *dq; /* (P, Cout, B run) codes and (P) scales */
+    int64_t dq_ps, dq_rs;
+    const float *sdy;
+    float *dxp; /* (P, C, B, len), every element written */
+    int64_t dxp_ps;
+} dl_gemm_s8_conv_dgrad_t;
+typedef int (*dl_gemm_s8_conv_dgrad_fn)(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
 /* <<< dispatch-types gemm */
 /* >>> dispatch-types limits */
 typedef int (*dl_peak_s8_fn)(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
@@ -307,6 +325,7 @@ typedef struct {
     dl_gemm_s8_batched_fn gemm_s8_batched;
     dl_gemm_s8_dense_fn gemm_s8_dense_forward;
     dl_gemm_s8_dense_fn gemm_s8_dense_backward;
+    dl_gemm_s8_conv_dgrad_fn gemm_s8_conv_dgrad;
     /* <<< dispatch-members gemm */
     /* >>> dispatch-members limits */
     dl_peak_s8_fn peak_s8; /* the int8 peak loop of the instruction the active gemm_s8 uses */
@@ -589,6 +608,11 @@ int dl_gemm_s8_dense_backward_generic(const dl_gemm_s8_dense_t *d, int n_threads
 int dl_gemm_s8_dense_backward_avx2(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_backward_avx512vnni(const dl_gemm_s8_dense_t *d, int n_threads);
 int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads);
+/* Conv2d's int8 input gradient (gemm_s8_impl.h; dl_gemm_s8_conv_dgrad_t). */
+int dl_gemm_s8_conv_dgrad_generic(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_dgrad_avx2(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_dgrad_avx512vnni(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_dgrad_amx(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
 /* <<< section gemm */
 
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */

@@ -755,5 +755,101 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
     }
     return status;
 }
+/* ---- Conv2d's int8 input gradient (see dl_gemm_s8_conv_dgrad_t) ------------------------- */
+
+/* dst[0:n) += src[0:n), apart from the product that made src (not inlined: the compiler may not
+ * fuse the two into one multiply-add, which would change the bits of the unfused col2im). */
+__attribute__((noinline)) static void DL_CAT(conv_add_run, DL_SUFFIX)(float *restrict dst,
+                                                                       const float *restrict src,
+                                                                       int64_t n) {
+    for (int64_t j = 0; j < n; j++) dst[j] += src[j];
+}
+
+/* v[0:n) = float(t[j]) * s: the GEMM's float store (gemm_store with a zero bias). */
+static inline void conv_dequant_row(const int32_t *restrict t, int n, float s,
+                                    float *restrict v) {
+    for (int j = 0; j < n; j++) v[j] = (float)t[j] * s;
+}
+
+/* Per peer (one thread each): A = wq^T (C k k rows, k = Cout) packed once; per sample, B = the
+ * sample's dq columns packed in panels; per register-tile row block of A, every panel's products
+ * dequantized into a row buffer (float(t) * s, as the GEMM's float store), then each row added into
+ * its shifted run of dxp in row order (col2im's order: the same adds as conv_fold's). */
+int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
+    if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
+        d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->cout > DL_GEMM_S8_MAX_K ||
+        d->len < (d->k - 1) * d->wp + d->k - 1 + d->run || d->dq_rs < d->batch * d->run)
+        return DL_E_ARG;
+    const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
+    const int64_t run = d->run, K = C * k * k;
+    if (P == 0) return DL_OK;
+    const int64_t mt = dl_cdiv_i64(K, DL_GEMM_MR), np = dl_cdiv_i64(run, DL_GEMM_NR);
+    const int64_t kgn = dl_cdiv_i64(Co, DL_GEMM_KG), a_tile = DL_GEMM_A_TILE(Co);
+    const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG, ldv = np * DL_GEMM_NR;
+    const int nt = (int)dl_min_i64(n_threads, P);
+    int status = DL_OK;
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        dl_gemm_a_t *ap = aligned_alloc(64, ((size_t)(mt * a_tile) * sizeof(dl_gemm_a_t) + 63) /
+                                                64 * 64 + 64);
+        dl_gemm_b_t *bp = aligned_alloc(64, ((size_t)(np * b_panel) * sizeof(dl_gemm_b_t) + 63) /
+                                                64 * 64 + 64);
+        int32_t *colsum = malloc((size_t)(ldv + 1) * sizeof(int32_t));
+        float *vbuf = malloc((size_t)(DL_GEMM_MR * ldv + 1) * sizeof(float));
+        const int ok = ap != NULL && bp != NULL && colsum != NULL && vbuf != NULL;
+        if (!ok) status = DL_E_NOMEM;
+        DL_GEMM_THREAD_BEGIN();
+        { /* every thread meets the omp for, with its buffers or not */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++) {
+                if (!ok) continue;
+                const float s = d->sw[p] * d->sdy[p];
+                const int8_t *wq = d->wq + p * d->wq_ps; /* A[kk, o] = wq[o * K + kk] */
+                for (int64_t t = 0; t < mt; t++)
+                    gemm_pack_a(K, Co, wq, 1, K, t, ap + t * a_tile);
+                float *dx = d->dxp + p * d->dxp_ps;
+                memset(dx, 0, (size_t)(C * B * L) * sizeof(float));
+                int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+                for (int64_t b = 0; b < B; b++) {
+                    const int8_t *dqb = d->dq + p * d->dq_ps + b * run;
+                    for (int64_t q = 0; q < np; q++)
+                        gemm_pack_b_panel(Co, run, dqb, d->dq_rs, 1, q, bp + q * b_panel, colsum);
+                    for (int64_t t = 0; t < mt; t++) {
+                        const int mv = (int)dl_min_i64(DL_GEMM_MR, K - t * DL_GEMM_MR);
+                        for (int64_t q = 0; q < np; q++) {
+                            const int64_t j0 = q * DL_GEMM_NR;
+                            const int nv = (int)dl_min_i64(DL_GEMM_NR, run - j0);
+                            dl_gemm_ukernel(kgn, ap + t * a_tile, bp + q * b_panel, colsum + j0,
+                                            tile);
+                            for (int r = 0; r < mv; r++)
+                                conv_dequant_row(tile + r * DL_GEMM_NR, nv, s,
+                                                 vbuf + r * ldv + j0);
+                        }
+                        for (int r = 0; r < mv; r++) {
+                            const int64_t kk = t * DL_GEMM_MR + r, c = kk / (k * k);
+                            const int64_t off = (kk / k % k) * d->wp + kk % k;
+                            DL_CAT(conv_add_run, DL_SUFFIX)(dx + (c * B + b) * L + off,
+                                                            vbuf + r * ldv, run);
+                        }
+                    }
+                }
+            }
+        }
+        DL_GEMM_THREAD_END();
+        free(ap);
+        free(bp);
+        free(colsum);
+        free(vbuf);
+    }
+    return status;
+}
+
 #undef gemm_dense_buf_t
 #undef EPI

@@ -282,6 +282,43 @@ static int call_conv_input_grad(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->nn_conv_dgrad_f32(&g, c->n_threads);
 }
 
+/* conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads): wq (P, Cout, C*k*k) and dq
+ * (P, Cout, B*run) int8 codes with per-peer scales sw, sdy (P,), dxp (P, C, B, L) as for
+ * conv_input_grad; ssz = k, wp, run. */
+static int check_conv_input_grad_s8(glue_call_t *c) {
+    const char *fn = c->fn;
+    PyArrayObject *w = c->arr[0], *dq = c->arr[2], *dxp = c->arr[4];
+    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
+    const npy_intp P = PyArray_DIM(w, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
+                   L = PyArray_DIM(dxp, 3), cout = PyArray_DIM(w, 1);
+    if (conv_check_runs(fn, k, wp, run, L, "dxp") < 0) return -1;
+    if (PyArray_DIM(dxp, 0) != P) {
+        PyErr_Format(PyExc_ValueError, "%s: dxp must have P=%zd peers on axis 0, got %zd", fn,
+                     (Py_ssize_t)P, (Py_ssize_t)PyArray_DIM(dxp, 0));
+        return -1;
+    }
+    if (cout > DL_GEMM_S8_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "%s: wq must have at most %d output channels, got %zd", fn,
+                     DL_GEMM_S8_MAX_K, (Py_ssize_t)cout);
+        return -1;
+    }
+    if (conv_check_shape3(fn, "wq", w, P, cout, C * k * k) < 0 ||
+        conv_check_shape3(fn, "dq", dq, P, cout, B * run) < 0)
+        return -1;
+    return 0;
+}
+static int call_conv_input_grad_s8(const glue_call_t *c, const dl_dispatch_t *d) {
+    PyArrayObject *w = c->arr[0], *dq = c->arr[2], *dxp = c->arr[4];
+    const dl_gemm_s8_conv_dgrad_t g = {
+        .n_peers = PyArray_DIM(w, 0), .cout = PyArray_DIM(w, 1), .c = PyArray_DIM(dxp, 1),
+        .batch = PyArray_DIM(dxp, 2), .len = PyArray_DIM(dxp, 3), .k = c->ssz[0],
+        .wp = c->ssz[1], .run = c->ssz[2], .wq = G_DATA(c, 0), .wq_ps = PyArray_STRIDE(w, 0),
+        .sw = G_DATA(c, 1), .dq = G_DATA(c, 2), .dq_ps = PyArray_STRIDE(dq, 0),
+        .dq_rs = PyArray_STRIDE(dq, 1), .sdy = G_DATA(c, 3), .dxp = G_DATA(c, 4),
+        .dxp_ps = PyArray_STRIDE(dxp, 0) / 4};
+    return d->gemm_s8_conv_dgrad(&g, c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -315,6 +352,12 @@ static const glue_op_t ops[] = {
      {G_IN("w", NPY_FLOAT32, 3, X_ANY, X_ANY), G_IN("dy", NPY_FLOAT32, 3, X_ANY, X_ANY),
       G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
      0, 0, check_conv_input_grad, NULL, call_conv_input_grad, {0}, 0, {0}},
+    {"conv_input_grad_s8", "conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads): "
+     "Conv2d's int8 input gradient on the padded images, without a column gradient.",
+     {G_IN("wq", NPY_INT8, 3, X_ANY, X_ANY), G_IN("sw", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_IN("dq", NPY_INT8, 3, X_R, X_ANY), G_IN("sdy", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_OUT("dxp", NPY_FLOAT32, 4, X_R, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_input_grad_s8, NULL, call_conv_input_grad_s8, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

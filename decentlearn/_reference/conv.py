@@ -86,6 +86,20 @@ def conv_input_grad(w, dy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
     return dxp
 
 
+def conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
+    """dxp (P, C, B, L) = conv_fold of the columns float32(wq^T @ dq) * float32(sw * sdy) into
+    zeros: exact integer products of the int8 codes wq (P, Cout, C*k*k) and dq (P, Cout, B*run),
+    each sum converted to float32 and multiplied by the float32 product of the peer's scales
+    (rounded once), then the float32 adds of conv_fold. Returns dxp."""
+    _, c, b, _ = dxp.shape
+    acc = np.matmul(wq.astype(np.int64).swapaxes(-1, -2), dq.astype(np.int64))
+    s = (np.asarray(sw, np.float32) * np.asarray(sdy, np.float32))[:, None, None]
+    dcols = acc.astype(np.float32) * s
+    dxp[...] = 0
+    conv_fold(dcols, dxp, 0, b, k, wp, run)
+    return dxp
+
+
 def conv_pad(src, w, dst, pad, wp, n_threads=None) -> np.ndarray:
     """Row n of ``dst`` (N, L): zeros, with the first ``w`` columns of image n of ``src``
     (N, h, ld) placed row r at ``(pad + r) * wp + pad``; returns ``dst``."""

@@ -558,9 +558,6 @@ class Conv2d(Layer):
         cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
         g_w = _view(g_weight, (n_peers, cout, kk))
         part = scratch.empty("g_w_part", g_w.shape, np.float32)
-        if need_dx:
-            dcols = scratch.empty("dcols", (n_peers, kk, min(b, chunk) * run), np.float32)
-            dxp = scratch.zeros("dxp", (n_peers, c, b, hp * wp + k - 1), np.float32)
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
             dq = dyq[..., b0 * run : b1 * run]
@@ -570,11 +567,13 @@ class Conv2d(Layer):
                                     n_threads=scratch.n_threads)
             if b0:
                 g_w += part
-            if need_dx:
-                ops.gemm_s8_batched_f32(wq, dq, sw, sdy, out=dcols[..., : (b1 - b0) * run],
-                                        trans_a=True, n_threads=scratch.n_threads)
-                self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
-        return self._crop(dxp, h, wd, scratch) if need_dx else None
+        if not need_dx:
+            return None
+        # dX = col2im(Q(W)^T Q_s(dY)) without the column gradient: the same bits as the int8
+        # GEMM on the columns followed by the fold (ops.conv_input_grad_s8)
+        dxp = scratch.empty("dxp", (n_peers, c, b, hp * wp + k - 1), np.float32)
+        ops.conv_input_grad_s8(wq, sw, dyq, sdy, dxp, k, wp, run, n_threads=scratch.n_threads)
+        return self._crop(dxp, h, wd, scratch)
 
 
 def _image_rows(x: np.ndarray) -> tuple[np.ndarray, int]:

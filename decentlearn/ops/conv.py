@@ -12,6 +12,7 @@ from decentlearn._core import (
     conv_forward as _core_conv_forward,
     conv_weight_grad as _core_conv_weight_grad,
     conv_input_grad as _core_conv_input_grad,
+    conv_input_grad_s8 as _core_conv_input_grad_s8,
     conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
@@ -20,7 +21,7 @@ from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
 __all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_input_grad",
-           "conv_pad", "conv_crop"]
+           "conv_input_grad_s8", "conv_pad", "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -142,6 +143,30 @@ def conv_input_grad(w: np.ndarray, dy: np.ndarray, dxp: np.ndarray, k: int, wp: 
     k, wp, run = _conv_geometry(k, wp, run)
     work = w.size * x4.shape[2] * run
     _core_conv_input_grad(w, dy, x4, k, wp, run, resolve_threads(n_threads, work))
+    return dxp
+
+
+def conv_input_grad_s8(wq: np.ndarray, sw: np.ndarray, dq: np.ndarray, sdy: np.ndarray,
+                       dxp: np.ndarray, k: int, wp: int, run: int,
+                       n_threads: int | None = None) -> np.ndarray:
+    """Conv2d's int8 input gradient on the padded images without a column gradient: ``dxp`` (P,
+    C, B, L) gets, for every sample, ``conv_fold`` of the columns ``float32(wq[p].T @ dq[p]) *
+    float32(sw[p] * sdy[p])`` (exact int32 sums, dequantized as gemm_s8_batched_f32 does) into
+    zeros, in the same order, so the same bits as that GEMM followed by conv_fold. ``wq`` (P,
+    Cout, C*k*k) the weight codes, ``dq`` (P, Cout, B*run) the output gradient's codes on wide
+    rows (int8), ``sw`` and ``sdy`` (P,) their float32 scales; all C-contiguous; every element of
+    dxp is written. Each peer is computed by one thread. Returns dxp."""
+    for name, a, dt, nd in (("wq", wq, np.int8, 3), ("sw", sw, np.float32, 1),
+                            ("dq", dq, np.int8, 3), ("sdy", sdy, np.float32, 1),
+                            ("dxp", dxp, np.float32, 4)):
+        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != nd:
+            raise TypeError(f"conv_input_grad_s8: {name} must be a {nd}-D {np.dtype(dt)} numpy "
+                            f"array, got {getattr(a, 'dtype', type(a).__name__)} "
+                            f"{getattr(a, 'shape', '')}")
+    k, wp, run = _conv_geometry(k, wp, run)
+    work = wq.size * dxp.shape[2] * run
+    _core_conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run,
+                             resolve_threads(n_threads, work))
     return dxp
 
 
