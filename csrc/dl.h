@@ -196,6 +196,26 @@ typedef struct {
     int64_t dxp_ps;
 } dl_gemm_s8_conv_dgrad_t;
 typedef int (*dl_gemm_s8_conv_dgrad_fn)(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
+/* Conv2d's int8 forward product on padded codes, without im2col (gemm_s8_impl.h): per peer,
+ * y[p][o, b run + t] = float(sum_kk wq[p][o, kk] xq[p][c, b, i wp + j + t]) * (sw[p] sx[p]),
+ * then + bias[p][o] (a separate float32 add), kk = (c, i, j), t < run: the bits of the int8 GEMM
+ * on im2col columns followed by the bias add. xq_ps and sx_ps 0: one input shared by every peer
+ * (codes and scale). Rows contiguous; strides in elements. */
+typedef struct {
+    int64_t n_peers, cout, c, batch, len, k, wp, run;
+    const int8_t *wq; /* (P, Cout, C k k) codes and (P) scales */
+    int64_t wq_ps;
+    const float *sw;
+    const int8_t *xq; /* (P or 1, C, B, len) padded codes and scales */
+    int64_t xq_ps;
+    const float *sx;
+    int64_t sx_ps;
+    const float *bias; /* (P, Cout) */
+    int64_t b_ps;
+    float *y; /* (P, Cout, B run) */
+    int64_t y_ps, y_rs;
+} dl_gemm_s8_conv_fwd_t;
+typedef int (*dl_gemm_s8_conv_fwd_fn)(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
 /* <<< dispatch-types gemm */
 /* >>> dispatch-types limits */
 typedef int (*dl_peak_s8_fn)(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
@@ -326,6 +346,7 @@ typedef struct {
     dl_gemm_s8_dense_fn gemm_s8_dense_forward;
     dl_gemm_s8_dense_fn gemm_s8_dense_backward;
     dl_gemm_s8_conv_dgrad_fn gemm_s8_conv_dgrad;
+    dl_gemm_s8_conv_fwd_fn gemm_s8_conv_fwd;
     /* <<< dispatch-members gemm */
     /* >>> dispatch-members limits */
     dl_peak_s8_fn peak_s8; /* the int8 peak loop of the instruction the active gemm_s8 uses */
@@ -613,6 +634,10 @@ int dl_gemm_s8_conv_dgrad_generic(const dl_gemm_s8_conv_dgrad_t *d, int n_thread
 int dl_gemm_s8_conv_dgrad_avx2(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
 int dl_gemm_s8_conv_dgrad_avx512vnni(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
 int dl_gemm_s8_conv_dgrad_amx(const dl_gemm_s8_conv_dgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_fwd_generic(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
+int dl_gemm_s8_conv_fwd_avx2(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
+int dl_gemm_s8_conv_fwd_avx512vnni(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
+int dl_gemm_s8_conv_fwd_amx(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
 /* <<< section gemm */
 
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */

@@ -851,5 +851,104 @@ int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, i
     return status;
 }
 
+/* ---- Conv2d's int8 forward product (see dl_gemm_s8_conv_fwd_t) ---------------------------- */
+
+#ifndef DL_GEMM_HAVE_COPY_LE64 /* an ISA file may copy with masked vectors */
+static inline void gemm_copy_le64(int8_t *d, const int8_t *s, int n) {
+    if (n == 64)
+        memcpy(d, s, 64);
+    else
+        memcpy(d, s, (size_t)n);
+}
+#endif
+
+/* y[0:n) += b, apart from the product that made y (see conv_add_run). */
+__attribute__((noinline)) static void DL_CAT(conv_add_scalar, DL_SUFFIX)(float *restrict y,
+                                                                          int64_t n, float b) {
+    for (int64_t j = 0; j < n; j++) y[j] += b;
+}
+
+/* Per peer (one thread each): A = wq packed once; per sample, panels of 64 output positions
+ * (the last one partial), each gathered from the padded codes into a (C k k) x 64 block (row
+ * (c, i, j): the run of image (c, b) at i wp + j + t0, one copy of <= 64 bytes) and packed; per
+ * register tile of output channels the products dequantized into y's rows (float(t) * s, the
+ * GEMM's float store), then the bias added to each row's piece. */
+int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
+    if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
+        d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->xq_ps < 0 || d->sx_ps < 0 ||
+        d->c * d->k * d->k > DL_GEMM_S8_MAX_K ||
+        d->len < (d->k - 1) * d->wp + d->k - 1 + d->run || d->y_rs < d->batch * d->run)
+        return DL_E_ARG;
+    const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
+    const int64_t run = d->run, K = C * k * k;
+    if (P == 0 || Co == 0 || B == 0 || run == 0) return DL_OK;
+    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), np = dl_cdiv_i64(run, DL_GEMM_NR);
+    const int64_t kgn = dl_cdiv_i64(K, DL_GEMM_KG), a_tile = DL_GEMM_A_TILE(K);
+    const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    const int nt = (int)dl_min_i64(n_threads, P);
+    int status = DL_OK;
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        dl_gemm_a_t *ap = aligned_alloc(64, ((size_t)(mt * a_tile) * sizeof(dl_gemm_a_t) + 63) /
+                                                64 * 64 + 64);
+        dl_gemm_b_t *bp = aligned_alloc(64, ((size_t)b_panel * sizeof(dl_gemm_b_t) + 63) / 64 *
+                                                64 + 64);
+        int8_t *blk = malloc((size_t)(K * DL_GEMM_NR) + 1);
+        int64_t *roff = malloc((size_t)(K + 1) * sizeof(int64_t));
+        int32_t colsum[DL_GEMM_NR];
+        const int ok = ap != NULL && bp != NULL && blk != NULL && roff != NULL;
+        if (!ok) status = DL_E_NOMEM;
+        if (ok) /* row (c, i, j) of the columns starts at c B L + i wp + j of the codes */
+            for (int64_t kk = 0; kk < K; kk++)
+                roff[kk] = kk / (k * k) * B * L + (kk / k % k) * d->wp + kk % k;
+        DL_GEMM_THREAD_BEGIN();
+        { /* every thread meets the omp for, with its buffers or not */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++) {
+                if (!ok) continue;
+                const float s = d->sw[p] * d->sx[p * d->sx_ps];
+                const int8_t *wq = d->wq + p * d->wq_ps, *xq = d->xq + p * d->xq_ps;
+                for (int64_t t = 0; t < mt; t++)
+                    gemm_pack_a(Co, K, wq, K, 1, t, ap + t * a_tile);
+                float *y = d->y + p * d->y_ps;
+                const float *bias = d->bias + p * d->b_ps;
+                int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t q = 0; q < np; q++) {
+                        const int64_t t0 = q * DL_GEMM_NR, j0 = b * run + t0;
+                        const int nv = (int)dl_min_i64(DL_GEMM_NR, run - t0);
+                        const int8_t *src = xq + b * L + t0;
+                        for (int64_t kk = 0; kk < K; kk++)
+                            gemm_copy_le64(blk + kk * DL_GEMM_NR, src + roff[kk], nv);
+                        gemm_pack_b_panel(K, nv, blk, DL_GEMM_NR, 1, 0, bp, colsum);
+                        for (int64_t t = 0; t < mt; t++) {
+                            const int mv = (int)dl_min_i64(DL_GEMM_MR, Co - t * DL_GEMM_MR);
+                            dl_gemm_ukernel(kgn, ap + t * a_tile, bp, colsum, tile);
+                            for (int r = 0; r < mv; r++) {
+                                const int64_t o = t * DL_GEMM_MR + r;
+                                float *yr = y + o * d->y_rs + j0;
+                                conv_dequant_row(tile + r * DL_GEMM_NR, nv, s, yr);
+                                DL_CAT(conv_add_scalar, DL_SUFFIX)(yr, nv, bias[o]);
+                            }
+                        }
+                    }
+            }
+        }
+        DL_GEMM_THREAD_END();
+        free(ap);
+        free(bp);
+        free(blk);
+        free(roff);
+    }
+    return status;
+}
+
 #undef gemm_dense_buf_t
 #undef EPI

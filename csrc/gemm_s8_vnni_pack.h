@@ -13,6 +13,13 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+/* d[0:n) = s[0:n) for n <= 64: one masked load and store (gemm_s8_impl.h's im2col panels). */
+#define DL_GEMM_HAVE_COPY_LE64 1
+static inline void gemm_copy_le64(int8_t *d, const int8_t *s, int n) {
+    const __mmask64 m = n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+    _mm512_mask_storeu_epi8(d, m, _mm512_maskz_loadu_epi8(m, s));
+}
+
 #define DL_GEMM_HAVE_PACK_B_ROWS 1
 static inline void dl_gemm_pack_b_rows(int64_t kfull, const int8_t *b, int64_t rs, int8_t *dst,
                                        int32_t *colsum) {

@@ -518,3 +518,60 @@ def test_input_grad_s8_bad_arguments_raise():
         ops.conv_input_grad_s8(wq, sw, dq, sdy, dxp.astype(np.float64), 3, wp, run)
     with pytest.raises(ValueError, match="contiguous"):
         ops.conv_input_grad_s8(wq[:, :, ::1][:, ::-1], sw, dq, sdy, dxp, 3, wp, run)
+
+
+def _forward_s8_case(peers, groups, c, b, h, w, k, p, cout, seed=0):
+    _, xq, wp, run = _case(groups, c, b, h, w, k, p, dtype=np.int8, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    wq = rng.integers(-127, 128, (peers, cout, c * k * k)).astype(np.int8)
+    sw = (rng.random(peers) * 0.02 + 1e-3).astype(np.float32)
+    sx = (rng.random(1 if groups is None else groups) * 0.02 + 1e-3).astype(np.float32)
+    bias = rng.standard_normal((peers, cout)).astype(np.float32)
+    return wq, sw, xq, sx, bias, wp, run
+
+
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
+def test_forward_s8_is_the_int8_gemm_on_unfolded_codes(isa, shape):
+    """On every ISA path, conv_forward_s8 equals what Conv2d's int8 forward computed before it
+    (gemm_s8_batched_f32 on the conv_unfold columns of the codes, then the bias add) and the
+    exact NumPy reference, bit for bit, a shared input included, on 1, 2 and 3 threads."""
+    peers, groups, c, b, h, w, k, p, cout = shape
+    wq, sw, xq, sx, bias, wp, run = _forward_s8_case(*shape)
+    lead = () if groups is None else (groups,)
+    cols = ops.conv_unfold(xq, 0, b, np.empty((*lead, c * k * k, b * run), np.int8), k, wp, run)
+    want = ops.gemm_s8_batched_f32(wq, np.broadcast_to(cols, (peers, *cols.shape[-2:])), sw,
+                                   np.broadcast_to(sx, (peers,)))
+    want += bias[:, :, None]
+    r = ref.conv_forward_s8(wq, sw, xq, sx, bias, np.empty_like(want), k, wp, run)
+    np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
+    for threads in (1, 2, 3):
+        got = np.full_like(want, np.nan)
+        assert ops.conv_forward_s8(wq, sw, xq, sx, bias, got, k, wp, run,
+                                   n_threads=threads) is got
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
+                                      err_msg=f"{threads} threads")
+
+
+def test_forward_s8_bad_arguments_raise():
+    wq, sw, xq, sx, bias, wp, run = _forward_s8_case(2, 2, 3, 2, 5, 5, 3, 1, 4)  # run 35
+    y = np.zeros((2, 4, 70), np.float32)
+    with pytest.raises(ValueError, match=r"wq must have shape \(2, 4, 27\)"):
+        ops.conv_forward_s8(wq[..., :-1].copy(), sw, xq, sx, bias, y, 3, wp, run)
+    with pytest.raises(ValueError, match=r"y must have shape \(2, 4, 70\), got \(2, 4, 69\)"):
+        ops.conv_forward_s8(wq, sw, xq, sx, bias, y[..., :-1].copy(), 3, wp, run)
+    with pytest.raises(ValueError, match=r"xq rows must hold"):
+        ops.conv_forward_s8(wq, sw, xq[..., :-1].copy(), sx, bias, y, 3, wp, run)
+    with pytest.raises(ValueError, match=r"xq must have 1 \(shared\) or P=2 groups"):
+        ops.conv_forward_s8(wq, sw, np.concatenate([xq, xq[:1]]), sx, bias, y, 3, wp, run)
+    with pytest.raises(ValueError, match=r"sx must have 2 entries"):
+        ops.conv_forward_s8(wq, sw, xq, sx[:1].copy(), bias, y, 3, wp, run)
+    with pytest.raises(ValueError, match=r"bias must have shape \(2, 4\)"):
+        ops.conv_forward_s8(wq, sw, xq, sx, bias[:, :3].copy(), y, 3, wp, run)
+    with pytest.raises(ValueError, match="1 <= k <= wp"):
+        ops.conv_forward_s8(wq, sw, xq, sx, bias, y, 3, 2, run)
+    with pytest.raises(TypeError, match="xq must have dtype int8"):
+        ops.conv_forward_s8(wq, sw, xq.astype(np.float32), sx, bias, y, 3, wp, run)
+    with pytest.raises(TypeError, match="bias must be a 2-D float32"):
+        ops.conv_forward_s8(wq, sw, xq, sx, bias.astype(np.float64), y, 3, wp, run)
+    with pytest.raises(ValueError, match="contiguous"):
+        ops.conv_forward_s8(wq, sw, xq, sx, np.ones((4, 2), np.float32).T, y, 3, wp, run)

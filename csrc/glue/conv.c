@@ -319,6 +319,53 @@ static int call_conv_input_grad_s8(const glue_call_t *c, const dl_dispatch_t *d)
     return d->gemm_s8_conv_dgrad(&g, c->n_threads);
 }
 
+/* conv_forward_s8(wq, sw, xq, sx, bias, y, k, wp, run, n_threads): wq (P, Cout, C*k*k) int8
+ * codes and sw (P,) scales, xq (G, C, B, L) padded int8 codes and sx (G,) scales with G 1
+ * (shared) or P, bias (P, Cout), y (P, Cout, B*run); ssz = k, wp, run. */
+static int check_conv_forward_s8(glue_call_t *c) {
+    const char *fn = c->fn;
+    PyArrayObject *w = c->arr[0], *xq = c->arr[2], *sx = c->arr[3], *bias = c->arr[4],
+                  *y = c->arr[5];
+    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
+    const npy_intp P = PyArray_DIM(w, 0), cout = PyArray_DIM(w, 1), G = PyArray_DIM(xq, 0),
+                   C = PyArray_DIM(xq, 1), B = PyArray_DIM(xq, 2), L = PyArray_DIM(xq, 3);
+    if (conv_check_runs(fn, k, wp, run, L, "xq") < 0 || conv_check_groups(fn, "xq", G, P) < 0)
+        return -1;
+    if (PyArray_DIM(sx, 0) != G) {
+        PyErr_Format(PyExc_ValueError, "%s: sx must have %zd entries (as xq's groups), got %zd",
+                     fn, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(sx, 0));
+        return -1;
+    }
+    if (C * k * k > DL_GEMM_S8_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "%s: C*k*k must be at most %d, got %zd", fn,
+                     DL_GEMM_S8_MAX_K, (Py_ssize_t)(C * k * k));
+        return -1;
+    }
+    if (PyArray_DIM(bias, 0) != P || PyArray_DIM(bias, 1) != cout) {
+        PyErr_Format(PyExc_ValueError, "%s: bias must have shape (%zd, %zd), got (%zd, %zd)", fn,
+                     (Py_ssize_t)P, (Py_ssize_t)cout, (Py_ssize_t)PyArray_DIM(bias, 0),
+                     (Py_ssize_t)PyArray_DIM(bias, 1));
+        return -1;
+    }
+    if (conv_check_shape3(fn, "wq", w, P, cout, C * k * k) < 0 ||
+        conv_check_shape3(fn, "y", y, P, cout, B * run) < 0)
+        return -1;
+    return 0;
+}
+static int call_conv_forward_s8(const glue_call_t *c, const dl_dispatch_t *d) {
+    PyArrayObject *w = c->arr[0], *xq = c->arr[2], *y = c->arr[5];
+    const int shared = PyArray_DIM(xq, 0) == 1;
+    const dl_gemm_s8_conv_fwd_t f = {
+        .n_peers = PyArray_DIM(w, 0), .cout = PyArray_DIM(w, 1), .c = PyArray_DIM(xq, 1),
+        .batch = PyArray_DIM(xq, 2), .len = PyArray_DIM(xq, 3), .k = c->ssz[0],
+        .wp = c->ssz[1], .run = c->ssz[2], .wq = G_DATA(c, 0), .wq_ps = PyArray_STRIDE(w, 0),
+        .sw = G_DATA(c, 1), .xq = G_DATA(c, 2), .xq_ps = shared ? 0 : PyArray_STRIDE(xq, 0),
+        .sx = G_DATA(c, 3), .sx_ps = shared ? 0 : 1, .bias = G_DATA(c, 4),
+        .b_ps = PyArray_STRIDE(c->arr[4], 0) / 4, .y = G_DATA(c, 5),
+        .y_ps = PyArray_STRIDE(y, 0) / 4, .y_rs = PyArray_STRIDE(y, 1) / 4};
+    return d->gemm_s8_conv_fwd(&f, c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -358,6 +405,13 @@ static const glue_op_t ops[] = {
       G_IN("dq", NPY_INT8, 3, X_R, X_ANY), G_IN("sdy", NPY_FLOAT32, 1, X_R, X_ANY),
       G_OUT("dxp", NPY_FLOAT32, 4, X_R, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
      0, 0, check_conv_input_grad_s8, NULL, call_conv_input_grad_s8, {0}, 0, {0}},
+    {"conv_forward_s8", "conv_forward_s8(wq, sw, xq, sx, bias, y, k, wp, run, n_threads): "
+     "Conv2d's int8 forward product on the padded codes, without im2col.",
+     {G_IN("wq", NPY_INT8, 3, X_ANY, X_ANY), G_IN("sw", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_IN("xq", NPY_INT8, 4, X_ANY, X_ANY), G_IN("sx", NPY_FLOAT32, 1, X_ANY, X_ANY),
+      G_IN("bias", NPY_FLOAT32, 2, X_R, X_ANY), G_OUT("y", NPY_FLOAT32, 3, X_R, X_ANY),
+      G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
+     0, 0, check_conv_forward_s8, NULL, call_conv_forward_s8, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

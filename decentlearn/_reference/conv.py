@@ -86,6 +86,20 @@ def conv_input_grad(w, dy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
     return dxp
 
 
+def conv_forward_s8(wq, sw, xq, sx, bias, y, k, wp, run, n_threads=None) -> np.ndarray:
+    """y (P, Cout, B*run) = float32(wq @ cols) * float32(sw * sx), then + bias[:, :, None]: exact
+    integer products of the int8 codes wq (P, Cout, C*k*k) and the im2col rows of xq ((P,) C, B,
+    L), each sum converted to float32, multiplied by the float32 product of the peer's scales and
+    the bias added (two float32 roundings). Returns y."""
+    *lead, c, b, _ = xq.shape
+    cols = conv_unfold(xq, 0, b, np.empty((*lead, c * k * k, b * run), np.int8), k, wp, run)
+    acc = np.matmul(wq.astype(np.int64), cols.astype(np.int64))
+    s = (np.asarray(sw, np.float32) * np.asarray(sx, np.float32))[:, None, None]
+    y[...] = acc.astype(np.float32) * s
+    y += bias[:, :, None]
+    return y
+
+
 def conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
     """dxp (P, C, B, L) = conv_fold of the columns float32(wq^T @ dq) * float32(sw * sdy) into
     zeros: exact integer products of the int8 codes wq (P, Cout, C*k*k) and dq (P, Cout, B*run),

@@ -509,31 +509,28 @@ class Conv2d(Layer):
         leading peer axis is absent when the input is shared by all peers."""
         check_f32("inputs", xp)
         check_f32("parameters", weight)
-        cout, kk = self.out_channels, self._k
+        k, cout, kk = self.kernel_size, self.out_channels, self._k
         n_peers = weight.shape[0]
         *lead, _, b, _ = xp.shape
-        hp, wp, ho, wo, chunk = self._geometry(*hw)
+        hp, wp, ho, wo, _ = self._geometry(*hw)
         run = ho * wp
         # The padding zeros change no absmax scale and quantize to 0, so the padded input is
-        # quantized once (per peer) and unfolded as int8 codes.
+        # quantized once (per peer); the product reads its codes in place.
         rows = xp.shape[0] if lead else 1
         flat = np.reshape(xp, (rows, -1), copy=False)
         sx = ops.absmax_scale(flat, axis=0, n_threads=scratch.n_threads)
         xq = scratch.empty("xq", xp.shape, np.int8)
         ops.quantize_s8(flat, sx, axis=0, out=np.reshape(xq, flat.shape, copy=False),
                         n_threads=scratch.n_threads)
-        if not lead:
-            sx = np.broadcast_to(sx, (n_peers,))
         wq, sw = quantize_weights(weight, n_threads=scratch.n_threads)
         wq = _view(wq, (n_peers, cout, kk))
-        cols = scratch.empty("colsq", (*lead, kk, min(b, chunk) * run), np.int8)
+        # the int8 product on the padded codes, no im2col (ops.conv_forward_s8: the same bits as
+        # the int8 GEMM on unfolded codes, then the bias add)
         y = scratch.empty("y", (n_peers, cout, b * run), np.float32)
-        for b0 in range(0, b, chunk):
-            b1 = min(b, b0 + chunk)
-            cq = self._unfold(xq, b0, b1, cols, ho, wp, scratch.n_threads)
-            ops.gemm_s8_batched_f32(wq, np.broadcast_to(cq, (n_peers, *cq.shape[-2:])), sw, sx,
-                                    out=y[..., b0 * run : b1 * run], n_threads=scratch.n_threads)
-        y += bias[:, :, None]
+        ops.conv_forward_s8(wq, sw, xq, sx, np.ascontiguousarray(bias), y, k, wp, run,
+                            n_threads=scratch.n_threads)
+        if not lead:
+            sx = np.broadcast_to(sx, (n_peers,))
         out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
         return out, ((xq, sx, wq, sw, hw) if train else None)
 

@@ -13,6 +13,7 @@ from decentlearn._core import (
     conv_weight_grad as _core_conv_weight_grad,
     conv_input_grad as _core_conv_input_grad,
     conv_input_grad_s8 as _core_conv_input_grad_s8,
+    conv_forward_s8 as _core_conv_forward_s8,
     conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
@@ -21,7 +22,7 @@ from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
 __all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_input_grad",
-           "conv_input_grad_s8", "conv_pad", "conv_crop"]
+           "conv_forward_s8", "conv_input_grad_s8", "conv_pad", "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -146,6 +147,34 @@ def conv_input_grad(w: np.ndarray, dy: np.ndarray, dxp: np.ndarray, k: int, wp: 
     return dxp
 
 
+def _typed(fn: str, arrays) -> None:
+    """TypeError unless each (name, array, dtype, ndim) is a numpy array of that dtype and ndim."""
+    for name, a, dt, nd in arrays:
+        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != nd:
+            raise TypeError(f"{fn}: {name} must be a {nd}-D {np.dtype(dt)} numpy array, got "
+                            f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+
+
+def conv_forward_s8(wq: np.ndarray, sw: np.ndarray, xq: np.ndarray, sx: np.ndarray,
+                    bias: np.ndarray, y: np.ndarray, k: int, wp: int, run: int,
+                    n_threads: int | None = None) -> np.ndarray:
+    """Conv2d's int8 forward product on the padded codes without im2col: ``y`` (P, Cout, B*run)
+    gets ``float32(wq[p] @ cols[p]) * float32(sw[p] * sx[p])``, then ``+ bias[p][:, None]`` (a
+    separate float32 add), ``cols`` the im2col rows of ``xq`` (conv_unfold): the same bits as
+    gemm_s8_batched_f32 on the unfolded codes followed by the bias add. ``wq`` (P, Cout, C*k*k)
+    and ``xq`` ((P,) C, B, L; no leading axis: one input shared by every peer) int8 codes, ``sw``
+    (P,) and ``sx`` (P,) or (1,) their float32 scales, ``bias`` (P, Cout); all C-contiguous.
+    Each peer is computed by one thread. Returns y."""
+    x4 = _conv_groups("xq", xq, 4, (np.int8,))
+    _typed("conv_forward_s8", (("wq", wq, np.int8, 3), ("sw", sw, np.float32, 1),
+                               ("sx", sx, np.float32, 1), ("bias", bias, np.float32, 2),
+                               ("y", y, np.float32, 3)))
+    k, wp, run = _conv_geometry(k, wp, run)
+    work = wq.size * x4.shape[2] * run
+    _core_conv_forward_s8(wq, sw, x4, sx, bias, y, k, wp, run, resolve_threads(n_threads, work))
+    return y
+
+
 def conv_input_grad_s8(wq: np.ndarray, sw: np.ndarray, dq: np.ndarray, sdy: np.ndarray,
                        dxp: np.ndarray, k: int, wp: int, run: int,
                        n_threads: int | None = None) -> np.ndarray:
@@ -156,13 +185,9 @@ def conv_input_grad_s8(wq: np.ndarray, sw: np.ndarray, dq: np.ndarray, sdy: np.n
     Cout, C*k*k) the weight codes, ``dq`` (P, Cout, B*run) the output gradient's codes on wide
     rows (int8), ``sw`` and ``sdy`` (P,) their float32 scales; all C-contiguous; every element of
     dxp is written. Each peer is computed by one thread. Returns dxp."""
-    for name, a, dt, nd in (("wq", wq, np.int8, 3), ("sw", sw, np.float32, 1),
-                            ("dq", dq, np.int8, 3), ("sdy", sdy, np.float32, 1),
-                            ("dxp", dxp, np.float32, 4)):
-        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != nd:
-            raise TypeError(f"conv_input_grad_s8: {name} must be a {nd}-D {np.dtype(dt)} numpy "
-                            f"array, got {getattr(a, 'dtype', type(a).__name__)} "
-                            f"{getattr(a, 'shape', '')}")
+    _typed("conv_input_grad_s8", (("wq", wq, np.int8, 3), ("sw", sw, np.float32, 1),
+                                  ("dq", dq, np.int8, 3), ("sdy", sdy, np.float32, 1),
+                                  ("dxp", dxp, np.float32, 4)))
     k, wp, run = _conv_geometry(k, wp, run)
     work = wq.size * dxp.shape[2] * run
     _core_conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run,
