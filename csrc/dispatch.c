@@ -72,7 +72,8 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .gemm_s8_dense_forward = W(dl_gemm_s8_dense_forward_##isa),                                   \
     .gemm_s8_dense_backward = W(dl_gemm_s8_dense_backward_##isa),                                 \
     .gemm_s8_conv_dgrad = W(dl_gemm_s8_conv_dgrad_##isa),                                         \
-    .gemm_s8_conv_fwd = W(dl_gemm_s8_conv_fwd_##isa), .peak_s8 = W(dl_peak_s8_##isa)
+    .gemm_s8_conv_fwd = W(dl_gemm_s8_conv_fwd_##isa),                                             \
+    .gemm_s8_conv_wgrad = W(dl_gemm_s8_conv_wgrad_##isa), .peak_s8 = W(dl_peak_s8_##isa)
 
 static const dl_dispatch_t tables[DL_ISA_COUNT] = {
     {.isa = DL_ISA_GENERIC, .name = "generic", DL_ISA_KERNELS(generic, DL_ANY),
@@ -93,6 +94,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_avx512vnni),
      .gemm_s8_conv_dgrad = DL_X86_ONLY(dl_gemm_s8_conv_dgrad_avx512vnni),
      .gemm_s8_conv_fwd = DL_X86_ONLY(dl_gemm_s8_conv_fwd_avx512vnni),
+     .gemm_s8_conv_wgrad = DL_X86_ONLY(dl_gemm_s8_conv_wgrad_avx512vnni),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_avx512vnni),
      DL_NN_KERNELS(avx512, DL_X86_ONLY)},
     {.isa = DL_ISA_AMX, .name = "amx", DL_ISA_KERNELS(avx512, DL_X86_ONLY),
@@ -107,6 +109,7 @@ static const dl_dispatch_t tables[DL_ISA_COUNT] = {
      .gemm_s8_dense_backward = DL_X86_ONLY(dl_gemm_s8_dense_backward_amx),
      .gemm_s8_conv_dgrad = DL_X86_ONLY(dl_gemm_s8_conv_dgrad_amx),
      .gemm_s8_conv_fwd = DL_X86_ONLY(dl_gemm_s8_conv_fwd_amx),
+     .gemm_s8_conv_wgrad = DL_X86_ONLY(dl_gemm_s8_conv_wgrad_amx),
      .peak_s8 = DL_X86_ONLY(dl_peak_s8_amx),
      DL_NN_KERNELS(avx512, DL_X86_ONLY)},
 };

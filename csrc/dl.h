@@ -216,6 +216,25 @@ typedef struct {
     int64_t y_ps, y_rs;
 } dl_gemm_s8_conv_fwd_t;
 typedef int (*dl_gemm_s8_conv_fwd_fn)(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
+/* Conv2d's int8 weight gradient on padded codes, without im2col (gemm_s8_impl.h): per peer and
+ * chunk of `chunk` samples (the last one shorter), part[o, kk] = float(sum over the chunk's
+ * positions of dq[p][o, b run + t] xq[p][c, b, i wp + j + t]) * (sdy[p] sx[p]), kk = (c, i, j);
+ * gw[p] = the first chunk's part, + each later one's in order (float32 adds): the bits of the
+ * int8 GEMM on each chunk's im2col columns followed by those adds. xq_ps and sx_ps 0: one input
+ * shared by every peer. gw[p] (Cout, C k k) contiguous; strides in elements. */
+typedef struct {
+    int64_t n_peers, cout, c, batch, len, k, wp, run, chunk;
+    const int8_t *dq; /* (P, Cout, B run) codes and (P) scales */
+    int64_t dq_ps, dq_rs;
+    const float *sdy;
+    const int8_t *xq; /* (P or 1, C, B, len) padded codes and scales */
+    int64_t xq_ps;
+    const float *sx;
+    int64_t sx_ps;
+    float *gw; /* (P, Cout, C k k) */
+    int64_t gw_ps;
+} dl_gemm_s8_conv_wgrad_t;
+typedef int (*dl_gemm_s8_conv_wgrad_fn)(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
 /* <<< dispatch-types gemm */
 /* >>> dispatch-types limits */
 typedef int (*dl_peak_s8_fn)(int64_t reps, int n_threads, int64_t *ops, int64_t *check);
@@ -347,6 +366,7 @@ typedef struct {
     dl_gemm_s8_dense_fn gemm_s8_dense_backward;
     dl_gemm_s8_conv_dgrad_fn gemm_s8_conv_dgrad;
     dl_gemm_s8_conv_fwd_fn gemm_s8_conv_fwd;
+    dl_gemm_s8_conv_wgrad_fn gemm_s8_conv_wgrad;
     /* <<< dispatch-members gemm */
     /* >>> dispatch-members limits */
     dl_peak_s8_fn peak_s8; /* the int8 peak loop of the instruction the active gemm_s8 uses */
@@ -638,6 +658,10 @@ int dl_gemm_s8_conv_fwd_generic(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
 int dl_gemm_s8_conv_fwd_avx2(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
 int dl_gemm_s8_conv_fwd_avx512vnni(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
 int dl_gemm_s8_conv_fwd_amx(const dl_gemm_s8_conv_fwd_t *d, int n_threads);
+int dl_gemm_s8_conv_wgrad_generic(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_wgrad_avx2(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_wgrad_avx512vnni(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
+int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
 /* <<< section gemm */
 
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */

@@ -303,7 +303,9 @@ static inline void dl_gemm_ukernel_epi(int64_t kgn, const int8_t *a, int64_t a_r
 #define dl_gemm_s8_dense_backward_amx dl_gemm_s8_dense_backward_amx_tiles
 #define dl_gemm_s8_conv_dgrad_amx dl_gemm_s8_conv_dgrad_amx_tiles
 #define dl_gemm_s8_conv_fwd_amx dl_gemm_s8_conv_fwd_amx_tiles
+#define dl_gemm_s8_conv_wgrad_amx dl_gemm_s8_conv_wgrad_amx_tiles
 #include "gemm_s8_impl.h"
+#undef dl_gemm_s8_conv_wgrad_amx
 #undef dl_gemm_s8_conv_dgrad_amx
 #undef dl_gemm_s8_conv_fwd_amx
 #undef dl_gemm_s8_amx
@@ -346,12 +348,15 @@ int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
 
 /* Conv2d's int8 products have the few output channels on a side (the input gradient multiplies
  * over them, k = Cout below a tile's 64-value k block; the forward has Cout rows, below a tile's
- * 32): the VNNI build, the same exact sums. */
+ * 32; the weight gradient has Cout rows too): the VNNI build, the same exact sums. */
 int dl_gemm_s8_conv_dgrad_amx(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
     return dl_gemm_s8_conv_dgrad_avx512vnni(d, n_threads);
 }
 int dl_gemm_s8_conv_fwd_amx(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
     return dl_gemm_s8_conv_fwd_avx512vnni(d, n_threads);
+}
+int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
+    return dl_gemm_s8_conv_wgrad_avx512vnni(d, n_threads);
 }
 
 #else /* the compiler lacks AMX: entry points that refuse (DL_E_ARG); dl_isa_supported never
@@ -381,6 +386,10 @@ int dl_gemm_s8_conv_dgrad_amx(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
     return DL_E_ARG;
 }
 int dl_gemm_s8_conv_fwd_amx(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
+    (void)d, (void)n_threads;
+    return DL_E_ARG;
+}
+int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
     (void)d, (void)n_threads;
     return DL_E_ARG;
 }

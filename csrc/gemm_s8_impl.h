@@ -950,5 +950,114 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
     return status;
 }
 
+/* ---- Conv2d's int8 weight gradient (see dl_gemm_s8_conv_wgrad_t) ------------------------- */
+
+/* Per peer (one thread each), per chunk of samples: int32 sums acc (Cout x C k k, padded to whole
+ * tiles) over blocks of <= 64 positions of one sample: A = the block's dq columns (packed), B =
+ * the block's im2col rows gathered from the padded codes (one <= 64-byte copy per row) and packed
+ * as a stored transpose; the tiles' exact sums added into acc. At the chunk's end, acc
+ * dequantized (float(acc) * s, the GEMM's float store) into the first chunk's gw or a buffer
+ * added into gw (float32 adds, not fused with the product). */
+int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
+    if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
+        d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->chunk < 1 ||
+        d->xq_ps < 0 || d->sx_ps < 0 || d->cout > (int64_t)1 << 24 ||
+        d->c * d->k * d->k > (int64_t)1 << 24 || d->chunk * d->run > DL_GEMM_S8_MAX_K ||
+        d->len < (d->k - 1) * d->wp + d->k - 1 + d->run || d->dq_rs < d->batch * d->run)
+        return DL_E_ARG;
+    const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
+    const int64_t run = d->run, K = C * k * k;
+    if (P == 0 || Co == 0 || K == 0) return DL_OK;
+    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), np = dl_cdiv_i64(K, DL_GEMM_NR);
+    const int64_t kgn = dl_cdiv_i64(DL_GEMM_NR, DL_GEMM_KG); /* a block: <= 64 positions */
+    const int64_t a_tile = DL_GEMM_A_TILE(DL_GEMM_NR), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    const int64_t lda = np * DL_GEMM_NR; /* acc's row stride */
+    const int nt = (int)dl_min_i64(n_threads, P);
+    int status = DL_OK;
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        dl_gemm_a_t *ap = aligned_alloc(64, ((size_t)(mt * a_tile) * sizeof(dl_gemm_a_t) + 63) /
+                                                64 * 64 + 64);
+        dl_gemm_b_t *bp = aligned_alloc(64, ((size_t)(np * b_panel) * sizeof(dl_gemm_b_t) + 63) /
+                                                64 * 64 + 64);
+        int8_t *blk = malloc((size_t)(K * DL_GEMM_NR) + 1);
+        int64_t *roff = malloc((size_t)(K + 1) * sizeof(int64_t));
+        int32_t *colsum = malloc((size_t)(lda + 1) * sizeof(int32_t));
+        int32_t *acc = malloc((size_t)(mt * DL_GEMM_MR * lda + 1) * sizeof(int32_t));
+        float *part = malloc((size_t)(K + 1) * sizeof(float));
+        const int ok = ap != NULL && bp != NULL && blk != NULL && roff != NULL &&
+                       colsum != NULL && acc != NULL && part != NULL;
+        if (!ok) status = DL_E_NOMEM;
+        if (ok) /* row (c, i, j) of the columns starts at c B L + i wp + j of the codes */
+            for (int64_t kk = 0; kk < K; kk++)
+                roff[kk] = kk / (k * k) * B * L + (kk / k % k) * d->wp + kk % k;
+        DL_GEMM_THREAD_BEGIN();
+        { /* every thread meets the omp for, with its buffers or not */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++) {
+                if (!ok) continue;
+                const float s = d->sdy[p] * d->sx[p * d->sx_ps];
+                const int8_t *xq = d->xq + p * d->xq_ps, *dq = d->dq + p * d->dq_ps;
+                float *gw = d->gw + p * d->gw_ps;
+                int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+                for (int64_t b0 = 0; b0 < B; b0 += d->chunk) {
+                    const int64_t b1 = dl_min_i64(B, b0 + d->chunk);
+                    memset(acc, 0, (size_t)(mt * DL_GEMM_MR * lda) * sizeof(int32_t));
+                    for (int64_t b = b0; b < b1; b++)
+                        for (int64_t t0 = 0; t0 < run; t0 += DL_GEMM_NR) {
+                            const int nv = (int)dl_min_i64(DL_GEMM_NR, run - t0);
+                            const int8_t *src = xq + b * L + t0;
+                            for (int64_t kk = 0; kk < K; kk++)
+                                gemm_copy_le64(blk + kk * DL_GEMM_NR, src + roff[kk], nv);
+                            /* B (nv x K): B[j, kk] = blk[kk * 64 + j], a stored transpose */
+                            for (int64_t q = 0; q < np; q++)
+                                gemm_pack_b_panel(nv, K, blk, 1, DL_GEMM_NR, q, bp + q * b_panel,
+                                                  colsum);
+                            const int8_t *a = dq + b * run + t0; /* A (Cout x nv) */
+                            const int64_t kgv = dl_cdiv_i64(nv, DL_GEMM_KG);
+                            const int64_t a_tv = DL_GEMM_A_TILE(nv);
+                            for (int64_t t = 0; t < mt; t++)
+                                gemm_pack_a(Co, nv, a, d->dq_rs, 1, t, ap + t * a_tv);
+                            for (int64_t t = 0; t < mt; t++)
+                                for (int64_t q = 0; q < np; q++) {
+                                    dl_gemm_ukernel(kgv, ap + t * a_tv, bp + q * b_panel,
+                                                    colsum + q * DL_GEMM_NR, tile);
+                                    int32_t *ar = acc + t * DL_GEMM_MR * lda + q * DL_GEMM_NR;
+                                    for (int r = 0; r < DL_GEMM_MR; r++)
+                                        for (int j = 0; j < DL_GEMM_NR; j++)
+                                            ar[r * lda + j] += tile[r * DL_GEMM_NR + j];
+                                }
+                        }
+                    for (int64_t o = 0; o < Co; o++) {
+                        float *g = gw + o * K;
+                        if (b0 == 0) {
+                            conv_dequant_row(acc + o * lda, (int)K, s, g);
+                        } else {
+                            conv_dequant_row(acc + o * lda, (int)K, s, part);
+                            DL_CAT(conv_add_run, DL_SUFFIX)(g, part, K);
+                        }
+                    }
+                }
+            }
+        }
+        DL_GEMM_THREAD_END();
+        free(ap);
+        free(bp);
+        free(blk);
+        free(roff);
+        free(colsum);
+        free(acc);
+        free(part);
+    }
+    return status;
+}
+
 #undef gemm_dense_buf_t
 #undef EPI

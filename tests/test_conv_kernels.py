@@ -575,3 +575,62 @@ def test_forward_s8_bad_arguments_raise():
         ops.conv_forward_s8(wq, sw, xq, sx, bias.astype(np.float64), y, 3, wp, run)
     with pytest.raises(ValueError, match="contiguous"):
         ops.conv_forward_s8(wq, sw, xq, sx, np.ones((4, 2), np.float32).T, y, 3, wp, run)
+
+
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
+@pytest.mark.parametrize("chunk", [1, 2, 5])
+def test_weight_grad_s8_is_the_int8_gemm_on_unfolded_chunks(isa, shape, chunk):
+    """On every ISA path, conv_weight_grad_s8 equals what Conv2d's int8 backward computed before
+    it (per chunk, gemm_s8_batched_f32 of the codes of dY and of the chunk's conv_unfold columns,
+    the chunks' parts added in order) and the exact NumPy reference, bit for bit, a shared input
+    included, on 1, 2 and 3 threads."""
+    peers, groups, c, b, h, w, k, p, cout = shape
+    _, sdy, xq, sx, _, wp, run = _forward_s8_case(*shape, seed=3)
+    rng = np.random.default_rng(7)
+    dq = rng.integers(-127, 128, (peers, cout, b * run)).astype(np.int8)
+    dq[:, :, ::7] = 0
+    lead = () if groups is None else (groups,)
+    kk = c * k * k
+    want = np.empty((peers, cout, kk), np.float32)
+    part = np.empty_like(want)
+    for b0 in range(0, b, chunk):
+        b1 = min(b, b0 + chunk)
+        cols = ops.conv_unfold(xq, b0, b1, np.empty((*lead, kk, (b1 - b0) * run), np.int8), k,
+                               wp, run)
+        ops.gemm_s8_batched_f32(dq[..., b0 * run : b1 * run],
+                                np.broadcast_to(cols, (peers, *cols.shape[-2:])), sdy,
+                                np.broadcast_to(sx, (peers,)), out=part if b0 else want,
+                                trans_b=True)
+        if b0:
+            want += part
+    r = ref.conv_weight_grad_s8(dq, sdy, xq, sx, np.empty_like(want), k, wp, run, chunk)
+    np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
+    for threads in (1, 2, 3):
+        got = np.full_like(want, np.nan)
+        assert ops.conv_weight_grad_s8(dq, sdy, xq, sx, got, k, wp, run, chunk,
+                                       n_threads=threads) is got
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
+                                      err_msg=f"{threads} threads")
+
+
+def test_weight_grad_s8_bad_arguments_raise():
+    _, sdy, xq, sx, _, wp, run = _forward_s8_case(2, 2, 3, 2, 5, 5, 3, 1, 4)  # run 35
+    dq = np.zeros((2, 4, 70), np.int8)
+    gw = np.zeros((2, 4, 27), np.float32)
+    with pytest.raises(ValueError, match=r"dq must have shape \(2, 4, 70\), got \(2, 4, 69\)"):
+        ops.conv_weight_grad_s8(dq[..., :-1].copy(), sdy, xq, sx, gw, 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"gw must have shape \(2, 4, 27\)"):
+        ops.conv_weight_grad_s8(dq, sdy, xq, sx, gw[..., :-1].copy(), 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"xq rows must hold"):
+        ops.conv_weight_grad_s8(dq, sdy, xq[..., :-1].copy(), sx, gw, 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"sx must have 2 entries"):
+        ops.conv_weight_grad_s8(dq, sdy, xq, sx[:1].copy(), gw, 3, wp, run, 1)
+    with pytest.raises(ValueError, match="chunk"):
+        ops.conv_weight_grad_s8(dq, sdy, xq, sx, gw, 3, wp, run, 0)
+    with pytest.raises(ValueError, match=r"chunk\*run"):
+        ops.conv_weight_grad_s8(dq, sdy, xq, sx, gw, 3, wp, run, 10**5)
+    with pytest.raises(TypeError, match="dq must be a 3-D int8"):
+        ops.conv_weight_grad_s8(dq.astype(np.int16), sdy, xq, sx, gw, 3, wp, run, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        ops.conv_weight_grad_s8(dq, sdy, xq, sx, np.zeros((2, 27, 4), np.float32).swapaxes(1, 2),
+                                3, wp, run, 1)

@@ -366,6 +366,51 @@ static int call_conv_forward_s8(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->gemm_s8_conv_fwd(&f, c->n_threads);
 }
 
+/* conv_weight_grad_s8(dq, sdy, xq, sx, gw, k, wp, run, chunk, n_threads): dq (P, Cout, B*run)
+ * int8 codes and sdy (P,) scales, xq (G, C, B, L) padded int8 codes and sx (G,) scales with G 1
+ * (shared) or P, gw (P, Cout, C*k*k), chunk >= 1 samples with chunk*run <= the exact-sum bound;
+ * ssz = k, wp, run, chunk. */
+static int check_conv_weight_grad_s8(glue_call_t *c) {
+    const char *fn = c->fn;
+    PyArrayObject *dq = c->arr[0], *xq = c->arr[2], *sx = c->arr[3], *gw = c->arr[4];
+    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2], chunk = c->ssz[3];
+    const npy_intp P = PyArray_DIM(dq, 0), cout = PyArray_DIM(dq, 1), G = PyArray_DIM(xq, 0),
+                   C = PyArray_DIM(xq, 1), B = PyArray_DIM(xq, 2), L = PyArray_DIM(xq, 3);
+    if (conv_check_runs(fn, k, wp, run, L, "xq") < 0 || conv_check_groups(fn, "xq", G, P) < 0)
+        return -1;
+    if (PyArray_DIM(sx, 0) != G) {
+        PyErr_Format(PyExc_ValueError, "%s: sx must have %zd entries (as xq's groups), got %zd",
+                     fn, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(sx, 0));
+        return -1;
+    }
+    if (chunk < 1 || chunk > DL_GEMM_S8_MAX_K || chunk * run > DL_GEMM_S8_MAX_K) {
+        PyErr_Format(PyExc_ValueError, "%s: need chunk >= 1 and chunk*run <= %d, got chunk=%zd, "
+                     "run=%zd", fn, DL_GEMM_S8_MAX_K, chunk, run);
+        return -1;
+    }
+    if (cout > (1 << 24) || C * k * k > (1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "%s: Cout and C*k*k must be at most 2**24, got %zd and %zd",
+                     fn, (Py_ssize_t)cout, (Py_ssize_t)(C * k * k));
+        return -1;
+    }
+    if (conv_check_shape3(fn, "dq", dq, P, cout, B * run) < 0 ||
+        conv_check_shape3(fn, "gw", gw, P, cout, C * k * k) < 0)
+        return -1;
+    return 0;
+}
+static int call_conv_weight_grad_s8(const glue_call_t *c, const dl_dispatch_t *d) {
+    PyArrayObject *dq = c->arr[0], *xq = c->arr[2], *gw = c->arr[4];
+    const int shared = PyArray_DIM(xq, 0) == 1;
+    const dl_gemm_s8_conv_wgrad_t g = {
+        .n_peers = PyArray_DIM(dq, 0), .cout = PyArray_DIM(dq, 1), .c = PyArray_DIM(xq, 1),
+        .batch = PyArray_DIM(xq, 2), .len = PyArray_DIM(xq, 3), .k = c->ssz[0],
+        .wp = c->ssz[1], .run = c->ssz[2], .chunk = c->ssz[3], .dq = G_DATA(c, 0),
+        .dq_ps = PyArray_STRIDE(dq, 0), .dq_rs = PyArray_STRIDE(dq, 1), .sdy = G_DATA(c, 1),
+        .xq = G_DATA(c, 2), .xq_ps = shared ? 0 : PyArray_STRIDE(xq, 0), .sx = G_DATA(c, 3),
+        .sx_ps = shared ? 0 : 1, .gw = G_DATA(c, 4), .gw_ps = PyArray_STRIDE(gw, 0) / 4};
+    return d->gemm_s8_conv_wgrad(&g, c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"conv_unfold", "conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads): im2col on wide rows.",
      {G_IN("xp", G_F32_OR_S8, 4, X_ANY, X_ANY), G_N("b0"), G_N("b1"),
@@ -412,6 +457,13 @@ static const glue_op_t ops[] = {
       G_IN("bias", NPY_FLOAT32, 2, X_R, X_ANY), G_OUT("y", NPY_FLOAT32, 3, X_R, X_ANY),
       G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
      0, 0, check_conv_forward_s8, NULL, call_conv_forward_s8, {0}, 0, {0}},
+    {"conv_weight_grad_s8", "conv_weight_grad_s8(dq, sdy, xq, sx, gw, k, wp, run, chunk, "
+     "n_threads): Conv2d's int8 weight gradient on the padded codes, without im2col.",
+     {G_IN("dq", NPY_INT8, 3, X_ANY, X_ANY), G_IN("sdy", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_IN("xq", NPY_INT8, 4, X_ANY, X_ANY), G_IN("sx", NPY_FLOAT32, 1, X_ANY, X_ANY),
+      G_OUT("gw", NPY_FLOAT32, 3, X_R, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_N("chunk"),
+      G_THREADS_ARG},
+     0, 0, check_conv_weight_grad_s8, NULL, call_conv_weight_grad_s8, {0}, 0, {0}},
 };
 
 GLUE_FAMILY(conv, ops, NULL);

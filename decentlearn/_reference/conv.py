@@ -100,6 +100,27 @@ def conv_forward_s8(wq, sw, xq, sx, bias, y, k, wp, run, n_threads=None) -> np.n
     return y
 
 
+def conv_weight_grad_s8(dq, sdy, xq, sx, gw, k, wp, run, chunk, n_threads=None) -> np.ndarray:
+    """gw (P, Cout, C*k*k) = the sum in chunk order of, per chunk of ``chunk`` samples,
+    float32(dq_chunk @ cols_chunk^T) * float32(sdy * sx): exact integer products of the int8
+    codes dq (P, Cout, B*run) and the im2col rows of xq ((P,) C, B, L), converted to float32 and
+    scaled once per chunk, the chunks' parts added in float32. Returns gw."""
+    *lead, c, b, _ = xq.shape
+    s = (np.asarray(sdy, np.float32) * np.asarray(sx, np.float32))[:, None, None]
+    for b0 in range(0, b, chunk):
+        b1 = min(b, b0 + chunk)
+        cols = conv_unfold(xq, b0, b1, np.empty((*lead, c * k * k, (b1 - b0) * run), np.int8),
+                           k, wp, run)
+        acc = np.matmul(dq[..., b0 * run : b1 * run].astype(np.int64),
+                        cols.astype(np.int64).swapaxes(-1, -2))
+        part = acc.astype(np.float32) * s
+        if b0:
+            gw += part
+        else:
+            gw[...] = part
+    return gw
+
+
 def conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
     """dxp (P, C, B, L) = conv_fold of the columns float32(wq^T @ dq) * float32(sw * sdy) into
     zeros: exact integer products of the int8 codes wq (P, Cout, C*k*k) and dq (P, Cout, B*run),

@@ -272,19 +272,21 @@ class Conv2d(Layer):
     images (pointer and offset tables, and a row of ones for the bias), and ops.conv_input_grad
     forms each chain over the output channels of W^T dy and adds it into the padded input
     gradient in col2im's order; the same operations in the same order as the gemms on the
-    unfolded columns and the fold, so the same bits. float64 and int8 go a few samples at a time
-    (about ``_CONV_CHUNK`` im2col elements per peer), so each block stays in cache between its
-    copy and its gemm: ops.conv_unfold (int8 codes; a strided NumPy copy for float64) and
-    ops.conv_fold; the backward unfolds the kept padded input again rather than keeping the
-    whole matrix. The chunk depends only on the layer's geometry, never on the number of peers,
-    so a peer's results are the same whichever peers it is batched with; it also sets the
-    float32 weight gradient's summation blocks. The unfold and fold run in C (csrc/conv.c),
-    threads over (peer, channel, image), bit-identical to the NumPy code kept for float64.
+    unfolded columns and the fold, so the same bits. float64 goes a few samples at a time (about
+    ``_CONV_CHUNK`` im2col elements per peer), so each block stays in cache between its copy and
+    its gemm: a strided NumPy copy and the fold (ops.conv_fold); the backward unfolds the kept
+    padded input again rather than keeping the whole matrix. The chunk depends only on the
+    layer's geometry, never on the number of peers, so a peer's results are the same whichever
+    peers it is batched with; it also sets the float32 and int8 weight gradients' summation
+    blocks.
 
-    ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest),
-    unfolds the int8 codes and runs the forward and both backward products as int8 GEMMs with
-    stochastically rounded dY (see decentlearn.nn.lowp) on float32 master weights; the bias is added
-    in float32.
+    ``precision="int8"`` quantizes the padded input once per peer (absmax, round to nearest) and
+    runs the forward and both backward products as exact int8 products on its codes, with
+    stochastically rounded dY (see decentlearn.nn.lowp), on float32 master weights; the bias is
+    added in float32. The codes are read in place too (ops.conv_forward_s8,
+    ops.conv_weight_grad_s8, ops.conv_input_grad_s8: blocks of at most 64 positions gathered
+    into L1 and packed for the int8 microkernel, one peer per thread, and no column gradient),
+    with the bits of the int8 GEMMs on unfolded chunks they replace.
     """
 
     in_channels: int
@@ -529,8 +531,6 @@ class Conv2d(Layer):
         y = scratch.empty("y", (n_peers, cout, b * run), np.float32)
         ops.conv_forward_s8(wq, sw, xq, sx, np.ascontiguousarray(bias), y, k, wp, run,
                             n_threads=scratch.n_threads)
-        if not lead:
-            sx = np.broadcast_to(sx, (n_peers,))
         out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
         return out, ((xq, sx, wq, sw, hw) if train else None)
 
@@ -552,18 +552,12 @@ class Conv2d(Layer):
         ops.quantize_s8(flat, sdy, axis=0, rounding="stochastic", seed=seed, step=step,
                         peer0=scratch.peer0, out=np.reshape(dyq, flat.shape, copy=False),
                         n_threads=scratch.n_threads)
-        cols = scratch.empty("colsq", (*xq.shape[:-3], kk, min(b, chunk) * run), np.int8)
-        g_w = _view(g_weight, (n_peers, cout, kk))
-        part = scratch.empty("g_w_part", g_w.shape, np.float32)
-        for b0 in range(0, b, chunk):
-            b1 = min(b, b0 + chunk)
-            dq = dyq[..., b0 * run : b1 * run]
-            cq = self._unfold(xq, b0, b1, cols, ho, wp, scratch.n_threads)
-            cq = np.broadcast_to(cq, (n_peers, *cq.shape[-2:]))
-            ops.gemm_s8_batched_f32(dq, cq, sdy, sx, out=part if b0 else g_w, trans_b=True,
-                                    n_threads=scratch.n_threads)
-            if b0:
-                g_w += part
+        # dW on the padded codes, no im2col: the same chunks and float adds as the int8 GEMMs on
+        # unfolded chunks (ops.conv_weight_grad_s8), into a reused array copied into g_weight
+        g_w = scratch.empty("g_w", (n_peers, cout, kk), np.float32)
+        ops.conv_weight_grad_s8(dyq, sdy, xq, sx, g_w, k, wp, run, chunk,
+                                n_threads=scratch.n_threads)
+        np.copyto(_view(g_weight, (n_peers, cout, kk)), g_w)
         if not need_dx:
             return None
         # dX = col2im(Q(W)^T Q_s(dY)) without the column gradient: the same bits as the int8

@@ -5,7 +5,8 @@ parameter rows as in fp32 training) and runs its three matrix products on int8 c
 int32 accumulation. A Dense layer's forward and backward are each one C call over all peers
 (ops.gemm_s8_dense_forward / gemm_s8_dense_backward: per peer, quantization, packing, the exact
 product and dequantization with bias/ReLU/ReLU-mask in the epilogue, peers split between threads);
-Conv2d uses ops.gemm_s8_batched_f32 on its im2col codes:
+Conv2d's three products are one C call each too (ops.conv_forward_s8, conv_weight_grad_s8,
+conv_input_grad_s8), reading the codes of its padded input in place:
 
 * forward: y = Q(x) Q(W) + b, activations and weights quantized per peer and tensor with absmax
   scales (max|.| / 127) and round-to-nearest-even; the codes of x and W are kept for the
@@ -16,10 +17,11 @@ Conv2d uses ops.gemm_s8_batched_f32 on its im2col codes:
   gradient is an unbiased estimate of the gradient of the quantized forward pass (the
   straight-through estimator through Q(x) and Q(W)).
 
-Conv2d (nn.Conv2d) does the same on its im2col matrices: it quantizes the padded input once per
-peer and unfolds the int8 codes (so overlapping patches are not quantized again), multiplies them
-with the per-peer (Cout, Cin*k*k) weight codes, and in the backward pass takes
-dW = Q_s(dY) Q(patches)^T and dX = col2im(Q(W)^T Q_s(dY)).
+Conv2d (nn.Conv2d) does the same on its im2col matrices without forming them: it quantizes the
+padded input once per peer (so overlapping patches are not quantized again), multiplies the
+patches' codes with the per-peer (Cout, Cin*k*k) weight codes, and in the backward pass takes
+dW = Q_s(dY) Q(patches)^T (float32 sums of exact int32 chunk products, in chunk order) and
+dX = col2im(Q(W)^T Q_s(dY)), the columns added into the input gradient as they are formed.
 
 Biases, ReLU, pooling and GroupNorm stay float32. Only float32 parameters are supported.
 """

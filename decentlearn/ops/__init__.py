@@ -49,7 +49,7 @@ from decentlearn.ops.nn import dense_backward, dense_forward, nn_gemm
 from decentlearn.ops.optim import sgd_step
 from decentlearn.ops.conv import (conv_crop, conv_fold, conv_forward, conv_forward_s8,
                                   conv_input_grad, conv_input_grad_s8, conv_pad, conv_unfold,
-                                  conv_weight_grad)
+                                  conv_weight_grad, conv_weight_grad_s8)
 from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
 from decentlearn.ops.loss import exp_f32, softmax_xent
 from decentlearn.ops.norm import groupnorm_backward, groupnorm_forward
@@ -74,6 +74,7 @@ __all__ = [
     "conv_input_grad",
     "conv_input_grad_s8",
     "conv_forward_s8",
+    "conv_weight_grad_s8",
     "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "groupnorm_backward", "groupnorm_forward", "relu_backward", "relu_forward", "copy_f32", "read_f32", "swap_axes12", "take_rows", "consensus_sums",
     "peak_s8", "peak_s8_window", "active_isa", "supported_isas", "using_isa",
 ]

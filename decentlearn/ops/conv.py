@@ -14,6 +14,7 @@ from decentlearn._core import (
     conv_input_grad as _core_conv_input_grad,
     conv_input_grad_s8 as _core_conv_input_grad_s8,
     conv_forward_s8 as _core_conv_forward_s8,
+    conv_weight_grad_s8 as _core_conv_weight_grad_s8,
     conv_crop as _core_conv_crop,
     conv_pad as _core_conv_pad,
     conv_unfold as _core_conv_unfold,
@@ -22,7 +23,8 @@ from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
 __all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_input_grad",
-           "conv_forward_s8", "conv_input_grad_s8", "conv_pad", "conv_crop"]
+           "conv_forward_s8", "conv_weight_grad_s8", "conv_input_grad_s8", "conv_pad",
+           "conv_crop"]
 
 
 def _conv_groups(name: str, a: object, ndim: int, dtypes: tuple) -> np.ndarray:
@@ -173,6 +175,28 @@ def conv_forward_s8(wq: np.ndarray, sw: np.ndarray, xq: np.ndarray, sx: np.ndarr
     work = wq.size * x4.shape[2] * run
     _core_conv_forward_s8(wq, sw, x4, sx, bias, y, k, wp, run, resolve_threads(n_threads, work))
     return y
+
+
+def conv_weight_grad_s8(dq: np.ndarray, sdy: np.ndarray, xq: np.ndarray, sx: np.ndarray,
+                        gw: np.ndarray, k: int, wp: int, run: int, chunk: int,
+                        n_threads: int | None = None) -> np.ndarray:
+    """Conv2d's int8 weight gradient on the padded codes without im2col: per chunk of ``chunk``
+    samples, ``part = float32(dq[p][:, chunk] @ cols[p][:, chunk].T) * float32(sdy[p] * sx[p])``
+    (exact int32 sums over the chunk's positions, ``cols`` the im2col rows of ``xq``), and ``gw``
+    (P, Cout, C*k*k) = the first part + each later one in order (float32 adds): the same bits as
+    gemm_s8_batched_f32 on each chunk's unfolded codes followed by those adds. ``dq`` (P, Cout,
+    B*run) and ``xq`` ((P,) C, B, L; no leading axis: shared) int8 codes, ``sdy`` (P,) and ``sx``
+    (P,) or (1,) their float32 scales; all C-contiguous. Each peer is computed by one thread.
+    Returns gw."""
+    x4 = _conv_groups("xq", xq, 4, (np.int8,))
+    _typed("conv_weight_grad_s8", (("dq", dq, np.int8, 3), ("sdy", sdy, np.float32, 1),
+                                   ("sx", sx, np.float32, 1), ("gw", gw, np.float32, 3)))
+    k, wp, run = _conv_geometry(k, wp, run)
+    chunk = check_int("chunk", chunk, 1, _BIG)
+    work = gw.size * x4.shape[2] * run
+    _core_conv_weight_grad_s8(dq, sdy, x4, sx, gw, k, wp, run, chunk,
+                              resolve_threads(n_threads, work))
+    return gw
 
 
 def conv_input_grad_s8(wq: np.ndarray, sw: np.ndarray, dq: np.ndarray, sdy: np.ndarray,
