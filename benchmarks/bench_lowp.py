@@ -1,7 +1,8 @@
 """int8 training round benchmark: D-PSGD ring rounds with precision="int8" against "fp32", in one
-process, for the digits MLP (256 peers, 64-128-10) and CNN (16 peers) at batch 32, and an MLP of
-paper scale, Fashion-MNIST 784-512-512-10 with 16 peers at batch 128 (when the data set is
-installed: ``apt-get install dataset-fashion-mnist``); momentum 0.9.
+process, for the digits MLP (256 peers, 64-128-10) and CNN (16 peers) at batch 32, and, when
+Fashion-MNIST is installed (``apt-get install dataset-fashion-mnist``), an MLP of paper scale
+(784-512-512-10, 16 peers, batch 128) and the README's CNN (``cnn:gn``, 64 peers, batch 32);
+momentum 0.9, a ring.
 
     python benchmarks/bench_lowp.py [--threads 1] [--isa amx,avx512vnni] [--cpu-time]
                                     [--repeat 30] [--out FILE]
@@ -32,7 +33,8 @@ from decentlearn.sim import RunConfig, Simulator
 # name: (model, peers, dataset, batch size)
 CASES = {"mlp_256_peers_digits": ("mlp", 256, "digits", 32),
          "cnn_16_peers_digits": ("cnn", 16, "digits", 32),
-         "mlp_784-512-512-10_16_peers_fashion_b128": ("mlp:512,512", 16, "fashion-mnist", 128)}
+         "mlp_784-512-512-10_16_peers_fashion_b128": ("mlp:512,512", 16, "fashion-mnist", 128),
+         "readme_cnn-gn_64_peers_fashion": ("cnn:gn", 64, "fashion-mnist", 32)}
 
 
 def available(dataset: str) -> bool:

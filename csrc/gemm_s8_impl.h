@@ -771,10 +771,11 @@ static inline void conv_dequant_row(const int32_t *restrict t, int n, float s,
     for (int j = 0; j < n; j++) v[j] = (float)t[j] * s;
 }
 
-/* Per peer (one thread each): A = wq^T (C k k rows, k = Cout) packed once; per sample, B = the
- * sample's dq columns packed in panels; per register-tile row block of A, every panel's products
- * dequantized into a row buffer (float(t) * s, as the GEMM's float store), then each row added into
- * its shifted run of dxp in row order (col2im's order: the same adds as conv_fold's). */
+/* Per peer (one thread each): A = wq^T (C k k rows, k = Cout) packed once; per group of samples,
+ * B = the group's dq columns packed in panels; per register-tile row block of A, every panel's
+ * products dequantized into a row buffer (float(t) * s, as the GEMM's float store), then each
+ * row's run of each sample added into its shifted run of dxp, rows in order (col2im's order: the
+ * same adds as conv_fold's). */
 int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
         d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->cout > DL_GEMM_S8_MAX_K ||
@@ -783,7 +784,10 @@ int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, i
     const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
     const int64_t run = d->run, K = C * k * k;
     if (P == 0) return DL_OK;
-    const int64_t mt = dl_cdiv_i64(K, DL_GEMM_MR), np = dl_cdiv_i64(run, DL_GEMM_NR);
+    /* samples per group: short runs (small images) are grouped so that panels are not mostly
+     * padding; a group's columns are the samples' runs side by side */
+    const int64_t gs = dl_max_i64(1, dl_min_i64(B, 256 / dl_max_i64(run, 1)));
+    const int64_t mt = dl_cdiv_i64(K, DL_GEMM_MR), np = dl_cdiv_i64(gs * run, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(Co, DL_GEMM_KG), a_tile = DL_GEMM_A_TILE(Co);
     const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG, ldv = np * DL_GEMM_NR;
     const int nt = (int)dl_min_i64(n_threads, P);
@@ -817,15 +821,18 @@ int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, i
                 float *dx = d->dxp + p * d->dxp_ps;
                 memset(dx, 0, (size_t)(C * B * L) * sizeof(float));
                 int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
-                for (int64_t b = 0; b < B; b++) {
-                    const int8_t *dqb = d->dq + p * d->dq_ps + b * run;
-                    for (int64_t q = 0; q < np; q++)
-                        gemm_pack_b_panel(Co, run, dqb, d->dq_rs, 1, q, bp + q * b_panel, colsum);
+                for (int64_t bg = 0; bg < B; bg += gs) {
+                    const int64_t nb = dl_min_i64(gs, B - bg), ncols = nb * run;
+                    const int64_t npg = dl_cdiv_i64(ncols, DL_GEMM_NR);
+                    const int8_t *dqb = d->dq + p * d->dq_ps + bg * run;
+                    for (int64_t q = 0; q < npg; q++)
+                        gemm_pack_b_panel(Co, ncols, dqb, d->dq_rs, 1, q, bp + q * b_panel,
+                                          colsum);
                     for (int64_t t = 0; t < mt; t++) {
                         const int mv = (int)dl_min_i64(DL_GEMM_MR, K - t * DL_GEMM_MR);
-                        for (int64_t q = 0; q < np; q++) {
+                        for (int64_t q = 0; q < npg; q++) {
                             const int64_t j0 = q * DL_GEMM_NR;
-                            const int nv = (int)dl_min_i64(DL_GEMM_NR, run - j0);
+                            const int nv = (int)dl_min_i64(DL_GEMM_NR, ncols - j0);
                             dl_gemm_ukernel(kgn, ap + t * a_tile, bp + q * b_panel, colsum + j0,
                                             tile);
                             for (int r = 0; r < mv; r++)
@@ -835,8 +842,10 @@ int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, i
                         for (int r = 0; r < mv; r++) {
                             const int64_t kk = t * DL_GEMM_MR + r, c = kk / (k * k);
                             const int64_t off = (kk / k % k) * d->wp + kk % k;
-                            DL_CAT(conv_add_run, DL_SUFFIX)(dx + (c * B + b) * L + off,
-                                                            vbuf + r * ldv, run);
+                            for (int64_t b = bg; b < bg + nb; b++)
+                                DL_CAT(conv_add_run, DL_SUFFIX)(dx + (c * B + b) * L + off,
+                                                                vbuf + r * ldv + (b - bg) * run,
+                                                                run);
                         }
                     }
                 }
@@ -862,17 +871,34 @@ static inline void gemm_copy_le64(int8_t *d, const int8_t *s, int n) {
 }
 #endif
 
+/* Rows kk < K of the im2col block of columns [j0, j0 + nv) (nv <= 64; column j is position
+ * j % run of sample j / run) into blk (row stride 64): per row, one copy per sample the block
+ * touches, from the padded codes xq (rows of len per (c, b); row kk of sample b starts at
+ * roff[kk] + b len). */
+static void conv_gather_block(const int8_t *xq, const int64_t *roff, int64_t K, int64_t len,
+                              int64_t run, int64_t j0, int nv, int8_t *blk) {
+    for (int64_t j = j0; j < j0 + nv;) {
+        const int64_t b = j / run, t = j % run;
+        const int n = (int)dl_min_i64(j0 + nv - j, run - t);
+        const int8_t *src = xq + b * len + t;
+        int8_t *dst = blk + (j - j0);
+        for (int64_t kk = 0; kk < K; kk++)
+            gemm_copy_le64(dst + kk * DL_GEMM_NR, src + roff[kk], n);
+        j += n;
+    }
+}
+
 /* y[0:n) += b, apart from the product that made y (see conv_add_run). */
 __attribute__((noinline)) static void DL_CAT(conv_add_scalar, DL_SUFFIX)(float *restrict y,
                                                                           int64_t n, float b) {
     for (int64_t j = 0; j < n; j++) y[j] += b;
 }
 
-/* Per peer (one thread each): A = wq packed once; per sample, panels of 64 output positions
- * (the last one partial), each gathered from the padded codes into a (C k k) x 64 block (row
- * (c, i, j): the run of image (c, b) at i wp + j + t0, one copy of <= 64 bytes) and packed; per
- * register tile of output channels the products dequantized into y's rows (float(t) * s, the
- * GEMM's float store), then the bias added to each row's piece. */
+/* Per peer (one thread each): A = wq packed once; panels of 64 output columns (positions of one
+ * or more samples; the last one partial), each gathered from the padded codes into a (C k k) x
+ * 64 block (conv_gather_block) and packed; per register tile of output channels the products
+ * dequantized into y's rows (float(t) * s, the GEMM's float store), then the bias added to each
+ * row's piece. */
 int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
         d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->xq_ps < 0 || d->sx_ps < 0 ||
@@ -882,9 +908,8 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
     const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
     const int64_t run = d->run, K = C * k * k;
     if (P == 0 || Co == 0 || B == 0 || run == 0) return DL_OK;
-    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), np = dl_cdiv_i64(run, DL_GEMM_NR);
-    const int64_t kgn = dl_cdiv_i64(K, DL_GEMM_KG), a_tile = DL_GEMM_A_TILE(K);
-    const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), kgn = dl_cdiv_i64(K, DL_GEMM_KG);
+    const int64_t a_tile = DL_GEMM_A_TILE(K), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
     const int nt = (int)dl_min_i64(n_threads, P);
     int status = DL_OK;
 #ifndef _OPENMP
@@ -920,25 +945,21 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
                 float *y = d->y + p * d->y_ps;
                 const float *bias = d->bias + p * d->b_ps;
                 int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
-                for (int64_t b = 0; b < B; b++)
-                    for (int64_t q = 0; q < np; q++) {
-                        const int64_t t0 = q * DL_GEMM_NR, j0 = b * run + t0;
-                        const int nv = (int)dl_min_i64(DL_GEMM_NR, run - t0);
-                        const int8_t *src = xq + b * L + t0;
-                        for (int64_t kk = 0; kk < K; kk++)
-                            gemm_copy_le64(blk + kk * DL_GEMM_NR, src + roff[kk], nv);
-                        gemm_pack_b_panel(K, nv, blk, DL_GEMM_NR, 1, 0, bp, colsum);
-                        for (int64_t t = 0; t < mt; t++) {
-                            const int mv = (int)dl_min_i64(DL_GEMM_MR, Co - t * DL_GEMM_MR);
-                            dl_gemm_ukernel(kgn, ap + t * a_tile, bp, colsum, tile);
-                            for (int r = 0; r < mv; r++) {
-                                const int64_t o = t * DL_GEMM_MR + r;
-                                float *yr = y + o * d->y_rs + j0;
-                                conv_dequant_row(tile + r * DL_GEMM_NR, nv, s, yr);
-                                DL_CAT(conv_add_scalar, DL_SUFFIX)(yr, nv, bias[o]);
-                            }
+                for (int64_t j0 = 0; j0 < B * run; j0 += DL_GEMM_NR) {
+                    const int nv = (int)dl_min_i64(DL_GEMM_NR, B * run - j0);
+                    conv_gather_block(xq, roff, K, L, run, j0, nv, blk);
+                    gemm_pack_b_panel(K, nv, blk, DL_GEMM_NR, 1, 0, bp, colsum);
+                    for (int64_t t = 0; t < mt; t++) {
+                        const int mv = (int)dl_min_i64(DL_GEMM_MR, Co - t * DL_GEMM_MR);
+                        dl_gemm_ukernel(kgn, ap + t * a_tile, bp, colsum, tile);
+                        for (int r = 0; r < mv; r++) {
+                            const int64_t o = t * DL_GEMM_MR + r;
+                            float *yr = y + o * d->y_rs + j0;
+                            conv_dequant_row(tile + r * DL_GEMM_NR, nv, s, yr);
+                            DL_CAT(conv_add_scalar, DL_SUFFIX)(yr, nv, bias[o]);
                         }
                     }
+                }
             }
         }
         DL_GEMM_THREAD_END();
@@ -953,9 +974,9 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
 /* ---- Conv2d's int8 weight gradient (see dl_gemm_s8_conv_wgrad_t) ------------------------- */
 
 /* Per peer (one thread each), per chunk of samples: int32 sums acc (Cout x C k k, padded to whole
- * tiles) over blocks of <= 64 positions of one sample: A = the block's dq columns (packed), B =
- * the block's im2col rows gathered from the padded codes (one <= 64-byte copy per row) and packed
- * as a stored transpose; the tiles' exact sums added into acc. At the chunk's end, acc
+ * tiles) over blocks of <= 64 of the chunk's positions: A = the block's dq columns (packed), B =
+ * the block's im2col rows gathered from the padded codes (conv_gather_block) and packed as a
+ * stored transpose; the tiles' exact sums added into acc. At the chunk's end, acc
  * dequantized (float(acc) * s, the GEMM's float store) into the first chunk's gw or a buffer
  * added into gw (float32 adds, not fused with the product). */
 int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
@@ -1010,31 +1031,28 @@ int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, i
                 for (int64_t b0 = 0; b0 < B; b0 += d->chunk) {
                     const int64_t b1 = dl_min_i64(B, b0 + d->chunk);
                     memset(acc, 0, (size_t)(mt * DL_GEMM_MR * lda) * sizeof(int32_t));
-                    for (int64_t b = b0; b < b1; b++)
-                        for (int64_t t0 = 0; t0 < run; t0 += DL_GEMM_NR) {
-                            const int nv = (int)dl_min_i64(DL_GEMM_NR, run - t0);
-                            const int8_t *src = xq + b * L + t0;
-                            for (int64_t kk = 0; kk < K; kk++)
-                                gemm_copy_le64(blk + kk * DL_GEMM_NR, src + roff[kk], nv);
-                            /* B (nv x K): B[j, kk] = blk[kk * 64 + j], a stored transpose */
-                            for (int64_t q = 0; q < np; q++)
-                                gemm_pack_b_panel(nv, K, blk, 1, DL_GEMM_NR, q, bp + q * b_panel,
-                                                  colsum);
-                            const int8_t *a = dq + b * run + t0; /* A (Cout x nv) */
-                            const int64_t kgv = dl_cdiv_i64(nv, DL_GEMM_KG);
-                            const int64_t a_tv = DL_GEMM_A_TILE(nv);
-                            for (int64_t t = 0; t < mt; t++)
-                                gemm_pack_a(Co, nv, a, d->dq_rs, 1, t, ap + t * a_tv);
-                            for (int64_t t = 0; t < mt; t++)
-                                for (int64_t q = 0; q < np; q++) {
-                                    dl_gemm_ukernel(kgv, ap + t * a_tv, bp + q * b_panel,
-                                                    colsum + q * DL_GEMM_NR, tile);
-                                    int32_t *ar = acc + t * DL_GEMM_MR * lda + q * DL_GEMM_NR;
-                                    for (int r = 0; r < DL_GEMM_MR; r++)
-                                        for (int j = 0; j < DL_GEMM_NR; j++)
-                                            ar[r * lda + j] += tile[r * DL_GEMM_NR + j];
-                                }
-                        }
+                    for (int64_t j0 = b0 * run; j0 < b1 * run; j0 += DL_GEMM_NR) {
+                        const int nv = (int)dl_min_i64(DL_GEMM_NR, b1 * run - j0);
+                        conv_gather_block(xq, roff, K, L, run, j0, nv, blk);
+                        /* B (nv x K): B[j, kk] = blk[kk * 64 + j], a stored transpose */
+                        for (int64_t q = 0; q < np; q++)
+                            gemm_pack_b_panel(nv, K, blk, 1, DL_GEMM_NR, q, bp + q * b_panel,
+                                              colsum);
+                        const int8_t *a = dq + j0; /* A (Cout x nv) */
+                        const int64_t kgv = dl_cdiv_i64(nv, DL_GEMM_KG);
+                        const int64_t a_tv = DL_GEMM_A_TILE(nv);
+                        for (int64_t t = 0; t < mt; t++)
+                            gemm_pack_a(Co, nv, a, d->dq_rs, 1, t, ap + t * a_tv);
+                        for (int64_t t = 0; t < mt; t++)
+                            for (int64_t q = 0; q < np; q++) {
+                                dl_gemm_ukernel(kgv, ap + t * a_tv, bp + q * b_panel,
+                                                colsum + q * DL_GEMM_NR, tile);
+                                int32_t *ar = acc + t * DL_GEMM_MR * lda + q * DL_GEMM_NR;
+                                for (int r = 0; r < DL_GEMM_MR; r++)
+                                    for (int j = 0; j < DL_GEMM_NR; j++)
+                                        ar[r * lda + j] += tile[r * DL_GEMM_NR + j];
+                            }
+                    }
                     for (int64_t o = 0; o < Co; o++) {
                         float *g = gw + o * K;
                         if (b0 == 0) {
