@@ -63,6 +63,8 @@ typedef int8_t dl_gemm_a_t;
 typedef int8_t dl_gemm_b_t;
 static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return v; }
 
+#include "gemm_s8_vnni_pack.h"
+
 /* Copies the kr (< 16) groups of the last k block of column blocks c0, c0 + 1 of a panel (bp at
  * the block's first group) into two zero-padded B tiles of 16 rows x 64 bytes. */
 static inline void amx_tail_b(const int8_t *bp, int kr, int c0, int8_t tail[2][1024]) {
@@ -101,6 +103,14 @@ static inline void amx_pend_rows(amx_pend_t *p, int r) {
 /* C tiles 0-3 += A rows 0-15 (tmm4) and 16-31 (tmm5) x column blocks c0, c0 + 1 of the panel over
  * every k block; stored into tile (32 x 64 int32) at columns 16 c0 ... Only rows 0-15 (C tiles 0
  * and 1) when two_a is 0. pend (may be NULL): rows written two per k block, all by the end. */
+/* C tiles 0-3 (tmm0-3) = 0. */
+static inline void amx_zero_c(void) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+
 /* One k block: C tiles 0, 1 (and 2, 3 when two_a) += A rows (tmm4, tmm5) x the column blocks b0
  * and b1 (tmm6, tmm7, rows b_stride bytes apart). */
 static inline void amx_kblock(const int8_t *a, const int8_t *b0, const int8_t *b1, int b_stride,
@@ -134,10 +144,7 @@ static inline void amx_kblock_s(const int8_t *a, int64_t rs, const int8_t *b0, c
 static inline void amx_half_p(int64_t kgn, const int8_t *ap, const int8_t *bp, int c0, int two_a,
                               int32_t *tile, amx_pend_t *pend) {
     const int64_t nkb = kgn / 16, kr = kgn % 16;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    amx_zero_c();
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int8_t *b = bp + kb * 16 * 256 + 64 * c0;
         amx_kblock(ap + kb * DL_GEMM_MR * 64, b, b + 64, 256, two_a);
@@ -225,24 +232,15 @@ static inline void dl_gemm_ukernel_multi(int nt, int64_t kgn, const int8_t *ap, 
 static inline void amx_epi_rows(const int32_t *tile, int r0, int r1, int h0, int nv, float s,
                                 const float *bv, int relu, const float *mask, int64_t m_rs,
                                 float *c, int64_t c_rs) {
-    const __m512 sv = _mm512_set1_ps(s), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    const __m512 sv = _mm512_set1_ps(s);
     for (int h = h0; h < h0 + 2; h++) {
         if (16 * h >= nv) break;
-        const __mmask16 k = nv - 16 * h >= 16 ? (__mmask16)0xffff
-                                               : (__mmask16)((1u << (nv - 16 * h)) - 1);
+        const __mmask16 k = dl_epi_mask(nv - 16 * h);
         const __m512 b = _mm512_loadu_ps(bv + 16 * h);
-        for (int r = r0; r < r1; r++) {
-            const __m512i t = _mm512_load_si512((const void *)(tile + r * DL_GEMM_NR + 16 * h));
-            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), sv, b);
-            if (mask != NULL) {
-                const __m512 mk = _mm512_maskz_loadu_ps(k, mask + r * m_rs + 16 * h);
-                v = _mm512_mul_ps(v, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mk, zero, _CMP_GT_OQ),
-                                                         one));
-            } else if (relu) {
-                v = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v);
-            }
-            _mm512_mask_storeu_ps(c + r * c_rs + 16 * h, k, v);
-        }
+        for (int r = r0; r < r1; r++)
+            dl_epi16(_mm512_load_si512((const void *)(tile + r * DL_GEMM_NR + 16 * h)), sv, b,
+                     relu, mask != NULL ? mask + r * m_rs + 16 * h : NULL, k,
+                     c + r * c_rs + 16 * h);
     }
 }
 
@@ -265,10 +263,7 @@ static inline void dl_gemm_ukernel_epi(int64_t kgn, const int8_t *a, int64_t a_r
     const int64_t rs = packed ? 64 : a_rs, kb_step = packed ? DL_GEMM_MR * 64 : 64;
     int done = DL_GEMM_MR; /* rows of the previous half still to finish: none */
     for (int c0 = 0; c0 < 4 && 16 * c0 < nv; c0 += 2) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        amx_zero_c();
         for (int64_t kb = 0; kb < nkb; kb++) {
             const int8_t *b = bp + kb * 16 * 256 + 64 * c0;
             amx_kblock_s(a + kb * kb_step, rs, b, b + 64, 256);
@@ -294,20 +289,14 @@ static inline void dl_gemm_ukernel_epi(int64_t kgn, const int8_t *a, int64_t a_r
     amx_epi_rows(tile, done, DL_GEMM_MR, nv > 32 ? 2 : 0, nv, s, bv, relu, mask, m_rs, c, c_rs);
 }
 
-#include "gemm_s8_vnni_pack.h"
 /* The fused dense layer's tile builds get their own names; the public entry points below choose
  * between them and the VNNI builds. */
 #define dl_gemm_s8_amx dl_gemm_s8_amx_tiles
 #define dl_gemm_s8_batched_amx dl_gemm_s8_batched_amx_tiles
 #define dl_gemm_s8_dense_forward_amx dl_gemm_s8_dense_forward_amx_tiles
 #define dl_gemm_s8_dense_backward_amx dl_gemm_s8_dense_backward_amx_tiles
-#define dl_gemm_s8_conv_dgrad_amx dl_gemm_s8_conv_dgrad_amx_tiles
-#define dl_gemm_s8_conv_fwd_amx dl_gemm_s8_conv_fwd_amx_tiles
-#define dl_gemm_s8_conv_wgrad_amx dl_gemm_s8_conv_wgrad_amx_tiles
+#define DL_GEMM_NO_CONV /* the convolutions' products run the VNNI build (below) */
 #include "gemm_s8_impl.h"
-#undef dl_gemm_s8_conv_wgrad_amx
-#undef dl_gemm_s8_conv_dgrad_amx
-#undef dl_gemm_s8_conv_fwd_amx
 #undef dl_gemm_s8_amx
 #undef dl_gemm_s8_batched_amx
 #undef dl_gemm_s8_dense_forward_amx
@@ -349,15 +338,11 @@ int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
 /* Conv2d's int8 products have the few output channels on a side (the input gradient multiplies
  * over them, k = Cout below a tile's 64-value k block; the forward has Cout rows, below a tile's
  * 32; the weight gradient has Cout rows too): the VNNI build, the same exact sums. */
-int dl_gemm_s8_conv_dgrad_amx(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
-    return dl_gemm_s8_conv_dgrad_avx512vnni(d, n_threads);
-}
-int dl_gemm_s8_conv_fwd_amx(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
-    return dl_gemm_s8_conv_fwd_avx512vnni(d, n_threads);
-}
-int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
-    return dl_gemm_s8_conv_wgrad_avx512vnni(d, n_threads);
-}
+#define DL_AMX_VIA_VNNI(name, type)                                                                \
+    int name##_amx(const type *d, int n_threads) { return name##_avx512vnni(d, n_threads); }
+DL_AMX_VIA_VNNI(dl_gemm_s8_conv_fwd, dl_gemm_s8_conv_fwd_t)
+DL_AMX_VIA_VNNI(dl_gemm_s8_conv_wgrad, dl_gemm_s8_conv_wgrad_t)
+DL_AMX_VIA_VNNI(dl_gemm_s8_conv_dgrad, dl_gemm_s8_conv_dgrad_t)
 
 #else /* the compiler lacks AMX: entry points that refuse (DL_E_ARG); dl_isa_supported never
        * offers amx in such a build, so the dispatch does not reach them */
@@ -369,30 +354,17 @@ int dl_gemm_s8_amx(int64_t m, int64_t k, int64_t n, const int8_t *a, const uint8
     (void)m, (void)k, (void)n, (void)a, (void)packed, (void)colsum, (void)out, (void)n_threads;
     return DL_E_ARG;
 }
-int dl_gemm_s8_batched_amx(const dl_gemm_s8_batch_t *bt, int n_threads) {
-    (void)bt, (void)n_threads;
-    return DL_E_ARG;
-}
-int dl_gemm_s8_dense_forward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
-    (void)d, (void)n_threads;
-    return DL_E_ARG;
-}
-int dl_gemm_s8_dense_backward_amx(const dl_gemm_s8_dense_t *d, int n_threads) {
-    (void)d, (void)n_threads;
-    return DL_E_ARG;
-}
-int dl_gemm_s8_conv_dgrad_amx(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
-    (void)d, (void)n_threads;
-    return DL_E_ARG;
-}
-int dl_gemm_s8_conv_fwd_amx(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
-    (void)d, (void)n_threads;
-    return DL_E_ARG;
-}
-int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
-    (void)d, (void)n_threads;
-    return DL_E_ARG;
-}
+#define DL_AMX_REFUSE(fn, type)                                                                    \
+    int fn(const type *d, int n_threads) {                                                         \
+        (void)d, (void)n_threads;                                                                  \
+        return DL_E_ARG;                                                                           \
+    }
+DL_AMX_REFUSE(dl_gemm_s8_batched_amx, dl_gemm_s8_batch_t)
+DL_AMX_REFUSE(dl_gemm_s8_dense_forward_amx, dl_gemm_s8_dense_t)
+DL_AMX_REFUSE(dl_gemm_s8_dense_backward_amx, dl_gemm_s8_dense_t)
+DL_AMX_REFUSE(dl_gemm_s8_conv_fwd_amx, dl_gemm_s8_conv_fwd_t)
+DL_AMX_REFUSE(dl_gemm_s8_conv_wgrad_amx, dl_gemm_s8_conv_wgrad_t)
+DL_AMX_REFUSE(dl_gemm_s8_conv_dgrad_amx, dl_gemm_s8_conv_dgrad_t)
 #endif
 #else
 typedef int dl_gemm_s8_amx_unused;

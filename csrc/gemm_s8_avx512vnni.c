@@ -23,16 +23,22 @@ typedef uint8_t dl_gemm_a_t;
 typedef int8_t dl_gemm_b_t;
 static inline dl_gemm_a_t dl_gemm_a_conv(int8_t v) { return (uint8_t)(v ^ 0x80); }
 
-/* tile (6 x 64) = packed A tile @ packed B panel over kgn groups of 4 k values. */
-static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t *bp,
-                                   const int32_t *colsum, int32_t *tile) {
-    __m512i c[DL_GEMM_MR][4];
+#include "gemm_s8_vnni_pack.h"
+
+/* The 6 x 64 accumulators of A @ B over kgn groups of 4 k values, from -128 colsum(B): row r's
+ * quad of group g at a + r * r_step + g * g_step (the packed tile: 4, 24; codes read in place:
+ * the row stride, 4), xored with flip (0 for a packed tile, whose bytes are already + 128). */
+static inline __attribute__((always_inline)) void vnni_acc(int64_t kgn, const uint8_t *a,
+                                                           int64_t r_step, int64_t g_step,
+                                                           __m512i flip, const int8_t *bp,
+                                                           const int32_t *colsum,
+                                                           __m512i acc[DL_GEMM_MR][4]) {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         const __m512i cs = _mm512_loadu_si512((const void *)(colsum + 16 * j));
         const __m512i z = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(cs, 7));
 #pragma GCC unroll 6
-        for (int r = 0; r < DL_GEMM_MR; r++) c[r][j] = z;
+        for (int r = 0; r < DL_GEMM_MR; r++) acc[r][j] = z;
     }
     for (int64_t g = 0; g < kgn; g++) {
         const __m512i b0 = _mm512_loadu_si512((const void *)bp);
@@ -42,16 +48,22 @@ static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t 
 #pragma GCC unroll 6
         for (int r = 0; r < DL_GEMM_MR; r++) {
             int32_t quad;
-            __builtin_memcpy(&quad, ap + 4 * r, 4);
-            const __m512i a = _mm512_set1_epi32(quad);
-            c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
-            c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
-            c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
-            c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
+            __builtin_memcpy(&quad, a + r * r_step + g * g_step, 4);
+            const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, b0);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, b1);
+            acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], av, b2);
+            acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], av, b3);
         }
-        ap += DL_GEMM_MR * 4;
         bp += DL_GEMM_NR * 4;
     }
+}
+
+/* tile (6 x 64) = packed A tile @ packed B panel over kgn groups of 4 k values. */
+static inline void dl_gemm_ukernel(int64_t kgn, const uint8_t *ap, const int8_t *bp,
+                                   const int32_t *colsum, int32_t *tile) {
+    __m512i c[DL_GEMM_MR][4];
+    vnni_acc(kgn, ap, 4, 4 * DL_GEMM_MR, _mm512_setzero_si512(), bp, colsum, c);
 #pragma GCC unroll 6
     for (int r = 0; r < DL_GEMM_MR; r++)
 #pragma GCC unroll 4
@@ -71,56 +83,25 @@ static inline void dl_gemm_ukernel_epi(int64_t kgn, const int8_t *a, int64_t a_r
                                        const float *bv, int relu, const float *mask, int64_t m_rs,
                                        float *c, int64_t c_rs, int nv) {
     __m512i acc[DL_GEMM_MR][4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        const __m512i cs = _mm512_loadu_si512((const void *)(colsum + 16 * j));
-        const __m512i z = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(cs, 7));
-#pragma GCC unroll 6
-        for (int r = 0; r < DL_GEMM_MR; r++) acc[r][j] = z;
-    }
-    /* packed: quads at 4 r of each 24-byte group, already + 128; in place: + 128 by the xor */
-    const int64_t r_step = packed ? 4 : a_rs, g_step = packed ? 4 * DL_GEMM_MR : 4;
-    const __m512i flip = _mm512_set1_epi32(packed ? 0 : (int32_t)0x80808080u);
-    for (int64_t g = 0; g < kgn; g++) {
-        const __m512i b0 = _mm512_loadu_si512((const void *)bp);
-        const __m512i b1 = _mm512_loadu_si512((const void *)(bp + 64));
-        const __m512i b2 = _mm512_loadu_si512((const void *)(bp + 128));
-        const __m512i b3 = _mm512_loadu_si512((const void *)(bp + 192));
-#pragma GCC unroll 6
-        for (int r = 0; r < DL_GEMM_MR; r++) {
-            int32_t quad;
-            __builtin_memcpy(&quad, a + r * r_step + g * g_step, 4);
-            const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, b0);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, b1);
-            acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], av, b2);
-            acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], av, b3);
-        }
-        bp += DL_GEMM_NR * 4;
-    }
-    const __m512 sv = _mm512_set1_ps(s), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    if (packed) /* quads at 4 r of each 24-byte group, already + 128 */
+        vnni_acc(kgn, (const uint8_t *)a, 4, 4 * DL_GEMM_MR, _mm512_setzero_si512(), bp, colsum,
+                 acc);
+    else /* in place: + 128 by the xor */
+        vnni_acc(kgn, (const uint8_t *)a, a_rs, 4, _mm512_set1_epi32((int32_t)0x80808080u), bp,
+                 colsum, acc);
+    const __m512 sv = _mm512_set1_ps(s);
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         if (16 * j >= nv) break;
-        const __mmask16 k = nv - 16 * j >= 16 ? (__mmask16)0xffff
-                                               : (__mmask16)((1u << (nv - 16 * j)) - 1);
+        const __mmask16 k = dl_epi_mask(nv - 16 * j);
         const __m512 b = _mm512_loadu_ps(bv + 16 * j);
 #pragma GCC unroll 6
-        for (int r = 0; r < DL_GEMM_MR; r++) {
-            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][j]), sv, b);
-            if (mask != NULL) {
-                const __m512 mk = _mm512_maskz_loadu_ps(k, mask + r * m_rs + 16 * j);
-                v = _mm512_mul_ps(v, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mk, zero, _CMP_GT_OQ),
-                                                         one));
-            } else if (relu) {
-                v = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v);
-            }
-            _mm512_mask_storeu_ps(c + r * c_rs + 16 * j, k, v);
-        }
+        for (int r = 0; r < DL_GEMM_MR; r++)
+            dl_epi16(acc[r][j], sv, b, relu, mask != NULL ? mask + r * m_rs + 16 * j : NULL, k,
+                     c + r * c_rs + 16 * j);
     }
 }
 
-#include "gemm_s8_vnni_pack.h"
 #include "gemm_s8_impl.h"
 
 /* Quantizer cores (see dl.h), 16 lanes with masked tails; the same IEEE operations as the

@@ -755,6 +755,97 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
     }
     return status;
 }
+/* ---- Conv2d's int8 products (dl_gemm_s8_conv_fwd_t, _wgrad_t, _dgrad_t) ------------------ */
+#ifndef DL_GEMM_NO_CONV /* an ISA file that routes them to another build defines it */
+
+/* One thread's buffers for a Conv2d int8 kernel: packed A tiles and B panels, a gathered im2col
+ * block, the row-offset table, column sums, int32 sums and a float row buffer (NULL where a kernel
+ * asks for none). */
+typedef struct {
+    dl_gemm_a_t *ap;
+    dl_gemm_b_t *bp;
+    int8_t *blk;
+    int64_t *roff;
+    int32_t *colsum, *acc;
+    float *f;
+} DL_CAT(conv_ws, DL_SUFFIX);
+#define conv_ws_t DL_CAT(conv_ws, DL_SUFFIX)
+
+static void *conv_alloc64(int64_t n, size_t size) { /* NULL for n == 0 */
+    return n > 0 ? aligned_alloc(64, ((size_t)n * size + 63) / 64 * 64 + 64) : NULL;
+}
+/* Allocates the buffers of the given element counts; 1 when every one asked for was allocated. */
+static int conv_ws_init(conv_ws_t *w, int64_t na, int64_t nb, int64_t nblk, int64_t nroff,
+                        int64_t ncs, int64_t nacc, int64_t nf) {
+    w->ap = conv_alloc64(na, sizeof(dl_gemm_a_t));
+    w->bp = conv_alloc64(nb, sizeof(dl_gemm_b_t));
+    w->blk = conv_alloc64(nblk, 1);
+    w->roff = conv_alloc64(nroff, sizeof(int64_t));
+    w->colsum = conv_alloc64(ncs, sizeof(int32_t));
+    w->acc = conv_alloc64(nacc, sizeof(int32_t));
+    w->f = conv_alloc64(nf, sizeof(float));
+    return (na == 0 || w->ap) && (nb == 0 || w->bp) && (nblk == 0 || w->blk) &&
+           (nroff == 0 || w->roff) && (ncs == 0 || w->colsum) && (nacc == 0 || w->acc) &&
+           (nf == 0 || w->f);
+}
+static void conv_ws_free(conv_ws_t *w) {
+    free(w->ap);
+    free(w->bp);
+    free(w->blk);
+    free(w->roff);
+    free(w->colsum);
+    free(w->acc);
+    free(w->f);
+}
+/* roff[kk] = c B len + i wp + j for row kk = (c, i, j) of the im2col matrix: where the row starts
+ * in the padded codes (C, B, len) for sample 0. */
+static void conv_roff_table(int64_t *roff, int64_t K, int64_t k, int64_t B, int64_t len,
+                            int64_t wp) {
+    for (int64_t kk = 0; kk < K; kk++)
+        roff[kk] = kk / (k * k) * B * len + (kk / k % k) * wp + kk % k;
+}
+
+/* What conv_run_peers sets up for each thread: conv_ws_init's element counts (the row-offset
+ * table of K entries with the gathered block, from the geometry k, B, len, wp). */
+typedef struct {
+    int64_t na, nb, nblk, ncs, nacc, nf;
+    int64_t K, k, B, len, wp;
+} conv_plan_t;
+typedef void (*DL_CAT(conv_peer_fn, DL_SUFFIX))(const void *d, int64_t p, conv_ws_t *w);
+
+/* peer(d, p, w) for p < P, peers split statically between threads, each peer computed by one
+ * thread (so the results do not depend on the count) with that thread's buffers; DL_E_NOMEM when
+ * a thread's buffers fail (every thread still meets the omp for). */
+static int conv_run_peers(int64_t P, int n_threads, const conv_plan_t *pl,
+                          DL_CAT(conv_peer_fn, DL_SUFFIX) peer, const void *d) {
+    const int nt = (int)dl_min_i64(n_threads, P);
+    int status = DL_OK;
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        conv_ws_t w;
+        const int ok = conv_ws_init(&w, pl->na, pl->nb, pl->nblk, pl->nblk > 0 ? pl->K : 0,
+                                    pl->ncs, pl->nacc, pl->nf);
+        if (!ok) status = DL_E_NOMEM;
+        if (ok && pl->nblk > 0) conv_roff_table(w.roff, pl->K, pl->k, pl->B, pl->len, pl->wp);
+        DL_GEMM_THREAD_BEGIN();
+        {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++)
+                if (ok) peer(d, p, &w);
+        }
+        DL_GEMM_THREAD_END();
+        conv_ws_free(&w);
+    }
+    return status;
+}
+
 /* ---- Conv2d's int8 input gradient (see dl_gemm_s8_conv_dgrad_t) ------------------------- */
 
 /* dst[0:n) += src[0:n), apart from the product that made src (not inlined: the compiler may not
@@ -771,93 +862,69 @@ static inline void conv_dequant_row(const int32_t *restrict t, int n, float s,
     for (int j = 0; j < n; j++) v[j] = (float)t[j] * s;
 }
 
+/* samples per group of the input gradient: short runs (small images) are grouped so that panels
+ * are not mostly padding; a group's columns are the samples' runs side by side */
+static int64_t conv_dgrad_group(int64_t B, int64_t run) {
+    return dl_max_i64(1, dl_min_i64(B, 256 / dl_max_i64(run, 1)));
+}
 /* Per peer (one thread each): A = wq^T (C k k rows, k = Cout) packed once; per group of samples,
  * B = the group's dq columns packed in panels; per register-tile row block of A, every panel's
  * products dequantized into a row buffer (float(t) * s, as the GEMM's float store), then each
  * row's run of each sample added into its shifted run of dxp, rows in order (col2im's order: the
  * same adds as conv_fold's). */
+static void DL_CAT(conv_dgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_t *w) {
+    const dl_gemm_s8_conv_dgrad_t *d = vd;
+    const int64_t Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k, run = d->run;
+    const int64_t K = C * k * k, gs = conv_dgrad_group(B, run);
+    const int64_t mt = dl_cdiv_i64(K, DL_GEMM_MR);
+    const int64_t ldv = dl_cdiv_i64(gs * run, DL_GEMM_NR) * DL_GEMM_NR;
+    const int64_t kgn = dl_cdiv_i64(Co, DL_GEMM_KG), a_tile = DL_GEMM_A_TILE(Co);
+    const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
+    const float s = d->sw[p] * d->sdy[p];
+    const int8_t *wq = d->wq + p * d->wq_ps; /* A[kk, o] = wq[o * K + kk] */
+    for (int64_t t = 0; t < mt; t++) gemm_pack_a(K, Co, wq, 1, K, t, w->ap + t * a_tile);
+    float *dx = d->dxp + p * d->dxp_ps;
+    memset(dx, 0, (size_t)(C * B * L) * sizeof(float));
+    int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+    for (int64_t bg = 0; bg < B; bg += gs) {
+        const int64_t nb = dl_min_i64(gs, B - bg), ncols = nb * run;
+        const int64_t npg = dl_cdiv_i64(ncols, DL_GEMM_NR);
+        const int8_t *dqb = d->dq + p * d->dq_ps + bg * run;
+        for (int64_t q = 0; q < npg; q++)
+            gemm_pack_b_panel(Co, ncols, dqb, d->dq_rs, 1, q, w->bp + q * b_panel, w->colsum);
+        for (int64_t t = 0; t < mt; t++) {
+            const int mv = (int)dl_min_i64(DL_GEMM_MR, K - t * DL_GEMM_MR);
+            for (int64_t q = 0; q < npg; q++) {
+                const int64_t j0 = q * DL_GEMM_NR;
+                const int nv = (int)dl_min_i64(DL_GEMM_NR, ncols - j0);
+                dl_gemm_ukernel(kgn, w->ap + t * a_tile, w->bp + q * b_panel, w->colsum + j0,
+                                tile);
+                for (int r = 0; r < mv; r++)
+                    conv_dequant_row(tile + r * DL_GEMM_NR, nv, s, w->f + r * ldv + j0);
+            }
+            for (int r = 0; r < mv; r++) {
+                const int64_t kk = t * DL_GEMM_MR + r, c = kk / (k * k);
+                const int64_t off = (kk / k % k) * d->wp + kk % k;
+                for (int64_t b = bg; b < bg + nb; b++)
+                    DL_CAT(conv_add_run, DL_SUFFIX)(dx + (c * B + b) * L + off,
+                                                    w->f + r * ldv + (b - bg) * run, run);
+            }
+        }
+    }
+}
 int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
         d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->cout > DL_GEMM_S8_MAX_K ||
         d->len < (d->k - 1) * d->wp + d->k - 1 + d->run || d->dq_rs < d->batch * d->run)
         return DL_E_ARG;
-    const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
-    const int64_t run = d->run, K = C * k * k;
-    if (P == 0) return DL_OK;
-    /* samples per group: short runs (small images) are grouped so that panels are not mostly
-     * padding; a group's columns are the samples' runs side by side */
-    const int64_t gs = dl_max_i64(1, dl_min_i64(B, 256 / dl_max_i64(run, 1)));
-    const int64_t mt = dl_cdiv_i64(K, DL_GEMM_MR), np = dl_cdiv_i64(gs * run, DL_GEMM_NR);
-    const int64_t kgn = dl_cdiv_i64(Co, DL_GEMM_KG), a_tile = DL_GEMM_A_TILE(Co);
-    const int64_t b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG, ldv = np * DL_GEMM_NR;
-    const int nt = (int)dl_min_i64(n_threads, P);
-    int status = DL_OK;
-#ifndef _OPENMP
-    (void)nt;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(min : status)
-#endif
-    {
-        dl_gemm_a_t *ap = aligned_alloc(64, ((size_t)(mt * a_tile) * sizeof(dl_gemm_a_t) + 63) /
-                                                64 * 64 + 64);
-        dl_gemm_b_t *bp = aligned_alloc(64, ((size_t)(np * b_panel) * sizeof(dl_gemm_b_t) + 63) /
-                                                64 * 64 + 64);
-        int32_t *colsum = malloc((size_t)(ldv + 1) * sizeof(int32_t));
-        float *vbuf = malloc((size_t)(DL_GEMM_MR * ldv + 1) * sizeof(float));
-        const int ok = ap != NULL && bp != NULL && colsum != NULL && vbuf != NULL;
-        if (!ok) status = DL_E_NOMEM;
-        DL_GEMM_THREAD_BEGIN();
-        { /* every thread meets the omp for, with its buffers or not */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < P; p++) {
-                if (!ok) continue;
-                const float s = d->sw[p] * d->sdy[p];
-                const int8_t *wq = d->wq + p * d->wq_ps; /* A[kk, o] = wq[o * K + kk] */
-                for (int64_t t = 0; t < mt; t++)
-                    gemm_pack_a(K, Co, wq, 1, K, t, ap + t * a_tile);
-                float *dx = d->dxp + p * d->dxp_ps;
-                memset(dx, 0, (size_t)(C * B * L) * sizeof(float));
-                int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
-                for (int64_t bg = 0; bg < B; bg += gs) {
-                    const int64_t nb = dl_min_i64(gs, B - bg), ncols = nb * run;
-                    const int64_t npg = dl_cdiv_i64(ncols, DL_GEMM_NR);
-                    const int8_t *dqb = d->dq + p * d->dq_ps + bg * run;
-                    for (int64_t q = 0; q < npg; q++)
-                        gemm_pack_b_panel(Co, ncols, dqb, d->dq_rs, 1, q, bp + q * b_panel,
-                                          colsum);
-                    for (int64_t t = 0; t < mt; t++) {
-                        const int mv = (int)dl_min_i64(DL_GEMM_MR, K - t * DL_GEMM_MR);
-                        for (int64_t q = 0; q < npg; q++) {
-                            const int64_t j0 = q * DL_GEMM_NR;
-                            const int nv = (int)dl_min_i64(DL_GEMM_NR, ncols - j0);
-                            dl_gemm_ukernel(kgn, ap + t * a_tile, bp + q * b_panel, colsum + j0,
-                                            tile);
-                            for (int r = 0; r < mv; r++)
-                                conv_dequant_row(tile + r * DL_GEMM_NR, nv, s,
-                                                 vbuf + r * ldv + j0);
-                        }
-                        for (int r = 0; r < mv; r++) {
-                            const int64_t kk = t * DL_GEMM_MR + r, c = kk / (k * k);
-                            const int64_t off = (kk / k % k) * d->wp + kk % k;
-                            for (int64_t b = bg; b < bg + nb; b++)
-                                DL_CAT(conv_add_run, DL_SUFFIX)(dx + (c * B + b) * L + off,
-                                                                vbuf + r * ldv + (b - bg) * run,
-                                                                run);
-                        }
-                    }
-                }
-            }
-        }
-        DL_GEMM_THREAD_END();
-        free(ap);
-        free(bp);
-        free(colsum);
-        free(vbuf);
-    }
-    return status;
+    if (d->n_peers == 0) return DL_OK;
+    const int64_t K = d->c * d->k * d->k, gs = conv_dgrad_group(d->batch, d->run);
+    const int64_t np = dl_cdiv_i64(gs * d->run, DL_GEMM_NR), ldv = np * DL_GEMM_NR;
+    const int64_t kgn = dl_cdiv_i64(d->cout, DL_GEMM_KG);
+    const conv_plan_t pl = {.na = dl_cdiv_i64(K, DL_GEMM_MR) * DL_GEMM_A_TILE(d->cout),
+                            .nb = np * kgn * DL_GEMM_NR * DL_GEMM_KG, .ncs = ldv,
+                            .nf = DL_GEMM_MR * ldv};
+    return conv_run_peers(d->n_peers, n_threads, &pl, DL_CAT(conv_dgrad_peer, DL_SUFFIX), d);
 }
 
 /* ---- Conv2d's int8 forward product (see dl_gemm_s8_conv_fwd_t) ---------------------------- */
@@ -899,76 +966,46 @@ __attribute__((noinline)) static void DL_CAT(conv_add_scalar, DL_SUFFIX)(float *
  * 64 block (conv_gather_block) and packed; per register tile of output channels the products
  * dequantized into y's rows (float(t) * s, the GEMM's float store), then the bias added to each
  * row's piece. */
+static void DL_CAT(conv_fwd_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_t *w) {
+    const dl_gemm_s8_conv_fwd_t *d = vd;
+    const int64_t Co = d->cout, B = d->batch, run = d->run, K = d->c * d->k * d->k;
+    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), kgn = dl_cdiv_i64(K, DL_GEMM_KG);
+    const int64_t a_tile = DL_GEMM_A_TILE(K);
+    const float s = d->sw[p] * d->sx[p * d->sx_ps];
+    const int8_t *wq = d->wq + p * d->wq_ps, *xq = d->xq + p * d->xq_ps;
+    for (int64_t t = 0; t < mt; t++) gemm_pack_a(Co, K, wq, K, 1, t, w->ap + t * a_tile);
+    float *y = d->y + p * d->y_ps;
+    const float *bias = d->bias + p * d->b_ps;
+    int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+    for (int64_t j0 = 0; j0 < B * run; j0 += DL_GEMM_NR) {
+        const int nv = (int)dl_min_i64(DL_GEMM_NR, B * run - j0);
+        conv_gather_block(xq, w->roff, K, d->len, run, j0, nv, w->blk);
+        gemm_pack_b_panel(K, nv, w->blk, DL_GEMM_NR, 1, 0, w->bp, w->colsum);
+        for (int64_t t = 0; t < mt; t++) {
+            const int mv = (int)dl_min_i64(DL_GEMM_MR, Co - t * DL_GEMM_MR);
+            dl_gemm_ukernel(kgn, w->ap + t * a_tile, w->bp, w->colsum, tile);
+            for (int r = 0; r < mv; r++) {
+                const int64_t o = t * DL_GEMM_MR + r;
+                float *yr = y + o * d->y_rs + j0;
+                conv_dequant_row(tile + r * DL_GEMM_NR, nv, s, yr);
+                DL_CAT(conv_add_scalar, DL_SUFFIX)(yr, nv, bias[o]);
+            }
+        }
+    }
+}
 int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
         d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->xq_ps < 0 || d->sx_ps < 0 ||
         d->c * d->k * d->k > DL_GEMM_S8_MAX_K ||
         d->len < (d->k - 1) * d->wp + d->k - 1 + d->run || d->y_rs < d->batch * d->run)
         return DL_E_ARG;
-    const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
-    const int64_t run = d->run, K = C * k * k;
-    if (P == 0 || Co == 0 || B == 0 || run == 0) return DL_OK;
-    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), kgn = dl_cdiv_i64(K, DL_GEMM_KG);
-    const int64_t a_tile = DL_GEMM_A_TILE(K), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
-    const int nt = (int)dl_min_i64(n_threads, P);
-    int status = DL_OK;
-#ifndef _OPENMP
-    (void)nt;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(min : status)
-#endif
-    {
-        dl_gemm_a_t *ap = aligned_alloc(64, ((size_t)(mt * a_tile) * sizeof(dl_gemm_a_t) + 63) /
-                                                64 * 64 + 64);
-        dl_gemm_b_t *bp = aligned_alloc(64, ((size_t)b_panel * sizeof(dl_gemm_b_t) + 63) / 64 *
-                                                64 + 64);
-        int8_t *blk = malloc((size_t)(K * DL_GEMM_NR) + 1);
-        int64_t *roff = malloc((size_t)(K + 1) * sizeof(int64_t));
-        int32_t colsum[DL_GEMM_NR];
-        const int ok = ap != NULL && bp != NULL && blk != NULL && roff != NULL;
-        if (!ok) status = DL_E_NOMEM;
-        if (ok) /* row (c, i, j) of the columns starts at c B L + i wp + j of the codes */
-            for (int64_t kk = 0; kk < K; kk++)
-                roff[kk] = kk / (k * k) * B * L + (kk / k % k) * d->wp + kk % k;
-        DL_GEMM_THREAD_BEGIN();
-        { /* every thread meets the omp for, with its buffers or not */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < P; p++) {
-                if (!ok) continue;
-                const float s = d->sw[p] * d->sx[p * d->sx_ps];
-                const int8_t *wq = d->wq + p * d->wq_ps, *xq = d->xq + p * d->xq_ps;
-                for (int64_t t = 0; t < mt; t++)
-                    gemm_pack_a(Co, K, wq, K, 1, t, ap + t * a_tile);
-                float *y = d->y + p * d->y_ps;
-                const float *bias = d->bias + p * d->b_ps;
-                int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
-                for (int64_t j0 = 0; j0 < B * run; j0 += DL_GEMM_NR) {
-                    const int nv = (int)dl_min_i64(DL_GEMM_NR, B * run - j0);
-                    conv_gather_block(xq, roff, K, L, run, j0, nv, blk);
-                    gemm_pack_b_panel(K, nv, blk, DL_GEMM_NR, 1, 0, bp, colsum);
-                    for (int64_t t = 0; t < mt; t++) {
-                        const int mv = (int)dl_min_i64(DL_GEMM_MR, Co - t * DL_GEMM_MR);
-                        dl_gemm_ukernel(kgn, ap + t * a_tile, bp, colsum, tile);
-                        for (int r = 0; r < mv; r++) {
-                            const int64_t o = t * DL_GEMM_MR + r;
-                            float *yr = y + o * d->y_rs + j0;
-                            conv_dequant_row(tile + r * DL_GEMM_NR, nv, s, yr);
-                            DL_CAT(conv_add_scalar, DL_SUFFIX)(yr, nv, bias[o]);
-                        }
-                    }
-                }
-            }
-        }
-        DL_GEMM_THREAD_END();
-        free(ap);
-        free(bp);
-        free(blk);
-        free(roff);
-    }
-    return status;
+    const int64_t K = d->c * d->k * d->k;
+    if (d->n_peers == 0 || d->cout == 0 || d->batch == 0 || d->run == 0) return DL_OK;
+    const conv_plan_t pl = {
+        .na = dl_cdiv_i64(d->cout, DL_GEMM_MR) * DL_GEMM_A_TILE(K),
+        .nb = dl_cdiv_i64(K, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG, .nblk = K * DL_GEMM_NR,
+        .ncs = DL_GEMM_NR, .K = K, .k = d->k, .B = d->batch, .len = d->len, .wp = d->wp};
+    return conv_run_peers(d->n_peers, n_threads, &pl, DL_CAT(conv_fwd_peer, DL_SUFFIX), d);
 }
 
 /* ---- Conv2d's int8 weight gradient (see dl_gemm_s8_conv_wgrad_t) ------------------------- */
@@ -979,6 +1016,49 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
  * stored transpose; the tiles' exact sums added into acc. At the chunk's end, acc
  * dequantized (float(acc) * s, the GEMM's float store) into the first chunk's gw or a buffer
  * added into gw (float32 adds, not fused with the product). */
+static void DL_CAT(conv_wgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_t *w) {
+    const dl_gemm_s8_conv_wgrad_t *d = vd;
+    const int64_t Co = d->cout, B = d->batch, run = d->run, K = d->c * d->k * d->k;
+    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), np = dl_cdiv_i64(K, DL_GEMM_NR);
+    const int64_t b_panel = dl_cdiv_i64(DL_GEMM_NR, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG;
+    const int64_t lda = np * DL_GEMM_NR; /* acc's row stride */
+    const float s = d->sdy[p] * d->sx[p * d->sx_ps];
+    const int8_t *xq = d->xq + p * d->xq_ps, *dq = d->dq + p * d->dq_ps;
+    float *gw = d->gw + p * d->gw_ps;
+    int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
+    for (int64_t b0 = 0; b0 < B; b0 += d->chunk) {
+        const int64_t b1 = dl_min_i64(B, b0 + d->chunk);
+        memset(w->acc, 0, (size_t)(mt * DL_GEMM_MR * lda) * sizeof(int32_t));
+        for (int64_t j0 = b0 * run; j0 < b1 * run; j0 += DL_GEMM_NR) {
+            const int nv = (int)dl_min_i64(DL_GEMM_NR, b1 * run - j0);
+            conv_gather_block(xq, w->roff, K, d->len, run, j0, nv, w->blk);
+            /* B (nv x K): B[j, kk] = blk[kk * 64 + j], a stored transpose */
+            for (int64_t q = 0; q < np; q++)
+                gemm_pack_b_panel(nv, K, w->blk, 1, DL_GEMM_NR, q, w->bp + q * b_panel,
+                                  w->colsum);
+            const int64_t kgv = dl_cdiv_i64(nv, DL_GEMM_KG), a_tv = DL_GEMM_A_TILE(nv);
+            for (int64_t t = 0; t < mt; t++) /* A (Cout x nv): the block's dq columns */
+                gemm_pack_a(Co, nv, dq + j0, d->dq_rs, 1, t, w->ap + t * a_tv);
+            for (int64_t t = 0; t < mt; t++)
+                for (int64_t q = 0; q < np; q++) {
+                    dl_gemm_ukernel(kgv, w->ap + t * a_tv, w->bp + q * b_panel,
+                                    w->colsum + q * DL_GEMM_NR, tile);
+                    int32_t *ar = w->acc + t * DL_GEMM_MR * lda + q * DL_GEMM_NR;
+                    for (int r = 0; r < DL_GEMM_MR; r++)
+                        for (int j = 0; j < DL_GEMM_NR; j++)
+                            ar[r * lda + j] += tile[r * DL_GEMM_NR + j];
+                }
+        }
+        for (int64_t o = 0; o < Co; o++) { /* the first chunk's part, or + each later one's */
+            if (b0 == 0) {
+                conv_dequant_row(w->acc + o * lda, (int)K, s, gw + o * K);
+            } else {
+                conv_dequant_row(w->acc + o * lda, (int)K, s, w->f);
+                DL_CAT(conv_add_run, DL_SUFFIX)(gw + o * K, w->f, K);
+            }
+        }
+    }
+}
 int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
         d->batch < 0 || d->k < 1 || d->wp < d->k || d->run < 0 || d->chunk < 1 ||
@@ -986,96 +1066,20 @@ int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, i
         d->c * d->k * d->k > (int64_t)1 << 24 || d->chunk * d->run > DL_GEMM_S8_MAX_K ||
         d->len < (d->k - 1) * d->wp + d->k - 1 + d->run || d->dq_rs < d->batch * d->run)
         return DL_E_ARG;
-    const int64_t P = d->n_peers, Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k;
-    const int64_t run = d->run, K = C * k * k;
-    if (P == 0 || Co == 0 || K == 0) return DL_OK;
-    const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), np = dl_cdiv_i64(K, DL_GEMM_NR);
-    const int64_t kgn = dl_cdiv_i64(DL_GEMM_NR, DL_GEMM_KG); /* a block: <= 64 positions */
-    const int64_t a_tile = DL_GEMM_A_TILE(DL_GEMM_NR), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
-    const int64_t lda = np * DL_GEMM_NR; /* acc's row stride */
-    const int nt = (int)dl_min_i64(n_threads, P);
-    int status = DL_OK;
-#ifndef _OPENMP
-    (void)nt;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(min : status)
-#endif
-    {
-        dl_gemm_a_t *ap = aligned_alloc(64, ((size_t)(mt * a_tile) * sizeof(dl_gemm_a_t) + 63) /
-                                                64 * 64 + 64);
-        dl_gemm_b_t *bp = aligned_alloc(64, ((size_t)(np * b_panel) * sizeof(dl_gemm_b_t) + 63) /
-                                                64 * 64 + 64);
-        int8_t *blk = malloc((size_t)(K * DL_GEMM_NR) + 1);
-        int64_t *roff = malloc((size_t)(K + 1) * sizeof(int64_t));
-        int32_t *colsum = malloc((size_t)(lda + 1) * sizeof(int32_t));
-        int32_t *acc = malloc((size_t)(mt * DL_GEMM_MR * lda + 1) * sizeof(int32_t));
-        float *part = malloc((size_t)(K + 1) * sizeof(float));
-        const int ok = ap != NULL && bp != NULL && blk != NULL && roff != NULL &&
-                       colsum != NULL && acc != NULL && part != NULL;
-        if (!ok) status = DL_E_NOMEM;
-        if (ok) /* row (c, i, j) of the columns starts at c B L + i wp + j of the codes */
-            for (int64_t kk = 0; kk < K; kk++)
-                roff[kk] = kk / (k * k) * B * L + (kk / k % k) * d->wp + kk % k;
-        DL_GEMM_THREAD_BEGIN();
-        { /* every thread meets the omp for, with its buffers or not */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < P; p++) {
-                if (!ok) continue;
-                const float s = d->sdy[p] * d->sx[p * d->sx_ps];
-                const int8_t *xq = d->xq + p * d->xq_ps, *dq = d->dq + p * d->dq_ps;
-                float *gw = d->gw + p * d->gw_ps;
-                int32_t tile[DL_GEMM_MR * DL_GEMM_NR] __attribute__((aligned(64)));
-                for (int64_t b0 = 0; b0 < B; b0 += d->chunk) {
-                    const int64_t b1 = dl_min_i64(B, b0 + d->chunk);
-                    memset(acc, 0, (size_t)(mt * DL_GEMM_MR * lda) * sizeof(int32_t));
-                    for (int64_t j0 = b0 * run; j0 < b1 * run; j0 += DL_GEMM_NR) {
-                        const int nv = (int)dl_min_i64(DL_GEMM_NR, b1 * run - j0);
-                        conv_gather_block(xq, roff, K, L, run, j0, nv, blk);
-                        /* B (nv x K): B[j, kk] = blk[kk * 64 + j], a stored transpose */
-                        for (int64_t q = 0; q < np; q++)
-                            gemm_pack_b_panel(nv, K, blk, 1, DL_GEMM_NR, q, bp + q * b_panel,
-                                              colsum);
-                        const int8_t *a = dq + j0; /* A (Cout x nv) */
-                        const int64_t kgv = dl_cdiv_i64(nv, DL_GEMM_KG);
-                        const int64_t a_tv = DL_GEMM_A_TILE(nv);
-                        for (int64_t t = 0; t < mt; t++)
-                            gemm_pack_a(Co, nv, a, d->dq_rs, 1, t, ap + t * a_tv);
-                        for (int64_t t = 0; t < mt; t++)
-                            for (int64_t q = 0; q < np; q++) {
-                                dl_gemm_ukernel(kgv, ap + t * a_tv, bp + q * b_panel,
-                                                colsum + q * DL_GEMM_NR, tile);
-                                int32_t *ar = acc + t * DL_GEMM_MR * lda + q * DL_GEMM_NR;
-                                for (int r = 0; r < DL_GEMM_MR; r++)
-                                    for (int j = 0; j < DL_GEMM_NR; j++)
-                                        ar[r * lda + j] += tile[r * DL_GEMM_NR + j];
-                            }
-                    }
-                    for (int64_t o = 0; o < Co; o++) {
-                        float *g = gw + o * K;
-                        if (b0 == 0) {
-                            conv_dequant_row(acc + o * lda, (int)K, s, g);
-                        } else {
-                            conv_dequant_row(acc + o * lda, (int)K, s, part);
-                            DL_CAT(conv_add_run, DL_SUFFIX)(g, part, K);
-                        }
-                    }
-                }
-            }
-        }
-        DL_GEMM_THREAD_END();
-        free(ap);
-        free(bp);
-        free(blk);
-        free(roff);
-        free(colsum);
-        free(acc);
-        free(part);
-    }
-    return status;
+    const int64_t K = d->c * d->k * d->k;
+    if (d->n_peers == 0 || d->cout == 0 || K == 0) return DL_OK;
+    const int64_t mt = dl_cdiv_i64(d->cout, DL_GEMM_MR), np = dl_cdiv_i64(K, DL_GEMM_NR);
+    const int64_t lda = np * DL_GEMM_NR; /* a block: <= 64 positions, k = 64 at most */
+    const conv_plan_t pl = {
+        .na = mt * DL_GEMM_A_TILE(DL_GEMM_NR),
+        .nb = np * dl_cdiv_i64(DL_GEMM_NR, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG,
+        .nblk = K * DL_GEMM_NR, .ncs = lda, .nacc = mt * DL_GEMM_MR * lda, .nf = K, .K = K,
+        .k = d->k, .B = d->batch, .len = d->len, .wp = d->wp};
+    return conv_run_peers(d->n_peers, n_threads, &pl, DL_CAT(conv_wgrad_peer, DL_SUFFIX), d);
 }
+
+#undef conv_ws_t
+#endif /* DL_GEMM_NO_CONV */
 
 #undef gemm_dense_buf_t
 #undef EPI

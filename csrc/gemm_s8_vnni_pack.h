@@ -1,6 +1,6 @@
 /* gemm_s8_vnni_pack.h: the AVX-512 packing of whole groups of a row-major B into the "vnni"
- * layout, shared by gemm_s8_avx512vnni.c and gemm_s8_amx.c (included before gemm_s8_impl.h,
- * compiled with AVX-512 BW and VNNI).
+ * layout, and the fused dense layer's 16-lane epilogue, shared by gemm_s8_avx512vnni.c and
+ * gemm_s8_amx.c (included before gemm_s8_impl.h, compiled with AVX-512 BW and VNNI).
  *
  * One group is 4 rows of the panel's 64 columns; its 256 packed bytes hold column j's 4 values at
  * byte 4 j. Bytes are interleaved within 128-bit lanes (rows 0/1 and 2/3, then the pairs), which
@@ -12,6 +12,27 @@
 #define DL_GEMM_S8_VNNI_PACK_H
 #include <immintrin.h>
 #include <stdint.h>
+
+/* The lanes below n (n >= 1) of a 16-lane piece. */
+static inline __mmask16 dl_epi_mask(int n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+/* One 16-lane piece of the fused dense layer's epilogue (gemm_s8_impl.h's gemm_dense_row, the
+ * same operations): v = float(t) * s + b as one FMA, then the ReLU (v <= 0 -> +0, NaN kept) or,
+ * with a mask row (NULL: none), times (mask > 0 ? 1 : 0); stored to the k lanes of c. */
+static inline void dl_epi16(__m512i t, __m512 sv, __m512 b, int relu, const float *mrow,
+                            __mmask16 k, float *c) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), sv, b);
+    if (mrow != NULL) {
+        const __m512 mk = _mm512_maskz_loadu_ps(k, mrow);
+        v = _mm512_mul_ps(v, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mk, zero, _CMP_GT_OQ),
+                                                 _mm512_set1_ps(1.0f)));
+    } else if (relu) {
+        v = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(v, zero, _CMP_LE_OQ), v);
+    }
+    _mm512_mask_storeu_ps(c, k, v);
+}
 
 /* d[0:n) = s[0:n) for n <= 64: one masked load and store (gemm_s8_impl.h's im2col panels). */
 #define DL_GEMM_HAVE_COPY_LE64 1

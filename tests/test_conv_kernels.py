@@ -464,6 +464,17 @@ def test_input_grad_bad_arguments_raise():
         ops.conv_input_grad(wt, dyv, buf[8 : 8 + dxp.size].reshape(dxp.shape), 3, wp, run)
 
 
+def _check_bits(want, reference, run_op):
+    """The NumPy reference equals ``want`` bit for bit, and ``run_op(out, threads)`` (the kernel
+    on a NaN-filled ``out``, returning it) writes the same bits on 1, 2 and 3 threads."""
+    np.testing.assert_array_equal(reference.view(np.uint32), want.view(np.uint32))
+    for threads in (1, 2, 3):
+        got = np.full_like(want, np.nan)
+        assert run_op(got, threads) is got
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
+                                      err_msg=f"{threads} threads")
+
+
 def _input_grad_s8_case(peers, c, b, h, w, k, p, cout, seed=0):
     rng = np.random.default_rng(seed)
     hp, wp = h + 2 * p, w + 2 * p
@@ -486,13 +497,9 @@ def test_input_grad_s8_is_the_int8_gemm_then_fold(isa, shape):
     dq[:, :, ::5] = 0  # the wide columns' codes are 0
     dcols = ops.gemm_s8_batched_f32(wq, dq, sw, sdy, trans_a=True)
     want = ops.conv_fold(dcols, np.zeros((peers, c, b, length), np.float32), 0, b, k, wp, run)
-    r = ref.conv_input_grad_s8(wq, sw, dq, sdy, np.empty_like(want), k, wp, run)
-    np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
-    for threads in (1, 2, 3):
-        got = np.full((peers, c, b, length), np.nan, np.float32)
-        assert ops.conv_input_grad_s8(wq, sw, dq, sdy, got, k, wp, run, n_threads=threads) is got
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
-                                      err_msg=f"{threads} threads")
+    _check_bits(want, ref.conv_input_grad_s8(wq, sw, dq, sdy, np.empty_like(want), k, wp, run),
+                lambda out, nt: ops.conv_input_grad_s8(wq, sw, dq, sdy, out, k, wp, run,
+                                                       n_threads=nt))
 
 
 def test_input_grad_s8_bad_arguments_raise():
@@ -542,14 +549,9 @@ def test_forward_s8_is_the_int8_gemm_on_unfolded_codes(isa, shape):
     want = ops.gemm_s8_batched_f32(wq, np.broadcast_to(cols, (peers, *cols.shape[-2:])), sw,
                                    np.broadcast_to(sx, (peers,)))
     want += bias[:, :, None]
-    r = ref.conv_forward_s8(wq, sw, xq, sx, bias, np.empty_like(want), k, wp, run)
-    np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
-    for threads in (1, 2, 3):
-        got = np.full_like(want, np.nan)
-        assert ops.conv_forward_s8(wq, sw, xq, sx, bias, got, k, wp, run,
-                                   n_threads=threads) is got
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
-                                      err_msg=f"{threads} threads")
+    _check_bits(want, ref.conv_forward_s8(wq, sw, xq, sx, bias, np.empty_like(want), k, wp, run),
+                lambda out, nt: ops.conv_forward_s8(wq, sw, xq, sx, bias, out, k, wp, run,
+                                                    n_threads=nt))
 
 
 def test_forward_s8_bad_arguments_raise():
@@ -603,14 +605,10 @@ def test_weight_grad_s8_is_the_int8_gemm_on_unfolded_chunks(isa, shape, chunk):
                                 trans_b=True)
         if b0:
             want += part
-    r = ref.conv_weight_grad_s8(dq, sdy, xq, sx, np.empty_like(want), k, wp, run, chunk)
-    np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
-    for threads in (1, 2, 3):
-        got = np.full_like(want, np.nan)
-        assert ops.conv_weight_grad_s8(dq, sdy, xq, sx, got, k, wp, run, chunk,
-                                       n_threads=threads) is got
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
-                                      err_msg=f"{threads} threads")
+    _check_bits(want,
+                ref.conv_weight_grad_s8(dq, sdy, xq, sx, np.empty_like(want), k, wp, run, chunk),
+                lambda out, nt: ops.conv_weight_grad_s8(dq, sdy, xq, sx, out, k, wp, run, chunk,
+                                                        n_threads=nt))
 
 
 def test_weight_grad_s8_bad_arguments_raise():

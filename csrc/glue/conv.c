@@ -319,6 +319,22 @@ static int call_conv_input_grad_s8(const glue_call_t *c, const dl_dispatch_t *d)
     return d->gemm_s8_conv_dgrad(&g, c->n_threads);
 }
 
+/* The padded int8 codes xq (G, C, B, L) of the int8 products, G 1 (shared) or P, whose rows hold
+ * the runs, and their scales sx (G,). */
+static int conv_check_codes(const char *fn, PyArrayObject *xq, PyArrayObject *sx, npy_intp P,
+                            Py_ssize_t k, Py_ssize_t wp, Py_ssize_t run) {
+    const npy_intp G = PyArray_DIM(xq, 0);
+    if (conv_check_runs(fn, k, wp, run, PyArray_DIM(xq, 3), "xq") < 0 ||
+        conv_check_groups(fn, "xq", G, P) < 0)
+        return -1;
+    if (PyArray_DIM(sx, 0) != G) {
+        PyErr_Format(PyExc_ValueError, "%s: sx must have %zd entries (as xq's groups), got %zd",
+                     fn, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(sx, 0));
+        return -1;
+    }
+    return 0;
+}
+
 /* conv_forward_s8(wq, sw, xq, sx, bias, y, k, wp, run, n_threads): wq (P, Cout, C*k*k) int8
  * codes and sw (P,) scales, xq (G, C, B, L) padded int8 codes and sx (G,) scales with G 1
  * (shared) or P, bias (P, Cout), y (P, Cout, B*run); ssz = k, wp, run. */
@@ -327,15 +343,9 @@ static int check_conv_forward_s8(glue_call_t *c) {
     PyArrayObject *w = c->arr[0], *xq = c->arr[2], *sx = c->arr[3], *bias = c->arr[4],
                   *y = c->arr[5];
     const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
-    const npy_intp P = PyArray_DIM(w, 0), cout = PyArray_DIM(w, 1), G = PyArray_DIM(xq, 0),
-                   C = PyArray_DIM(xq, 1), B = PyArray_DIM(xq, 2), L = PyArray_DIM(xq, 3);
-    if (conv_check_runs(fn, k, wp, run, L, "xq") < 0 || conv_check_groups(fn, "xq", G, P) < 0)
-        return -1;
-    if (PyArray_DIM(sx, 0) != G) {
-        PyErr_Format(PyExc_ValueError, "%s: sx must have %zd entries (as xq's groups), got %zd",
-                     fn, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(sx, 0));
-        return -1;
-    }
+    const npy_intp P = PyArray_DIM(w, 0), cout = PyArray_DIM(w, 1), C = PyArray_DIM(xq, 1),
+                   B = PyArray_DIM(xq, 2);
+    if (conv_check_codes(fn, xq, sx, P, k, wp, run) < 0) return -1;
     if (C * k * k > DL_GEMM_S8_MAX_K) {
         PyErr_Format(PyExc_ValueError, "%s: C*k*k must be at most %d, got %zd", fn,
                      DL_GEMM_S8_MAX_K, (Py_ssize_t)(C * k * k));
@@ -374,15 +384,9 @@ static int check_conv_weight_grad_s8(glue_call_t *c) {
     const char *fn = c->fn;
     PyArrayObject *dq = c->arr[0], *xq = c->arr[2], *sx = c->arr[3], *gw = c->arr[4];
     const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2], chunk = c->ssz[3];
-    const npy_intp P = PyArray_DIM(dq, 0), cout = PyArray_DIM(dq, 1), G = PyArray_DIM(xq, 0),
-                   C = PyArray_DIM(xq, 1), B = PyArray_DIM(xq, 2), L = PyArray_DIM(xq, 3);
-    if (conv_check_runs(fn, k, wp, run, L, "xq") < 0 || conv_check_groups(fn, "xq", G, P) < 0)
-        return -1;
-    if (PyArray_DIM(sx, 0) != G) {
-        PyErr_Format(PyExc_ValueError, "%s: sx must have %zd entries (as xq's groups), got %zd",
-                     fn, (Py_ssize_t)G, (Py_ssize_t)PyArray_DIM(sx, 0));
-        return -1;
-    }
+    const npy_intp P = PyArray_DIM(dq, 0), cout = PyArray_DIM(dq, 1), C = PyArray_DIM(xq, 1),
+                   B = PyArray_DIM(xq, 2);
+    if (conv_check_codes(fn, xq, sx, P, k, wp, run) < 0) return -1;
     if (chunk < 1 || chunk > DL_GEMM_S8_MAX_K || chunk * run > DL_GEMM_S8_MAX_K) {
         PyErr_Format(PyExc_ValueError, "%s: need chunk >= 1 and chunk*run <= %d, got chunk=%zd, "
                      "run=%zd", fn, DL_GEMM_S8_MAX_K, chunk, run);
