@@ -14,9 +14,13 @@
  * KG) k values. C is cut into tasks
  * of whole register tiles, handed to threads dynamically; every element of C is one exact integer
  * sum over all of k computed by one microkernel call, so the result does not depend on the thread
- * count or the partition. The fused int8 dense layer (dl_gemm_s8_dense_forward/backward, at the
- * end) instead gives each peer to one thread, which quantizes, packs into its own buffers,
- * multiplies and dequantizes that peer's three products.
+ * count or the partition. The fused int8 dense layer (dl_gemm_s8_dense_forward/backward) instead
+ * gives each peer to one thread, which quantizes, packs into its own buffers, multiplies and
+ * dequantizes that peer's three products (whole row tiles through dl_gemm_ukernel_epi() when the
+ * ISA file defines DL_GEMM_HAVE_UKERNEL_EPI: the epilogue fused, A packed or read in place); so do
+ * Conv2d's int8 products on padded codes (dl_gemm_s8_conv_fwd/_wgrad/_dgrad, at the end; an ISA
+ * file that routes them to another build defines DL_GEMM_NO_CONV, and one with masked vectors
+ * DL_GEMM_HAVE_COPY_LE64 with gemm_copy_le64() for their im2col gathers).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,6 +40,10 @@
  * the tile configuration, which is per thread). */
 #ifndef DL_GEMM_AKG
 #define DL_GEMM_AKG DL_GEMM_KG
+#endif
+/* What k must be a multiple of for dl_gemm_ukernel_epi() to read A in place (AMX: a k block). */
+#ifndef DL_GEMM_EPI_KALIGN
+#define DL_GEMM_EPI_KALIGN DL_GEMM_KG
 #endif
 #ifndef DL_GEMM_THREAD_BEGIN
 #define DL_GEMM_THREAD_BEGIN() ((void)0)
@@ -541,9 +549,6 @@ static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int6
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
     const int64_t a_tile = DL_GEMM_A_TILE(k), b_panel = kgn * DL_GEMM_NR * DL_GEMM_KG;
 #ifdef DL_GEMM_HAVE_UKERNEL_EPI /* full row tiles of a row-major A read in place (no A tile) */
-#ifndef DL_GEMM_EPI_KALIGN /* what k must be a multiple of for A read in place */
-#define DL_GEMM_EPI_KALIGN DL_GEMM_KG
-#endif
     const int64_t t_direct =
         (!c_trans && a_cs == 1 && k % DL_GEMM_EPI_KALIGN == 0) ? m / DL_GEMM_MR : 0;
 #else
@@ -755,6 +760,7 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
     }
     return status;
 }
+
 /* ---- Conv2d's int8 products (dl_gemm_s8_conv_fwd_t, _wgrad_t, _dgrad_t) ------------------ */
 #ifndef DL_GEMM_NO_CONV /* an ISA file that routes them to another build defines it */
 

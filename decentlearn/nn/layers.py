@@ -274,8 +274,9 @@ class Conv2d(Layer):
     gradient in col2im's order; the same operations in the same order as the gemms on the
     unfolded columns and the fold, so the same bits. float64 goes a few samples at a time (about
     ``_CONV_CHUNK`` im2col elements per peer), so each block stays in cache between its copy and
-    its gemm: a strided NumPy copy and the fold (ops.conv_fold); the backward unfolds the kept
-    padded input again rather than keeping the whole matrix. The chunk depends only on the
+    its gemm: a strided NumPy copy and NumPy's col2im adds (the specs of ops.conv_unfold and
+    ops.conv_fold); the backward unfolds the kept padded input again rather than keeping the
+    whole matrix. The chunk depends only on the
     layer's geometry, never on the number of peers, so a peer's results are the same whichever
     peers it is batched with; it also sets the float32 and int8 weight gradients' summation
     blocks.
@@ -347,17 +348,14 @@ class Conv2d(Layer):
         return hp, wp, ho, wo, max(1, _CONV_CHUNK // ((self._k + 1) * ho * wp))
 
     def _unfold(
-        self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int,
-        n_threads: int
+        self, xp: np.ndarray, b0: int, b1: int, cols: np.ndarray, ho: int, wp: int
     ) -> np.ndarray:
-        """im2col of samples [b0, b1) of the padded input xp (..., C, B, Hp*Wp + k - 1) into the
-        first K rows of ``cols`` (..., K or K + 1, >= n) (a last row of ones carries the bias);
-        returns the (..., K or K + 1, n) view. float32 and int8 codes run the C kernel
-        (ops.conv_unfold), float64 the equivalent strided NumPy copy."""
+        """im2col of samples [b0, b1) of the float64 padded input xp (..., C, B, Hp*Wp + k - 1)
+        into the first K rows of ``cols`` (..., K or K + 1, >= n) (a last row of ones carries the
+        bias); returns the (..., K or K + 1, n) view. A strided NumPy copy (ops.conv_unfold's
+        spec): float32 and int8 read the padded images in place instead."""
         k, c = self.kernel_size, self.in_channels
         nb, run = b1 - b0, ho * wp
-        if xp.dtype != np.float64:
-            return ops.conv_unfold(xp, b0, b1, cols, k, wp, run, n_threads=n_threads)
         *lead, _, _, _ = xp.shape
         *ls, sc, sb, it = xp.strides
         shifted = as_strided(
@@ -406,7 +404,7 @@ class Conv2d(Layer):
         cols[..., kk, :] = 1
         for b0 in range(0, b, chunk):
             b1 = min(b, b0 + chunk)
-            _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads),
+            _matmul(wb, self._unfold(xp, b0, b1, cols, ho, wp),
                     y[..., b0 * run : b1 * run],
                     scratch.n_threads)
         out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
@@ -448,13 +446,13 @@ class Conv2d(Layer):
             for b0 in range(0, b, chunk):
                 b1 = min(b, b0 + chunk)
                 dy_c = dyw[..., b0 * run : b1 * run]
-                cols_c = self._unfold(xp, b0, b1, cols, ho, wp, scratch.n_threads)
+                cols_c = self._unfold(xp, b0, b1, cols, ho, wp)
                 np.matmul(cols_c, dy_c.swapaxes(-1, -2), out=part if b0 else g_wb)
                 if b0:
                     g_wb += part
                 if need_dx:
                     _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
-                    self._fold(dcols, dxp, b0, b1, ho, wp, scratch.n_threads)
+                    self._fold(dcols, dxp, b0, b1, ho, wp)
         np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
         g_bias[...] = g_wb[:, kk]
         return self._crop(dxp, h, wd, scratch) if need_dx else None
@@ -473,16 +471,12 @@ class Conv2d(Layer):
             dyw[..., :wo] = dy
         return _view(dyw, (n_peers, cout, b * ho * wp))
 
-    def _fold(self, dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, ho: int, wp: int,
-              n_threads: int) -> None:
-        """col2im: adds the column gradient in the first (b1 - b0) * Ho*Wp columns of ``dcols``
-        (P, K, >= n) into samples [b0, b1) of ``dxp`` (P, C, B, Hp*Wp + k - 1), one shifted run
-        per kernel offset in (i, j) order: the C kernel (ops.conv_fold) for float32, the same
-        adds in NumPy for float64."""
+    def _fold(self, dcols: np.ndarray, dxp: np.ndarray, b0: int, b1: int, ho: int,
+              wp: int) -> None:
+        """col2im for float64: adds the column gradient in the first (b1 - b0) * Ho*Wp columns of
+        ``dcols`` (P, K, >= n) into samples [b0, b1) of ``dxp`` (P, C, B, Hp*Wp + k - 1), one
+        shifted run per kernel offset in (i, j) order (ops.conv_fold's adds, in NumPy)."""
         k, run = self.kernel_size, ho * wp
-        if dxp.dtype == np.float32:
-            ops.conv_fold(dcols, dxp, b0, b1, k, wp, run, n_threads=n_threads)
-            return
         n_peers, c, _, _ = dxp.shape
         nb = b1 - b0
         dc = np.reshape(dcols[..., : nb * run], (n_peers, c, k, k, nb, run))
