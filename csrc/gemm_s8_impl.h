@@ -445,14 +445,83 @@ int DL_CAT(dl_gemm_s8_batched, DL_SUFFIX)(const dl_gemm_s8_batch_t *bt, int n_th
 
 /* ---- fused int8 dense layer (see dl_gemm_s8_dense_t) -------------------------------------- */
 
-/* One thread's packing buffers, sized for the largest of a layer's three products. */
+/* One thread's buffers for a per-peer kernel (the fused dense layer, Conv2d's int8 products):
+ * packed A tiles and B panels, a byte buffer (a gathered im2col block, dY's codes), row offsets,
+ * column sums, int32 sums and a float row buffer (NULL where a kernel asks for none). */
 typedef struct {
     dl_gemm_a_t *ap;
     dl_gemm_b_t *bp;
-    int32_t *colsum;
-    int8_t *dyq;
-} DL_CAT(gemm_dense_buf, DL_SUFFIX);
-#define gemm_dense_buf_t DL_CAT(gemm_dense_buf, DL_SUFFIX)
+    int8_t *blk;
+    int64_t *roff;
+    int32_t *colsum, *acc;
+    float *f;
+} DL_CAT(gemm_ws, DL_SUFFIX);
+#define gemm_ws_t DL_CAT(gemm_ws, DL_SUFFIX)
+
+/* The element counts of gemm_ws_t's buffers (0: none). */
+typedef struct {
+    int64_t na, nb, nblk, nroff, ncs, nacc, nf;
+} gemm_plan_t;
+
+static void *gemm_alloc64(int64_t n, size_t size) { /* NULL for n == 0 */
+    return n > 0 ? aligned_alloc(64, ((size_t)n * size + 63) / 64 * 64 + 64) : NULL;
+}
+/* Allocates the planned buffers; 1 when every one asked for was allocated. */
+static int gemm_ws_init(gemm_ws_t *w, const gemm_plan_t *pl) {
+    w->ap = gemm_alloc64(pl->na, sizeof(dl_gemm_a_t));
+    w->bp = gemm_alloc64(pl->nb, sizeof(dl_gemm_b_t));
+    w->blk = gemm_alloc64(pl->nblk, 1);
+    w->roff = gemm_alloc64(pl->nroff, sizeof(int64_t));
+    w->colsum = gemm_alloc64(pl->ncs, sizeof(int32_t));
+    w->acc = gemm_alloc64(pl->nacc, sizeof(int32_t));
+    w->f = gemm_alloc64(pl->nf, sizeof(float));
+    return (pl->na == 0 || w->ap) && (pl->nb == 0 || w->bp) && (pl->nblk == 0 || w->blk) &&
+           (pl->nroff == 0 || w->roff) && (pl->ncs == 0 || w->colsum) &&
+           (pl->nacc == 0 || w->acc) && (pl->nf == 0 || w->f);
+}
+static void gemm_ws_free(gemm_ws_t *w) {
+    free(w->ap);
+    free(w->bp);
+    free(w->blk);
+    free(w->roff);
+    free(w->colsum);
+    free(w->acc);
+    free(w->f);
+}
+typedef int (*DL_CAT(gemm_peer_fn, DL_SUFFIX))(const void *d, int64_t p, gemm_ws_t *w);
+
+/* The smallest of peer(d, p, w) over p < P (DL_OK when every peer succeeds), peers split
+ * statically between nt threads, each peer computed by one thread (so the results do not depend
+ * on the count) with that thread's planned buffers; DL_E_NOMEM when a thread's buffers fail
+ * (every thread still meets the omp for). */
+static int gemm_run_peers(int64_t P, int nt, const gemm_plan_t *pl,
+                          DL_CAT(gemm_peer_fn, DL_SUFFIX) peer, const void *d) {
+    int status = DL_OK;
+#ifndef _OPENMP
+    (void)nt;
+#endif
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#endif
+    {
+        gemm_ws_t w;
+        const int ok = gemm_ws_init(&w, pl);
+        if (!ok) status = DL_E_NOMEM;
+        DL_GEMM_THREAD_BEGIN();
+        {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < P; p++) {
+                const int s = ok ? peer(d, p, &w) : DL_E_NOMEM;
+                if (s < status) status = s;
+            }
+        }
+        DL_GEMM_THREAD_END();
+        gemm_ws_free(&w);
+    }
+    return status;
+}
 
 static size_t gemm_dense_a_elems(int64_t m, int64_t k) {
     return (size_t)(dl_cdiv_i64(m, DL_GEMM_MR) * DL_GEMM_A_TILE(k));
@@ -463,7 +532,9 @@ static size_t gemm_dense_b_elems(int64_t k, int64_t n) {
 }
 static size_t gemm_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-static int gemm_dense_buf_init(gemm_dense_buf_t *wb, int64_t B, int64_t I, int64_t O, int bwd) {
+/* The buffers of one thread of the dense layer, sized for the largest of its products (bwd: the
+ * backward's, and dY's codes). */
+static gemm_plan_t gemm_dense_plan(int64_t B, int64_t I, int64_t O, int bwd) {
     /* forward: Y = Xq Wq, or Y^T = Wq^T Xq^T (gemm_dense_trans) */
     size_t na = gemm_max_sz(gemm_dense_a_elems(B, I), gemm_dense_a_elems(O, I));
     size_t nb = gemm_max_sz(gemm_dense_b_elems(I, O), gemm_dense_b_elems(I, B));
@@ -473,19 +544,10 @@ static int gemm_dense_buf_init(gemm_dense_buf_t *wb, int64_t B, int64_t I, int64
         nb = gemm_max_sz(gemm_max_sz(gemm_dense_b_elems(B, O), gemm_dense_b_elems(B, I)),
                          gemm_dense_b_elems(O, I));
     }
-    const size_t nc =
-        (size_t)(dl_cdiv_i64(dl_max_i64(dl_max_i64(I, O), B), DL_GEMM_NR) * DL_GEMM_NR);
-    wb->ap = aligned_alloc(64, (na * sizeof(dl_gemm_a_t) + 63) / 64 * 64 + 64);
-    wb->bp = aligned_alloc(64, (nb * sizeof(dl_gemm_b_t) + 63) / 64 * 64 + 64);
-    wb->colsum = malloc((nc + 1) * sizeof(int32_t));
-    wb->dyq = bwd ? malloc((size_t)(B * O) + 1) : NULL;
-    return wb->ap != NULL && wb->bp != NULL && wb->colsum != NULL && (!bwd || wb->dyq != NULL);
-}
-static void gemm_dense_buf_free(gemm_dense_buf_t *wb) {
-    free(wb->ap);
-    free(wb->bp);
-    free(wb->colsum);
-    free(wb->dyq);
+    const gemm_plan_t pl = {
+        .na = (int64_t)na, .nb = (int64_t)nb, .nblk = bwd ? B * O : 0,
+        .ncs = dl_cdiv_i64(dl_max_i64(dl_max_i64(I, O), B), DL_GEMM_NR) * DL_GEMM_NR + 1};
+    return pl;
 }
 
 /* EPI float lanes (8: two SSE registers in the portable build, one ymm with AVX2; 16 in the VNNI
@@ -543,7 +605,7 @@ static inline void gemm_dense_row(const int32_t *t, int nv, gemm_v8f sv, const f
 static void gemm_dense_mm(int64_t m, int64_t k, int64_t n, const int8_t *a, int64_t a_rs,
                           int64_t a_cs, const int8_t *b, int64_t b_rs, int64_t b_cs, float s,
                           const float *bias, int relu, const float *mask, int64_t m_rs, float *c,
-                          int64_t c_rs, int c_trans, gemm_dense_buf_t *wb) {
+                          int64_t c_rs, int c_trans, gemm_ws_t *wb) {
     if (m == 0 || n == 0) return;
     const int64_t mt = dl_cdiv_i64(m, DL_GEMM_MR), np = dl_cdiv_i64(n, DL_GEMM_NR);
     const int64_t kgn = dl_cdiv_i64(k, DL_GEMM_KG);
@@ -641,6 +703,33 @@ static void gemm_dense_bias_grad(int64_t B, int64_t O, const float *restrict dy,
         for (int64_t o = 0; o < O; o++) gb[o] += dy[b * rs + o];
 }
 
+/* Forward of the fused int8 dense layer for peer p: quantization, packing and product by one
+ * thread (gemm_run_peers). */
+static int DL_CAT(gemm_dense_fwd_peer, DL_SUFFIX)(const void *vd, int64_t p, gemm_ws_t *w) {
+    const dl_gemm_s8_dense_t *d = vd;
+    const int64_t B = d->batch, I = d->n_in, O = d->n_out;
+    const int shared = d->x_ps == 0; /* x quantized once, before */
+    const int8_t *xq = d->xq + (shared ? 0 : p * B * I);
+    if (!shared) {
+        const int s = dl_gemm_quantize_tensor_s8(B, I, d->x + p * d->x_ps, d->x_rs, 0, 0,
+                                                 d->xq + p * B * I, &d->sx[p]);
+        if (s != DL_OK) return s;
+    }
+    const float sx = d->sx[shared ? 0 : p];
+    const int s = dl_gemm_quantize_tensor_s8(1, I * O, d->w + p * d->w_ps, I * O, 0, 0,
+                                             d->wq + p * I * O, &d->sw[p]);
+    if (s != DL_OK) return s;
+    const int8_t *wq = d->wq + p * I * O;
+    const float *bias = d->bias != NULL ? d->bias + p * d->b_ps : NULL;
+    if (!d->relu && gemm_dense_trans(B, O)) /* Y^T = Wq^T Xq^T: narrow O */
+        gemm_dense_mm(O, I, B, wq, 1, O, xq, 1, I, sx * d->sw[p], bias, 0, NULL, 0,
+                      d->y + p * d->y_ps, d->y_rs, 1, w);
+    else
+        gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sx * d->sw[p], bias, d->relu, NULL, 0,
+                      d->y + p * d->y_ps, d->y_rs, 0, w);
+    return DL_OK;
+}
+
 /* Forward of the fused int8 dense layer; peers split statically between threads, each peer's
  * quantization, packing and product done by one thread (results independent of the count). */
 int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int n_threads) {
@@ -649,59 +738,39 @@ int DL_CAT(dl_gemm_s8_dense_forward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, int
         return DL_E_ARG;
     const int64_t P = d->n_peers, B = d->batch, I = d->n_in, O = d->n_out;
     if (P == 0) return DL_OK;
-    const int shared = d->x_ps == 0;
-    int status = DL_OK;
-    if (shared) { /* x quantized once for every peer */
-        status = dl_gemm_quantize_tensor_s8(B, I, d->x, d->x_rs, 0, 0, d->xq, d->sx);
-        if (status != DL_OK) return status;
+    if (d->x_ps == 0) { /* x quantized once for every peer */
+        const int s = dl_gemm_quantize_tensor_s8(B, I, d->x, d->x_rs, 0, 0, d->xq, d->sx);
+        if (s != DL_OK) return s;
     }
-    const int nt = gemm_dense_threads(n_threads, P, (double)P * B * I * O);
-#ifndef _OPENMP
-    (void)nt;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(min : status)
-#endif
-    {
-        gemm_dense_buf_t wb;
-        DL_GEMM_THREAD_BEGIN();
-        const int ok = gemm_dense_buf_init(&wb, B, I, O, 0);
-        if (!ok) status = DL_E_NOMEM;
-        { /* every thread meets the omp for, with its buffers or not */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < P; p++) {
-                if (!ok) continue;
-                const int8_t *xq = d->xq + (shared ? 0 : p * B * I);
-                const float sx = shared ? d->sx[0] : 0.0f;
-                float sxp = sx;
-                int s = DL_OK;
-                if (!shared)
-                    s = dl_gemm_quantize_tensor_s8(B, I, d->x + p * d->x_ps, d->x_rs, 0, 0,
-                                                   d->xq + p * B * I, &d->sx[p]);
-                if (s == DL_OK) {
-                    if (!shared) sxp = d->sx[p];
-                    s = dl_gemm_quantize_tensor_s8(1, I * O, d->w + p * d->w_ps, I * O, 0, 0,
-                                                   d->wq + p * I * O, &d->sw[p]);
-                }
-                if (s == DL_OK) {
-                    const int8_t *wq = d->wq + p * I * O;
-                    const float *bias = d->bias != NULL ? d->bias + p * d->b_ps : NULL;
-                    if (!d->relu && gemm_dense_trans(B, O)) /* Y^T = Wq^T Xq^T: narrow O */
-                        gemm_dense_mm(O, I, B, wq, 1, O, xq, 1, I, sxp * d->sw[p], bias, 0, NULL,
-                                      0, d->y + p * d->y_ps, d->y_rs, 1, &wb);
-                    else
-                        gemm_dense_mm(B, I, O, xq, I, 1, wq, O, 1, sxp * d->sw[p], bias,
-                                      d->relu, NULL, 0, d->y + p * d->y_ps, d->y_rs, 0, &wb);
-                }
-                if (s < status) status = s;
-            }
-        }
-        gemm_dense_buf_free(&wb);
-        DL_GEMM_THREAD_END();
-    }
-    return status;
+    const gemm_plan_t pl = gemm_dense_plan(B, I, O, 0);
+    return gemm_run_peers(P, gemm_dense_threads(n_threads, P, (double)P * B * I * O), &pl,
+                          DL_CAT(gemm_dense_fwd_peer, DL_SUFFIX), d);
+}
+
+/* Backward of the fused int8 dense layer for peer p (dY's codes in w->blk). */
+static int DL_CAT(gemm_dense_bwd_peer, DL_SUFFIX)(const void *vd, int64_t p, gemm_ws_t *w) {
+    const dl_gemm_s8_dense_t *d = vd;
+    const int64_t B = d->batch, I = d->n_in, O = d->n_out;
+    const float *dy = d->dy + p * d->dy_ps;
+    gemm_dense_bias_grad(B, O, dy, d->dy_rs, d->gb + p * d->gb_ps);
+    float sdy = 1.0f;
+    const uint64_t key = dl_rng_key(d->seed, d->step, (uint64_t)(d->peer0 + p));
+    const int s = dl_gemm_quantize_tensor_s8(B, O, dy, d->dy_rs, 1, key, w->blk, &sdy);
+    if (s != DL_OK) return s;
+    const int8_t *dyq = w->blk, *xq = d->xq + p * d->xq_ps;
+    const float sx = d->sx[d->xq_ps == 0 ? 0 : p];
+    /* dW (I x O) = Xq^T (I x B) dYq (B x O) */
+    if (gemm_dense_trans(I, O)) /* dW^T = dYq^T Xq: narrow O */
+        gemm_dense_mm(O, B, I, dyq, 1, O, xq, I, 1, sx * sdy, NULL, 0, NULL, 0,
+                      d->gw + p * d->gw_ps, O, 1, w);
+    else
+        gemm_dense_mm(I, B, O, xq, 1, I, dyq, O, 1, sx * sdy, NULL, 0, NULL, 0,
+                      d->gw + p * d->gw_ps, O, 0, w);
+    if (d->dx != NULL) /* dX (B x I) = dYq (B x O) Wq^T (O x I), masked */
+        gemm_dense_mm(B, O, I, dyq, O, 1, d->wq + p * I * O, 1, O, sdy * d->sw[p], NULL, 0,
+                      d->mask != NULL ? d->mask + p * d->m_ps : NULL, d->m_rs,
+                      d->dx + p * d->dx_ps, d->dx_rs, 0, w);
+    return DL_OK;
 }
 
 /* Backward of the fused int8 dense layer (see dl_gemm_s8_dense_t); peers split as the forward. */
@@ -711,145 +780,22 @@ int DL_CAT(dl_gemm_s8_dense_backward, DL_SUFFIX)(const dl_gemm_s8_dense_t *d, in
         return DL_E_ARG;
     const int64_t P = d->n_peers, B = d->batch, I = d->n_in, O = d->n_out;
     if (P == 0) return DL_OK;
-    const int nt = gemm_dense_threads(n_threads, P, (double)P * B * I * O * (d->dx ? 2 : 1));
-    int status = DL_OK;
-#ifndef _OPENMP
-    (void)nt;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(min : status)
-#endif
-    {
-        gemm_dense_buf_t wb;
-        DL_GEMM_THREAD_BEGIN();
-        const int ok = gemm_dense_buf_init(&wb, B, I, O, 1);
-        if (!ok) status = DL_E_NOMEM;
-        { /* every thread meets the omp for, with its buffers or not */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < P; p++) {
-                if (!ok) continue;
-                const float *dy = d->dy + p * d->dy_ps;
-                float *gb = d->gb + p * d->gb_ps;
-                gemm_dense_bias_grad(B, O, dy, d->dy_rs, gb);
-                float sdy = 1.0f;
-                const uint64_t key = dl_rng_key(d->seed, d->step, (uint64_t)(d->peer0 + p));
-                int s = dl_gemm_quantize_tensor_s8(B, O, dy, d->dy_rs, 1, key, wb.dyq, &sdy);
-                if (s == DL_OK) {
-                    const int8_t *xq = d->xq + p * d->xq_ps;
-                    const float sx = d->sx[d->xq_ps == 0 ? 0 : p];
-                    /* dW (I x O) = Xq^T (I x B) dYq (B x O) */
-                    if (gemm_dense_trans(I, O)) /* dW^T = dYq^T Xq: narrow O */
-                        gemm_dense_mm(O, B, I, wb.dyq, 1, O, xq, I, 1, sx * sdy, NULL, 0, NULL, 0,
-                                      d->gw + p * d->gw_ps, O, 1, &wb);
-                    else
-                        gemm_dense_mm(I, B, O, xq, 1, I, wb.dyq, O, 1, sx * sdy, NULL, 0, NULL, 0,
-                                      d->gw + p * d->gw_ps, O, 0, &wb);
-                    if (d->dx != NULL) /* dX (B x I) = dYq (B x O) Wq^T (O x I), masked */
-                        gemm_dense_mm(B, O, I, wb.dyq, O, 1, d->wq + p * I * O, 1, O,
-                                      sdy * d->sw[p], NULL, 0,
-                                      d->mask != NULL ? d->mask + p * d->m_ps : NULL, d->m_rs,
-                                      d->dx + p * d->dx_ps, d->dx_rs, 0, &wb);
-                }
-                if (s < status) status = s;
-            }
-        }
-        gemm_dense_buf_free(&wb);
-        DL_GEMM_THREAD_END();
-    }
-    return status;
+    const gemm_plan_t pl = gemm_dense_plan(B, I, O, 1);
+    return gemm_run_peers(P,
+                          gemm_dense_threads(n_threads, P,
+                                             (double)P * B * I * O * (d->dx ? 2 : 1)),
+                          &pl, DL_CAT(gemm_dense_bwd_peer, DL_SUFFIX), d);
 }
 
 /* ---- Conv2d's int8 products (dl_gemm_s8_conv_fwd_t, _wgrad_t, _dgrad_t) ------------------ */
 #ifndef DL_GEMM_NO_CONV /* an ISA file that routes them to another build defines it */
 
-/* One thread's buffers for a Conv2d int8 kernel: packed A tiles and B panels, a gathered im2col
- * block, the row-offset table, column sums, int32 sums and a float row buffer (NULL where a kernel
- * asks for none). */
-typedef struct {
-    dl_gemm_a_t *ap;
-    dl_gemm_b_t *bp;
-    int8_t *blk;
-    int64_t *roff;
-    int32_t *colsum, *acc;
-    float *f;
-} DL_CAT(conv_ws, DL_SUFFIX);
-#define conv_ws_t DL_CAT(conv_ws, DL_SUFFIX)
-
-static void *conv_alloc64(int64_t n, size_t size) { /* NULL for n == 0 */
-    return n > 0 ? aligned_alloc(64, ((size_t)n * size + 63) / 64 * 64 + 64) : NULL;
-}
-/* Allocates the buffers of the given element counts; 1 when every one asked for was allocated. */
-static int conv_ws_init(conv_ws_t *w, int64_t na, int64_t nb, int64_t nblk, int64_t nroff,
-                        int64_t ncs, int64_t nacc, int64_t nf) {
-    w->ap = conv_alloc64(na, sizeof(dl_gemm_a_t));
-    w->bp = conv_alloc64(nb, sizeof(dl_gemm_b_t));
-    w->blk = conv_alloc64(nblk, 1);
-    w->roff = conv_alloc64(nroff, sizeof(int64_t));
-    w->colsum = conv_alloc64(ncs, sizeof(int32_t));
-    w->acc = conv_alloc64(nacc, sizeof(int32_t));
-    w->f = conv_alloc64(nf, sizeof(float));
-    return (na == 0 || w->ap) && (nb == 0 || w->bp) && (nblk == 0 || w->blk) &&
-           (nroff == 0 || w->roff) && (ncs == 0 || w->colsum) && (nacc == 0 || w->acc) &&
-           (nf == 0 || w->f);
-}
-static void conv_ws_free(conv_ws_t *w) {
-    free(w->ap);
-    free(w->bp);
-    free(w->blk);
-    free(w->roff);
-    free(w->colsum);
-    free(w->acc);
-    free(w->f);
-}
 /* roff[kk] = c B len + i wp + j for row kk = (c, i, j) of the im2col matrix: where the row starts
  * in the padded codes (C, B, len) for sample 0. */
 static void conv_roff_table(int64_t *roff, int64_t K, int64_t k, int64_t B, int64_t len,
                             int64_t wp) {
     for (int64_t kk = 0; kk < K; kk++)
         roff[kk] = kk / (k * k) * B * len + (kk / k % k) * wp + kk % k;
-}
-
-/* What conv_run_peers sets up for each thread: conv_ws_init's element counts (the row-offset
- * table of K entries with the gathered block, from the geometry k, B, len, wp). */
-typedef struct {
-    int64_t na, nb, nblk, ncs, nacc, nf;
-    int64_t K, k, B, len, wp;
-} conv_plan_t;
-typedef void (*DL_CAT(conv_peer_fn, DL_SUFFIX))(const void *d, int64_t p, conv_ws_t *w);
-
-/* peer(d, p, w) for p < P, peers split statically between threads, each peer computed by one
- * thread (so the results do not depend on the count) with that thread's buffers; DL_E_NOMEM when
- * a thread's buffers fail (every thread still meets the omp for). */
-static int conv_run_peers(int64_t P, int n_threads, const conv_plan_t *pl,
-                          DL_CAT(conv_peer_fn, DL_SUFFIX) peer, const void *d) {
-    const int nt = (int)dl_min_i64(n_threads, P);
-    int status = DL_OK;
-#ifndef _OPENMP
-    (void)nt;
-#endif
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(min : status)
-#endif
-    {
-        conv_ws_t w;
-        const int ok = conv_ws_init(&w, pl->na, pl->nb, pl->nblk, pl->nblk > 0 ? pl->K : 0,
-                                    pl->ncs, pl->nacc, pl->nf);
-        if (!ok) status = DL_E_NOMEM;
-        if (ok && pl->nblk > 0) conv_roff_table(w.roff, pl->K, pl->k, pl->B, pl->len, pl->wp);
-        DL_GEMM_THREAD_BEGIN();
-        {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < P; p++)
-                if (ok) peer(d, p, &w);
-        }
-        DL_GEMM_THREAD_END();
-        conv_ws_free(&w);
-    }
-    return status;
 }
 
 /* ---- Conv2d's int8 input gradient (see dl_gemm_s8_conv_dgrad_t) ------------------------- */
@@ -878,7 +824,7 @@ static int64_t conv_dgrad_group(int64_t B, int64_t run) {
  * products dequantized into a row buffer (float(t) * s, as the GEMM's float store), then each
  * row's run of each sample added into its shifted run of dxp, rows in order (col2im's order: the
  * same adds as conv_fold's). */
-static void DL_CAT(conv_dgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_t *w) {
+static int DL_CAT(conv_dgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, gemm_ws_t *w) {
     const dl_gemm_s8_conv_dgrad_t *d = vd;
     const int64_t Co = d->cout, C = d->c, B = d->batch, L = d->len, k = d->k, run = d->run;
     const int64_t K = C * k * k, gs = conv_dgrad_group(B, run);
@@ -917,6 +863,7 @@ static void DL_CAT(conv_dgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_w
             }
         }
     }
+    return DL_OK;
 }
 int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
@@ -927,10 +874,11 @@ int DL_CAT(dl_gemm_s8_conv_dgrad, DL_SUFFIX)(const dl_gemm_s8_conv_dgrad_t *d, i
     const int64_t K = d->c * d->k * d->k, gs = conv_dgrad_group(d->batch, d->run);
     const int64_t np = dl_cdiv_i64(gs * d->run, DL_GEMM_NR), ldv = np * DL_GEMM_NR;
     const int64_t kgn = dl_cdiv_i64(d->cout, DL_GEMM_KG);
-    const conv_plan_t pl = {.na = dl_cdiv_i64(K, DL_GEMM_MR) * DL_GEMM_A_TILE(d->cout),
+    const gemm_plan_t pl = {.na = dl_cdiv_i64(K, DL_GEMM_MR) * DL_GEMM_A_TILE(d->cout),
                             .nb = np * kgn * DL_GEMM_NR * DL_GEMM_KG, .ncs = ldv,
                             .nf = DL_GEMM_MR * ldv};
-    return conv_run_peers(d->n_peers, n_threads, &pl, DL_CAT(conv_dgrad_peer, DL_SUFFIX), d);
+    return gemm_run_peers(d->n_peers, (int)dl_min_i64(n_threads, d->n_peers), &pl,
+                          DL_CAT(conv_dgrad_peer, DL_SUFFIX), d);
 }
 
 /* ---- Conv2d's int8 forward product (see dl_gemm_s8_conv_fwd_t) ---------------------------- */
@@ -972,11 +920,12 @@ __attribute__((noinline)) static void DL_CAT(conv_add_scalar, DL_SUFFIX)(float *
  * 64 block (conv_gather_block) and packed; per register tile of output channels the products
  * dequantized into y's rows (float(t) * s, the GEMM's float store), then the bias added to each
  * row's piece. */
-static void DL_CAT(conv_fwd_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_t *w) {
+static int DL_CAT(conv_fwd_peer, DL_SUFFIX)(const void *vd, int64_t p, gemm_ws_t *w) {
     const dl_gemm_s8_conv_fwd_t *d = vd;
     const int64_t Co = d->cout, B = d->batch, run = d->run, K = d->c * d->k * d->k;
     const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), kgn = dl_cdiv_i64(K, DL_GEMM_KG);
     const int64_t a_tile = DL_GEMM_A_TILE(K);
+    conv_roff_table(w->roff, K, d->k, B, d->len, d->wp);
     const float s = d->sw[p] * d->sx[p * d->sx_ps];
     const int8_t *wq = d->wq + p * d->wq_ps, *xq = d->xq + p * d->xq_ps;
     for (int64_t t = 0; t < mt; t++) gemm_pack_a(Co, K, wq, K, 1, t, w->ap + t * a_tile);
@@ -998,6 +947,7 @@ static void DL_CAT(conv_fwd_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_
             }
         }
     }
+    return DL_OK;
 }
 int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
@@ -1007,11 +957,12 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
         return DL_E_ARG;
     const int64_t K = d->c * d->k * d->k;
     if (d->n_peers == 0 || d->cout == 0 || d->batch == 0 || d->run == 0) return DL_OK;
-    const conv_plan_t pl = {
+    const gemm_plan_t pl = {
         .na = dl_cdiv_i64(d->cout, DL_GEMM_MR) * DL_GEMM_A_TILE(K),
         .nb = dl_cdiv_i64(K, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG, .nblk = K * DL_GEMM_NR,
-        .ncs = DL_GEMM_NR, .K = K, .k = d->k, .B = d->batch, .len = d->len, .wp = d->wp};
-    return conv_run_peers(d->n_peers, n_threads, &pl, DL_CAT(conv_fwd_peer, DL_SUFFIX), d);
+        .nroff = K, .ncs = DL_GEMM_NR};
+    return gemm_run_peers(d->n_peers, (int)dl_min_i64(n_threads, d->n_peers), &pl,
+                          DL_CAT(conv_fwd_peer, DL_SUFFIX), d);
 }
 
 /* ---- Conv2d's int8 weight gradient (see dl_gemm_s8_conv_wgrad_t) ------------------------- */
@@ -1022,12 +973,13 @@ int DL_CAT(dl_gemm_s8_conv_fwd, DL_SUFFIX)(const dl_gemm_s8_conv_fwd_t *d, int n
  * stored transpose; the tiles' exact sums added into acc. At the chunk's end, acc
  * dequantized (float(acc) * s, the GEMM's float store) into the first chunk's gw or a buffer
  * added into gw (float32 adds, not fused with the product). */
-static void DL_CAT(conv_wgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_ws_t *w) {
+static int DL_CAT(conv_wgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, gemm_ws_t *w) {
     const dl_gemm_s8_conv_wgrad_t *d = vd;
     const int64_t Co = d->cout, B = d->batch, run = d->run, K = d->c * d->k * d->k;
     const int64_t mt = dl_cdiv_i64(Co, DL_GEMM_MR), np = dl_cdiv_i64(K, DL_GEMM_NR);
     const int64_t b_panel = dl_cdiv_i64(DL_GEMM_NR, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG;
     const int64_t lda = np * DL_GEMM_NR; /* acc's row stride */
+    conv_roff_table(w->roff, K, d->k, B, d->len, d->wp);
     const float s = d->sdy[p] * d->sx[p * d->sx_ps];
     const int8_t *xq = d->xq + p * d->xq_ps, *dq = d->dq + p * d->dq_ps;
     float *gw = d->gw + p * d->gw_ps;
@@ -1064,6 +1016,7 @@ static void DL_CAT(conv_wgrad_peer, DL_SUFFIX)(const void *vd, int64_t p, conv_w
             }
         }
     }
+    return DL_OK;
 }
 int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, int n_threads) {
     if (d == NULL || n_threads < 1 || d->n_peers < 0 || d->cout < 0 || d->c < 0 ||
@@ -1076,16 +1029,16 @@ int DL_CAT(dl_gemm_s8_conv_wgrad, DL_SUFFIX)(const dl_gemm_s8_conv_wgrad_t *d, i
     if (d->n_peers == 0 || d->cout == 0 || K == 0) return DL_OK;
     const int64_t mt = dl_cdiv_i64(d->cout, DL_GEMM_MR), np = dl_cdiv_i64(K, DL_GEMM_NR);
     const int64_t lda = np * DL_GEMM_NR; /* a block: <= 64 positions, k = 64 at most */
-    const conv_plan_t pl = {
+    const gemm_plan_t pl = {
         .na = mt * DL_GEMM_A_TILE(DL_GEMM_NR),
         .nb = np * dl_cdiv_i64(DL_GEMM_NR, DL_GEMM_KG) * DL_GEMM_NR * DL_GEMM_KG,
-        .nblk = K * DL_GEMM_NR, .ncs = lda, .nacc = mt * DL_GEMM_MR * lda, .nf = K, .K = K,
-        .k = d->k, .B = d->batch, .len = d->len, .wp = d->wp};
-    return conv_run_peers(d->n_peers, n_threads, &pl, DL_CAT(conv_wgrad_peer, DL_SUFFIX), d);
+        .nblk = K * DL_GEMM_NR, .nroff = K, .ncs = lda, .nacc = mt * DL_GEMM_MR * lda,
+        .nf = K};
+    return gemm_run_peers(d->n_peers, (int)dl_min_i64(n_threads, d->n_peers), &pl,
+                          DL_CAT(conv_wgrad_peer, DL_SUFFIX), d);
 }
 
-#undef conv_ws_t
 #endif /* DL_GEMM_NO_CONV */
 
-#undef gemm_dense_buf_t
+#undef gemm_ws_t
 #undef EPI
