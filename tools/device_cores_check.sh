@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 24's many-core figures in one script, for a lent machine with >= 16 cores (the GPU machine:
 # 16 Xeon cores with AVX-512 VNNI and AMX; python3 with numpy, scipy, threadpoolctl, no registry).
-# Run from the repository root; results go under $OUT (env.txt, summary.txt, one .log and one
-# .json per step). About 5 minutes on 16 cores:
+# Run from the repository root; results go under $OUT: summary.txt, and cores_check.tgz with
+# env.txt and one .log and one .json per step. About 5 minutes on 16 cores:
 #   1. build the C extension in place (python3 setup.py build_ext --inplace);
 #   2. lscpu, decentlearn info (ISA paths, OpenMP wait policy);
 #   3. benchmarks/bench_threads.py --threads 1,2,4,8,16: the D-PSGD ring round of the MLP on 256
 #      and 1024 peers and of the CNN on 64 peers, the speed-up against 1 thread, and the
 #      parameters compared bit for bit across the thread counts (issue 24: >= 8x, 12x, 10x);
+#      benchmarks/bench_phases.py: each phase of those rounds at each thread count;
 #   4. decentlearn bench all --threads 16, then on 2 cores (taskset -c 0,1, --threads 2): STC /
 #      top-k, exponential gossip's share of the copy bandwidth, natural encode against np.copyto
 #      and its read-only floor, gemm_s8 with quantize+pack vs numpy sgemm, and per ISA path
@@ -50,8 +51,9 @@ cat "$OUT/env.txt"
 
 if [ "$QUICK" = 1 ]; then
     REPEAT=1; ROUND=(--quick); BENCH=(--n 1000000 --peers 100 --dim 2560 --repeat 2)
+    TROUNDS=(--rounds 2)
 else
-    REPEAT=3; ROUND=(--repeat 5); BENCH=()
+    REPEAT=3; ROUND=(--repeat 5); BENCH=(); TROUNDS=(--rounds 20)
 fi
 NCPU=$(nproc)
 MAXT=${THREADS##*,}
@@ -62,14 +64,19 @@ fi
 PIN2=()
 if command -v taskset > /dev/null && [ "$NCPU" -ge 2 ]; then PIN2=(taskset -c 0,1); fi
 
-step threads 240 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
-    --out "$OUT/threads.json"
-step bench_all_max 150 $PY -m decentlearn bench all --threads "$MAXT" "${BENCH[@]}" \
+step threads 150 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
+    "${TROUNDS[@]}" --out "$OUT/threads.json"
+step phases 90 $PY benchmarks/bench_phases.py --threads "$THREADS" "${TROUNDS[@]}" \
+    --out "$OUT/phases.json"
+step bench_all_max 100 $PY -m decentlearn bench all --threads "$MAXT" "${BENCH[@]}" \
     --json "$OUT/bench_all_max.json"
-step bench_all_2 150 "${PIN2[@]}" $PY -m decentlearn bench all --threads 2 "${BENCH[@]}" \
+step bench_all_2 60 "${PIN2[@]}" $PY -m decentlearn bench all --threads 2 "${BENCH[@]}" \
     --json "$OUT/bench_all_2.json"
-step round_2 150 "${PIN2[@]}" $PY benchmarks/bench_round.py "${ROUND[@]}" \
+step round_2 60 "${PIN2[@]}" $PY benchmarks/bench_round.py "${ROUND[@]}" \
     --out "$OUT/round_2.json"
-step round_2_vnni 150 env DECENTLEARN_ISA=avx512vnni "${PIN2[@]}" $PY benchmarks/bench_round.py \
+step round_2_vnni 60 env DECENTLEARN_ISA=avx512vnni "${PIN2[@]}" $PY benchmarks/bench_round.py \
     "${ROUND[@]}" --out "$OUT/round_2_vnni.json"
 cat "$OUT/summary.txt"
+# The device returns at most 8 files: everything but the summary goes into one archive.
+(cd "$OUT" && tar czf cores_check.tgz --exclude summary.txt --exclude cores_check.tgz ./* \
+    && find . -maxdepth 1 -type f ! -name summary.txt ! -name cores_check.tgz -delete)
