@@ -124,7 +124,8 @@ def main() -> None:
         with using_isa(isa):
             for name in args.cases.split(","):
                 ref = record(CASES[name], counts[0], args.rounds, keep=True)
-                print(f"{isa} {name}: {len(ref)} intermediates over {args.rounds} rounds", flush=True)
+                print(f"{isa} {name}: {len(ref)} intermediates over {args.rounds} rounds",
+                      flush=True)
                 for n in counts[1:]:
                     run = record(CASES[name], n, args.rounds, keep=True)
                     print(f"  {counts[0]}t vs {n}t: {compare(ref, run)}", flush=True)
