@@ -25,7 +25,10 @@
  *   a slab's output depends on its columns only.
  * Each output element is one sum over its row's CSR entries in stored order, computed with the same
  * operations whichever vector, head or tail piece it falls in, hence bit-identical for any thread
- * count.
+ * count. The multiply-adds are written out (dl_madd, dl_vmadd: fused in the FMA builds, a product
+ * and a sum in the portable one) and the compiler contracts nothing here: left to -ffp-contract,
+ * GCC 12 fused the scalar tail and the vectors alike, GCC 13 did not, and a column's bits
+ * depended on where a thread's columns began.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1 /* madvise under -std=c11 */
@@ -36,6 +39,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 
 #include "dl.h"
 
@@ -44,6 +50,9 @@
 #endif
 #define DL_CAT2(a, b) a##_##b
 #define DL_CAT(a, b) DL_CAT2(a, b)
+
+/* Whatever the ISA files' -ffp-contract=fast says: every multiply-add here is explicit. */
+#pragma GCC optimize("fp-contract=off")
 
 #define DL_GOSSIP_RB 64        /* rows per tile */
 #define DL_GOSSIP_CW 1024      /* fewest columns per tile of the whole-row path */
@@ -63,6 +72,7 @@
 #define DL_LANES 4
 #endif
 typedef float dl_vf __attribute__((vector_size(DL_LANES * 4)));
+
 static inline dl_vf dl_ld(const float *p) {
     dl_vf v;
     memcpy(&v, p, sizeof v);
@@ -70,10 +80,25 @@ static inline dl_vf dl_ld(const float *p) {
 }
 static inline void dl_st(float *p, dl_vf v) { memcpy(p, &v, sizeof v); }
 
+/* acc + w * x: one fused multiply-add (one rounding) in the builds with FMA, else a product and a
+ * sum, for a scalar (dl_madd) and for a vector (dl_vmadd) the same. */
+#if defined(__FMA__) && (defined(__x86_64__) || defined(_M_X64))
+static inline float dl_madd(float acc, float w, float x) { return __builtin_fmaf(w, x, acc); }
+static inline dl_vf dl_vmadd(dl_vf acc, float w, dl_vf x) {
+#if defined(__AVX512F__)
+    return (dl_vf)_mm512_fmadd_ps(_mm512_set1_ps(w), (__m512)x, (__m512)acc);
+#else
+    return (dl_vf)_mm256_fmadd_ps(_mm256_set1_ps(w), (__m256)x, (__m256)acc);
+#endif
+}
+#else
+static inline float dl_madd(float acc, float w, float x) { return acc + w * x; }
+static inline dl_vf dl_vmadd(dl_vf acc, float w, dl_vf x) { return acc + w * x; }
+#endif
+
 /* Non-temporal store of one aligned vector: the line goes to memory without first being read into
  * the cache (saves a third of the traffic of a streaming Y = W X). Plain store off x86. */
 #if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
 static inline void dl_st_nt(float *p, dl_vf v) {
 #if defined(__AVX512F__)
     _mm512_stream_ps(p, (__m512)v);
@@ -106,14 +131,14 @@ static inline void dl_fence(void) {}
 /* Four rows of equal degree at once where their accumulators fit the registers (AVX-512). */
 #define DL_GOSSIP_QUAD (DL_LANES == 16)
 
-/* yr[c] for one column c: the same operation order as the vector loop (first product, then
- * fused or unfused multiply-adds exactly as the vector code compiles), so a column's value does not
- * depend on whether it falls in a vector, a peeled head or a tail. */
+/* yr[c] for one column c: the same operations as the vector loop (first product, then dl_madd
+ * per entry), so a column's value does not depend on whether it falls in a vector, a peeled head
+ * or a tail. */
 static inline float gossip_col(const int32_t *restrict indices, const float *restrict data,
                                int64_t p0, int64_t p1, const float *restrict x0, int64_t dim,
                                int64_t c) {
     float acc = data[p0] * x0[(int64_t)indices[p0] * dim + c];
-    for (int64_t p = p0 + 1; p < p1; p++) acc += data[p] * x0[(int64_t)indices[p] * dim + c];
+    for (int64_t p = p0 + 1; p < p1; p++) acc = dl_madd(acc, data[p], x0[(int64_t)indices[p] * dim + c]);
     return acc;
 }
 
@@ -142,7 +167,7 @@ static inline void gossip_row(const int32_t *restrict indices, const float *rest
         for (int64_t p = p0 + 1; p < p1; p++) {
             const float *xp = x0 + (int64_t)indices[p] * dim + c;
             const float wp = data[p];
-            for (int u = 0; u < DL_NACC; u++) a[u] += wp * dl_ld(xp + u * DL_LANES);
+            for (int u = 0; u < DL_NACC; u++) a[u] = dl_vmadd(a[u], wp, dl_ld(xp + u * DL_LANES));
         }
         if (stream)
             for (int u = 0; u < DL_NACC; u++) dl_st_nt(yr + c + u * DL_LANES, a[u]);
@@ -152,7 +177,8 @@ static inline void gossip_row(const int32_t *restrict indices, const float *rest
     for (; c + DL_LANES <= w; c += DL_LANES) { /* the remaining whole vectors, one at a time */
         const float *xr = x0 + (int64_t)indices[p0] * dim + c;
         dl_vf a = data[p0] * dl_ld(xr);
-        for (int64_t p = p0 + 1; p < p1; p++) a += data[p] * dl_ld(x0 + (int64_t)indices[p] * dim + c);
+        for (int64_t p = p0 + 1; p < p1; p++)
+            a = dl_vmadd(a, data[p], dl_ld(x0 + (int64_t)indices[p] * dim + c));
         if (stream)
             dl_st_nt(yr + c, a);
         else
@@ -181,8 +207,8 @@ static inline void gossip_sweep_pair(const int32_t *restrict off, const float *r
         const float *xp = s + ir[t], *xs = s + iq[t];
         const float wp = dr[t], vp = dq[t];
         for (int u = 0; u < DL_NACC; u++) {
-            a[u] += wp * dl_ld(xp + u * DL_LANES);
-            b[u] += vp * dl_ld(xs + u * DL_LANES);
+            a[u] = dl_vmadd(a[u], wp, dl_ld(xp + u * DL_LANES));
+            b[u] = dl_vmadd(b[u], vp, dl_ld(xs + u * DL_LANES));
         }
     }
     for (int u = 0; u < DL_NACC; u++) {
@@ -218,10 +244,10 @@ static inline void gossip_sweep_quad(const int32_t *restrict off, const float *r
         const float *x0 = s + i0[t], *x1 = s + i1[t], *x2 = s + i2[t], *x3 = s + i3[t];
         const float w0 = d0[t], w1 = d1[t], w2 = d2[t], w3 = d3[t];
         for (int u = 0; u < DL_NACC; u++) {
-            a[u] += w0 * dl_ld(x0 + u * DL_LANES);
-            b[u] += w1 * dl_ld(x1 + u * DL_LANES);
-            c[u] += w2 * dl_ld(x2 + u * DL_LANES);
-            e[u] += w3 * dl_ld(x3 + u * DL_LANES);
+            a[u] = dl_vmadd(a[u], w0, dl_ld(x0 + u * DL_LANES));
+            b[u] = dl_vmadd(b[u], w1, dl_ld(x1 + u * DL_LANES));
+            c[u] = dl_vmadd(c[u], w2, dl_ld(x2 + u * DL_LANES));
+            e[u] = dl_vmadd(e[u], w3, dl_ld(x3 + u * DL_LANES));
         }
     }
     float *y0 = y, *y1 = y + dim, *y2 = y + 2 * dim, *y3 = y + 3 * dim;
