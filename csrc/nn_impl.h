@@ -29,14 +29,46 @@
 
 #if defined(__AVX512F__)
 #define DL_NN_LANES 16
-#include <immintrin.h>
 #elif defined(__AVX2__)
 #define DL_NN_LANES 8
 #else
 #define DL_NN_LANES 4
 #endif
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 typedef float dl_nn_vf __attribute__((vector_size(DL_NN_LANES * 4)));
 typedef int32_t dl_nn_vi __attribute__((vector_size(DL_NN_LANES * 4)));
+
+/* Whatever the ISA files' -ffp-contract=fast says: every multiply-add here is explicit (nn_fma),
+ * so each kernel instance (any row count mr, B in place or packed, which a thread's share of the
+ * rows decides) computes an element alike on any compiler (see gossip_impl.h). */
+#pragma GCC optimize("fp-contract=off")
+
+/* acc + a * b per lane: one fused multiply-add in the FMA builds, a product and a sum in the
+ * portable one. nn_fma4 is the same on 4 lanes (the AVX2 narrow kernel's last 4 columns). */
+#if defined(__FMA__) && (defined(__x86_64__) || defined(_M_X64))
+static inline dl_nn_vf nn_fma(dl_nn_vf acc, dl_nn_vf a, dl_nn_vf b) {
+#if DL_NN_LANES == 16
+    return (dl_nn_vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
+#else
+    return (dl_nn_vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+#endif
+}
+#else
+static inline dl_nn_vf nn_fma(dl_nn_vf acc, dl_nn_vf a, dl_nn_vf b) { return acc + a * b; }
+#endif
+/* s in every lane */
+static inline dl_nn_vf nn_splat(float s) {
+#if DL_NN_LANES == 16
+    return (dl_nn_vf)_mm512_set1_ps(s);
+#elif DL_NN_LANES == 8
+    return (dl_nn_vf)_mm256_set1_ps(s);
+#else
+    const dl_nn_vf v = {s, s, s, s};
+    return v;
+#endif
+}
 
 #define DL_NN_MR 6
 #define DL_NN_NR (2 * DL_NN_LANES)
@@ -297,13 +329,19 @@ DL_NN_INLINE void nn_kern_wide(const int mr, int64_t kc, const float *a, int64_t
         const float *ak = acol != NULL ? a + acol[k] : a;
         const float *bk = brow != NULL ? brow[k] + bs : bp;
         const dl_nn_vf b0 = nn_ld(bk), b1 = nn_ld(bk + L);
-        c00 += ak[0] * b0;
-        c01 += ak[0] * b1;
-        if (mr > 1) c10 += ak[o1] * b0, c11 += ak[o1] * b1;
-        if (mr > 2) c20 += ak[o2] * b0, c21 += ak[o2] * b1;
-        if (mr > 3) c30 += ak[o3] * b0, c31 += ak[o3] * b1;
-        if (mr > 4) c40 += ak[o4] * b0, c41 += ak[o4] * b1;
-        if (mr > 5) c50 += ak[o5] * b0, c51 += ak[o5] * b1;
+#define DL_NN_WIDE_ROW(R, OFF, C0, C1)                                                            \
+    if (mr > (R)) {                                                                               \
+        const dl_nn_vf x = nn_splat(ak[OFF]);                                                     \
+        C0 = nn_fma(C0, x, b0);                                                                   \
+        C1 = nn_fma(C1, x, b1);                                                                   \
+    }
+        DL_NN_WIDE_ROW(0, 0, c00, c01)
+        DL_NN_WIDE_ROW(1, o1, c10, c11)
+        DL_NN_WIDE_ROW(2, o2, c20, c21)
+        DL_NN_WIDE_ROW(3, o3, c30, c31)
+        DL_NN_WIDE_ROW(4, o4, c40, c41)
+        DL_NN_WIDE_ROW(5, o5, c50, c51)
+#undef DL_NN_WIDE_ROW
         if (brow == NULL) bp += bs;
     }
     /* full vectors straight into C; the edge vectors of all rows in one tail call */
@@ -352,8 +390,9 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
     if (mr > (R)) {                                                                               \
         const float s = ak[OFF];                                                                   \
         const dl_nn_vf x = {s, s, s, s, s, s, s, s};                                              \
-        C0 += x * b0;                                                                             \
-        C1 += __builtin_shufflevector(x, x, 0, 1, 2, 3) * b1;                                     \
+        C0 = nn_fma(C0, x, b0);                                                                   \
+        C1 = (dl_nn_v4)_mm_fmadd_ps((__m128)__builtin_shufflevector(x, x, 0, 1, 2, 3),            \
+                                    (__m128)b1, (__m128)C1);                                      \
     }
         DL_NN_NARROW_ROW(0, 0, c00, c01)
         DL_NN_NARROW_ROW(1, o1, c10, c11)
@@ -410,12 +449,12 @@ DL_NN_INLINE void nn_kern_narrow(const int mr, int64_t kc, const float *a, int64
     for (int64_t k = 0; k < kc; k++, a += acs) {
         const float *ak = acol != NULL ? a + acol[k] : a;
         const dl_nn_vf b0 = nn_ld(bp);
-        c0 += ak[0] * b0;
-        if (mr > 1) c1 += ak[o1] * b0;
-        if (mr > 2) c2 += ak[o2] * b0;
-        if (mr > 3) c3 += ak[o3] * b0;
-        if (mr > 4) c4 += ak[o4] * b0;
-        if (mr > 5) c5 += ak[o5] * b0;
+        c0 = nn_fma(c0, nn_splat(ak[0]), b0);
+        if (mr > 1) c1 = nn_fma(c1, nn_splat(ak[o1]), b0);
+        if (mr > 2) c2 = nn_fma(c2, nn_splat(ak[o2]), b0);
+        if (mr > 3) c3 = nn_fma(c3, nn_splat(ak[o3]), b0);
+        if (mr > 4) c4 = nn_fma(c4, nn_splat(ak[o4]), b0);
+        if (mr > 5) c5 = nn_fma(c5, nn_splat(ak[o5]), b0);
         bp += DL_NN_NRN;
     }
     if (n == DL_NN_LANES) {
@@ -836,8 +875,8 @@ DL_NN_INLINE void nn_dgrad_block(const int cb, int64_t t0, const dl_nn_dgrad_t *
                 const dl_nn_vf b0 = nn_ld(dp + co * dys), b1 = nn_ld(dp + co * dys + L);
                 for (int cc = 0; cc < cb; cc++) {
                     const float wv = wij[co * d->w_rs + cc * kq];
-                    h0[cc] += wv * b0;
-                    h1[cc] += wv * b1;
+                    h0[cc] = nn_fma(h0[cc], nn_splat(wv), b0);
+                    h1[cc] = nn_fma(h1[cc], nn_splat(wv), b1);
                 }
             }
             for (int64_t cb0 = kc0; cb0 < d->cout; cb0 += DL_NN_KC) { /* later blocks: C += part */
@@ -847,8 +886,8 @@ DL_NN_INLINE void nn_dgrad_block(const int cb, int64_t t0, const dl_nn_dgrad_t *
                     const dl_nn_vf b0 = nn_ld(dp + co * dys), b1 = nn_ld(dp + co * dys + L);
                     for (int cc = 0; cc < cb; cc++) {
                         const float wv = wij[co * d->w_rs + cc * kq];
-                        p0[cc] += wv * b0;
-                        p1[cc] += wv * b1;
+                        p0[cc] = nn_fma(p0[cc], nn_splat(wv), b0);
+                        p1[cc] = nn_fma(p1[cc], nn_splat(wv), b1);
                     }
                 }
                 for (int cc = 0; cc < cb; cc++) h0[cc] = h0[cc] + p0[cc], h1[cc] = h1[cc] + p1[cc];

@@ -102,7 +102,23 @@ def test_gemm_dense_thread_count_bit_identical(P):
         assert np.array_equal(u, v)
 
 
-#: The builds that contract each multiply-add into an FMA (every path but the portable one): their
+@pytest.mark.parametrize("N", [45, 10, 16])
+def test_a_row_does_not_depend_on_its_block(isa, N):
+    """Row r of C = A B gets the same bits whichever row block and kernel instance computes it
+    (6-row tiles, shorter last tiles, B read in place for at most 32 rows or packed beyond): the
+    product of A[:, s:] equals the last rows of the product of A for every shift s. A thread's
+    share of a few peers' rows decides the blocks, so this keeps results independent of the
+    thread count (the multiply-adds are explicit: a compiler's contraction choices differed
+    between the instances of gossip's kernel once)."""
+    rng = np.random.default_rng(N)
+    a, b = _rand(rng, (2, 41, 300)), _rand(rng, (2, 300, N))
+    full = ops.nn_gemm(a, b, n_threads=1)
+    for s in range(1, 14):
+        np.testing.assert_array_equal(ops.nn_gemm(np.ascontiguousarray(a[:, s:]), b, n_threads=1),
+                                      full[:, s:], err_msg=f"shift {s}")
+
+
+#: The builds whose multiply-adds are FMAs (every path but the portable one; nn_fma): their
 #: tiles differ (6 x 16 and a 12-column narrow panel on AVX2, 6 x 32 and a 16-column one with
 #: masked edges on AVX-512) but every element is the same chain of operations.
 FMA_PATHS = [i for i in _core.config()["isa_supported"] if i != "generic"]
