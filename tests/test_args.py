@@ -154,14 +154,23 @@ def test_core_n_threads_below_one_named(n):
         _rng(1, 2, 3, n_threads=n)
 
 
-def test_n_threads_above_the_cpu_count_is_capped():
+def test_n_threads_above_the_cpu_count_is_capped(monkeypatch):
     """200 threads (or 2^70, which overflowed with an unnamed OverflowError) give the result of a
-    thread count the CPUs can run; ops.resolve_threads caps at the CPU count too."""
+    thread count the CPUs can run; ops.resolve_threads caps at the CPU count too, or at
+    DECENTLEARN_THREAD_CAP (the suite's 16) when that is an integer in [1, 4096]."""
     ref = _rng(1, 2, 3, rows=5)
     for n in (200, 2**31, 2**70):
         np.testing.assert_array_equal(_rng(1, 2, 3, rows=5, n_threads=n), ref)
+    assert ops.resolve_threads(200) == 16
+    monkeypatch.delenv("DECENTLEARN_THREAD_CAP")
     assert ops.resolve_threads(200) == ops.cpu_count()
     assert ops.resolve_threads(2**70) == ops.cpu_count()
+    np.testing.assert_array_equal(_rng(1, 2, 3, rows=5, n_threads=200), ref)
+    for bad in ("0", "4097", "-3", "x", ""):  # ignored: the CPU count
+        monkeypatch.setenv("DECENTLEARN_THREAD_CAP", bad)
+        assert ops.resolve_threads(200) == ops.cpu_count()
+    monkeypatch.setenv("DECENTLEARN_THREAD_CAP", "3")
+    assert ops.resolve_threads(200) == 3
     with pytest.raises(ValueError, match="n_threads"):
         ops.resolve_threads(0)
 

@@ -3,8 +3,8 @@ run at each thread count (and on each ISA path) with every intermediate recorded
 batch, each layer's forward output and backward gradients, the loss and gradient, the gossip and
 the optimizer step — and each run is compared, in call order, with the first one (1 thread).
 
-    python tools/threads_diag.py [--threads 1,1,2,4,16] [--cases mlp-256,cnn-64] [--rounds 3]
-                                 [--isas amx,avx512,avx2,generic]
+    python tools/threads_diag.py [--threads 1,1,2,4,16] [--cases mlp-256,cnn-64,cnn-4] [--rounds 3]
+                                 [--isas amx,avx512,avx2,generic] [--precision int8]
 
 Prints, per ISA path, case and thread count, "same" or the first intermediate that differs: its
 label (round, phase, layer), how many elements differ, the largest difference and the first
@@ -27,6 +27,17 @@ from bench_threads import BASE, CASES  # noqa: E402
 
 from decentlearn.ops.isa import supported_isas, using_isa  # noqa: E402
 from decentlearn.sim import RunConfig, Simulator  # noqa: E402
+
+
+def case_of(name: str) -> dict:
+    """bench_threads.py's case, or MODEL-PEERS for any other peer count (e.g. cnn-8: fewer peers
+    than threads, where the layers split each peer's rows between threads)."""
+    if name in CASES:
+        return CASES[name]
+    model, _, peers = name.rpartition("-")
+    if not model or not peers.isdigit():
+        raise SystemExit(f"--cases: {name!r} is neither {sorted(CASES)} nor MODEL-PEERS")
+    return dict(peers=int(peers), model=model)
 
 
 def record(case: dict, threads: int, rounds: int, keep: bool) -> list[tuple[str, str, object]]:
@@ -115,6 +126,7 @@ def main() -> None:
     p.add_argument("--cases", default="mlp-256,cnn-64")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--isas", default=",".join(reversed(supported_isas())))
+    p.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
     args = p.parse_args()
     counts = [int(x) for x in args.threads.split(",")]
     for isa in args.isas.split(","):
@@ -123,11 +135,12 @@ def main() -> None:
             continue
         with using_isa(isa):
             for name in args.cases.split(","):
-                ref = record(CASES[name], counts[0], args.rounds, keep=True)
+                case = {**case_of(name), "precision": args.precision}
+                ref = record(case, counts[0], args.rounds, keep=True)
                 print(f"{isa} {name}: {len(ref)} intermediates over {args.rounds} rounds",
                       flush=True)
                 for n in counts[1:]:
-                    run = record(CASES[name], n, args.rounds, keep=True)
+                    run = record(case, n, args.rounds, keep=True)
                     print(f"  {counts[0]}t vs {n}t: {compare(ref, run)}", flush=True)
 
 

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The checks every array argument shares: aligned to its dtype, and writeable for an output. */
 int check_aligned_writeable(PyArrayObject *a, const char *fn, const char *name,
@@ -111,9 +112,18 @@ int conv_peer0(PyObject *o, void *v) {
     return conv_ll(o, v, "peer0", 0, INT64_MAX, ">= 0 and <= 2**63 - 1");
 }
 
-/* CPUs this process may use (OpenMP's count, which follows the affinity mask); 1 without OpenMP. */
+/* The most threads a kernel gets: the CPUs this process may use (OpenMP's count, which follows the
+ * affinity mask; 1 without OpenMP), or DECENTLEARN_THREAD_CAP when it holds an integer in
+ * [1, 4096] (the test suite sets it so that teams larger than a small machine's really run, as
+ * decentlearn.ops.threads does). */
 static int cpu_limit(void) {
 #ifdef _OPENMP
+    const char *env = getenv("DECENTLEARN_THREAD_CAP");
+    if (env != NULL) {
+        char *end = NULL;
+        const long cap = strtol(env, &end, 10);
+        if (end != env && *end == '\0' && cap >= 1 && cap <= 4096) return (int)cap;
+    }
     const int n = omp_get_num_procs();
     return n > 0 ? n : 1;
 #else
