@@ -8,7 +8,8 @@ AMX, the OS). OpenMP is used when the compiler can compile and link an OpenMP pr
 same flags as the build (CFLAGS, LDFLAGS, sanitizer flags); otherwise the kernels build
 single-threaded and the build prints a loud warning (DECENTLEARN_REQUIRE_OPENMP=1 makes it an
 error). DECENTLEARN_SANITIZE=1 adds AddressSanitizer and
-UndefinedBehaviorSanitizer to every compile and link (tools/sanitize.sh).
+UndefinedBehaviorSanitizer to every compile and link (tools/sanitize.sh). Files compile in
+parallel, one compiler process per CPU (build_ext -j N to choose).
 """
 
 import os
@@ -16,6 +17,7 @@ import platform
 import shlex
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 
 import numpy as np
@@ -103,7 +105,8 @@ class BuildExt(build_ext):
                                 "this build's CFLAGS/LDFLAGS")
         omp = ["-fopenmp"] if openmp else []
         san = SANITIZE_FLAGS if SANITIZE else []
-        generic, objects = [], []
+        generic, isa_jobs = [], []
+        macros = list(ext.define_macros) + [(name,) for name in ext.undef_macros]
         amx = X86 and _compiler_accepts(self.compiler, AMX_FLAGS, [], _AMX_PROBE)
         if X86 and not amx:
             sys.stderr.write("decentlearn: the compiler does not accept -mamx-tile -mamx-int8; "
@@ -111,19 +114,35 @@ class BuildExt(build_ext):
         for src in ext.sources:
             isa = next((flags for suffix, flags in sorted(ISA_FLAGS.items(), key=lambda kv: -len(kv[0]))
                         if src.endswith(suffix)), None)
-            if isa is None:
-                generic.append(src)
+            if isa is None:  # the glue and portable kernels: numpy's macros, as setuptools
+                generic.append((src, macros, BASE_FLAGS + san + omp))
                 continue
             if not amx:
                 isa = [f for f in isa if f not in AMX_FLAGS]
-            flags = BASE_FLAGS + san + omp + (isa if X86 else [])
-            objects += self.compiler.compile([src], output_dir=self.build_temp,
-                                             include_dirs=ext.include_dirs, extra_postargs=flags,
-                                             depends=ext.depends)
-        # the ISA files are objects here, not sources: list them as dependencies too, or a change
-        # to one alone would not relink the extension
-        ext.depends = list(ext.depends) + [s for s in ext.sources if s not in generic]
-        ext.sources = generic
+            isa_jobs.append((src, [], BASE_FLAGS + san + omp + (isa if X86 else [])))
+        target = self.get_ext_fullpath(ext.name)
+        inputs = list(ext.sources) + list(ext.depends)
+        if not self.force and os.path.exists(target) and \
+                max(os.path.getmtime(f) for f in inputs) <= os.path.getmtime(target):
+            return  # up to date
+
+        def compile_one(job):
+            src, job_macros, flags = job
+            return self.compiler.compile([src], output_dir=self.build_temp, macros=job_macros,
+                                         include_dirs=ext.include_dirs, extra_postargs=flags,
+                                         debug=self.debug, depends=ext.depends)
+
+        # Every file on its own thread (each a compiler process): -j N / --parallel N, else one
+        # per CPU. The objects keep a serial build's order (the portable files sorted, as
+        # setuptools sorts them, then the ISA files), so the library is the same byte for byte.
+        workers = self.parallel if isinstance(self.parallel, int) and self.parallel > 0 else None
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+            objects = [o for objs in pool.map(compile_one, sorted(generic) + isa_jobs)
+                       for o in objs]
+        # every file is an object here, not a source: list them as dependencies, or a change to
+        # one alone would not relink the extension
+        ext.depends = list(ext.depends) + list(ext.sources)
+        ext.sources = []
         ext.extra_objects = objects
         ext.extra_compile_args = BASE_FLAGS + san + omp
         ext.extra_link_args = san + omp
