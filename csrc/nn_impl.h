@@ -629,11 +629,14 @@ static int64_t nn_row_block(int64_t n_peers, int64_t m, int n_threads) {
     return dl_max_i64(DL_NN_MR, (per + DL_NN_MR - 1) / DL_NN_MR * DL_NN_MR);
 }
 
-/* Small work on one thread: below ~2^22 flops (about 0.1 ms on one core) a thread team costs more
- * than it saves, and far more when the machine is oversubscribed (a barrier then waits for a
- * descheduled thread). */
+/* Small work on one thread: below 2^18 multiply-adds (about 10 us on one core) a thread team
+ * costs more than it saves, and far more when the machine is oversubscribed (a barrier then waits
+ * for a descheduled thread). It was 2^22 until 27 Nov 2026: the digits CNN's classifier (84 -> 10,
+ * 1.7M multiply-adds at 64 peers, 0.22 + 0.40 ms on one core of the 16-core Xeon) then ran on
+ * one thread whatever the count, 11% of the 16-thread loss_and_grad; on 2 cores 2 threads now
+ * take 35 and 63 us where one took 65 and 135. */
 static int nn_threads(int n_threads, int64_t items, double flops) {
-    if (flops < (double)(1 << 22)) return 1;
+    if (flops < (double)(1 << 18)) return 1;
     return (int)dl_min_i64(n_threads, items);
 }
 
