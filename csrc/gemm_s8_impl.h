@@ -65,6 +65,31 @@
 
 #define DL_GEMM_TASK_COLS 256 /* columns of C per task (B panels reused across its row tiles) */
 #define DL_GEMM_TASK_TILES 16 /* most register-tile rows per task */
+#define DL_GEMM_TASKS_PER_THREAD 8 /* for dynamic scheduling to balance (4: 7% slower at 2) */
+
+/* The task grid of one GEMM, *mb row tiles by *nb column panels per task: about
+ * DL_GEMM_TASKS_PER_THREAD tasks per thread, each as square as the tiles allow, within
+ * DL_GEMM_TASK_TILES x DL_GEMM_TASK_COLS. A task of R rows and C columns reads k (R + C) bytes of
+ * packed A and B for R C k multiply-adds, so square tasks read the least. (Until 27 Nov 2026 the
+ * columns were fixed at 256 and only the rows cut to give 8 tasks per thread: at 16 threads one
+ * 32-row AMX tile per task, which read B from L3 eight times as often as at 2 threads, and the
+ * 1024^3 GEMM ran slower on 16 cores of the lent Xeon than on 2. Up to 4 threads the grid is the
+ * old one for 1024^3; at 16, 64 x 128 AMX tasks instead of 32 x 256.) Any grid gives the same
+ * bits. */
+static void gemm_task_grid(int64_t mt, int64_t np, int n_threads, int64_t *mb, int64_t *nb) {
+    const int64_t tasks = DL_GEMM_TASKS_PER_THREAD * (int64_t)n_threads;
+    const int64_t area = dl_max_i64(1, mt * DL_GEMM_MR * np * DL_GEMM_NR / tasks); /* C per task */
+    int64_t lo = 1, hi = 1 << 20; /* side = floor(sqrt(area)) by bisection */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (mid * mid <= area) lo = mid;
+        else hi = mid - 1;
+    }
+    *nb = dl_max_i64(1, dl_min_i64(dl_min_i64(np, DL_GEMM_TASK_COLS / DL_GEMM_NR),
+                                   dl_cdiv_i64(lo, DL_GEMM_NR)));
+    *mb = dl_max_i64(1, dl_min_i64(dl_min_i64(mt, DL_GEMM_TASK_TILES),
+                                   dl_cdiv_i64(area / (*nb * DL_GEMM_NR), DL_GEMM_MR)));
+}
 
 /* Packs rows t * MR .. of A (zero rows and k values past the end) into one tile of AKG-groups;
  * A[i, kk] = a[i * rs + kk * cs] (rs = k, cs = 1 for a C-order A; rs = 1, cs = lda for a stored
@@ -258,14 +283,11 @@ int DL_CAT(dl_gemm_s8, DL_SUFFIX)(int64_t m, int64_t k, int64_t n, const int8_t 
         free(sc);
         return DL_E_NOMEM;
     }
-    /* Task grid: up to DL_GEMM_TASK_COLS columns by up to DL_GEMM_TASK_TILES row tiles, with at
-     * least ~8 tasks per thread so dynamic scheduling balances small problems. */
-    const int64_t nb = dl_min_i64(np, dl_max_i64(1, DL_GEMM_TASK_COLS / DL_GEMM_NR));
-    const int64_t n_cb = dl_cdiv_i64(np, nb);
-    const int64_t mb = dl_max_i64(1, dl_min_i64(DL_GEMM_TASK_TILES, mt * n_cb / (8 * n_threads)));
-    const int64_t n_rb = dl_cdiv_i64(mt, mb), n_tasks = n_rb * n_cb;
     const int64_t macs = m * n * (k + 1);
     const int nt = macs < (1 << 18) ? 1 : n_threads;
+    int64_t mb, nb;
+    gemm_task_grid(mt, np, nt, &mb, &nb);
+    const int64_t n_cb = dl_cdiv_i64(np, nb), n_rb = dl_cdiv_i64(mt, mb), n_tasks = n_rb * n_cb;
 #ifndef _OPENMP
     (void)nt;
 #endif
