@@ -10,6 +10,7 @@
  * natural compression (4 bytes read per value, 1 written). dl_take_rows gathers rows by index (the
  * minibatches of every peer, each round), split over threads.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dl.h"
@@ -125,4 +126,113 @@ int dl_swap_axes12_f32(int64_t P, int64_t A, int64_t B, int64_t K, const float *
                    (size_t)K * sizeof(float));
     }
     return DL_OK;
+}
+
+/* Every peer's minibatch indices: idx[p * B + j] = perm[start[p] + (cursor[p] + j) % size[p]].
+ * Checks first (nothing written on failure): DL_E_ARG unless every size >= 1 and cursor >= 0,
+ * DL_E_INDEX unless every segment [start, start + size) lies in [0, n_perm). Peers split over
+ * threads; an index is a copy, so any split gives the same result. */
+int dl_batch_indices(int64_t P, int64_t B, const int64_t *perm, int64_t n_perm, const int64_t *start,
+                     const int64_t *size, const int64_t *cursor, int64_t *idx, int n_threads) {
+    if (P < 0 || B < 0 || n_perm < 0 || n_threads < 1) return DL_E_ARG;
+    int bad_arg = 0, bad_index = 0;
+    for (int64_t p = 0; p < P; p++) {
+        bad_arg |= size[p] < 1 || cursor[p] < 0;
+        bad_index |= start[p] < 0 || start[p] > n_perm || size[p] > n_perm - start[p];
+    }
+    if (bad_arg) return DL_E_ARG;
+    if (bad_index) return DL_E_INDEX;
+    const int nt = P * B < (1 << 14) ? 1 : (int)dl_min_i64(n_threads, P);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t p = 0; p < P; p++) {
+        const int64_t *seg = perm + start[p], n = size[p];
+        int64_t at = cursor[p] % n;
+        for (int64_t j = 0; j < B; j++) {
+            idx[p * B + j] = seg[at];
+            if (++at == n) at = 0;
+        }
+    }
+    return DL_OK;
+}
+
+/* Stable ascending order of key[0:n) into ord (tmp: n more entries): a merge sort of indices,
+ * equal keys in index order. */
+static void stable_order(const double *key, int64_t n, int64_t *ord, int64_t *tmp) {
+    for (int64_t i = 0; i < n; i++) ord[i] = i;
+    for (int64_t w = 1; w < n; w *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {
+            const int64_t mid = dl_min_i64(lo + w, n), hi = dl_min_i64(lo + 2 * w, n);
+            int64_t a = lo, b = mid, o = lo;
+            while (a < mid && b < hi) tmp[o++] = key[ord[b]] < key[ord[a]] ? ord[b++] : ord[a++];
+            while (a < mid) tmp[o++] = ord[a++];
+            while (b < hi) tmp[o++] = ord[b++];
+        }
+        memcpy(ord, tmp, (size_t)n * sizeof(int64_t));
+    }
+}
+
+/* Reshuffles the segments of the listed peers in place: the q-th listed peer's segment
+ * perm[start[p] : start[p] + size[p]] (p = peers[q]) becomes old[ord], ord the stable ascending
+ * order of the keys q + u[o_q + i] (float64 sums; o_q = the sizes of the peers listed before q).
+ * That is the order one stable argsort of all listed samples by (q + u) gives, segment by segment
+ * (a key of segment q never exceeds q + 1, where segment q + 1 begins), so the result equals
+ * decentlearn/_reference/copy.py's. Checks first: DL_E_ARG unless the peers ascend strictly in
+ * [0, n_peers), every listed size >= 1 and n_u is their sum; DL_E_INDEX unless every listed
+ * segment lies in [0, n_perm). Peers split over threads. */
+int dl_shuffle_segments(int64_t n_list, const int64_t *peers, int64_t n_peers, const int64_t *start,
+                        const int64_t *size, int64_t *perm, int64_t n_perm, const double *u,
+                        int64_t n_u, int n_threads) {
+    if (n_list < 0 || n_peers < 0 || n_perm < 0 || n_u < 0 || n_threads < 1) return DL_E_ARG;
+    int64_t total = 0, longest = 0;
+    int bad_arg = 0, bad_index = 0;
+    for (int64_t q = 0; q < n_list && !bad_arg; q++) {
+        const int64_t p = peers[q];
+        bad_arg |= p < 0 || p >= n_peers || (q > 0 && p <= peers[q - 1]);
+        if (bad_arg) break;
+        bad_arg |= size[p] < 1 || size[p] > n_u - total;
+        if (bad_arg) break;
+        bad_index |= start[p] < 0 || start[p] > n_perm || size[p] > n_perm - start[p];
+        total += size[p];
+        longest = size[p] > longest ? size[p] : longest;
+    }
+    if (bad_arg || total != n_u) return DL_E_ARG;
+    if (bad_index) return DL_E_INDEX;
+    if (n_list == 0) return DL_OK;
+    int64_t *uoff = malloc((size_t)n_list * sizeof(int64_t));
+    if (uoff == NULL) return DL_E_NOMEM;
+    for (int64_t q = 0, o = 0; q < n_list; q++) uoff[q] = o, o += size[peers[q]];
+    const int nt = n_u < (1 << 12) ? 1 : (int)dl_min_i64(n_threads, n_list);
+    int status = DL_OK;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(min : status)
+#else
+    (void)nt;
+#endif
+    {
+        /* per thread: keys, the order, merge space and the old segment, for the longest one */
+        char *buf = malloc((size_t)longest * (sizeof(double) + 3 * sizeof(int64_t)));
+        if (buf == NULL) status = DL_E_NOMEM;
+        double *key = (double *)buf;
+        int64_t *ord = (int64_t *)(buf + (size_t)longest * sizeof(double));
+        int64_t *tmp = ord + longest, *old = tmp + longest;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 16)
+#endif
+        for (int64_t q = 0; q < n_list; q++) {
+            if (buf == NULL) continue;
+            const int64_t p = peers[q], n = size[p];
+            int64_t *seg = perm + start[p];
+            for (int64_t i = 0; i < n; i++) key[i] = (double)q + u[uoff[q] + i];
+            stable_order(key, n, ord, tmp);
+            memcpy(old, seg, (size_t)n * sizeof(int64_t));
+            for (int64_t i = 0; i < n; i++) seg[i] = old[ord[i]];
+        }
+        free(buf);
+    }
+    free(uoff);
+    return status;
 }

@@ -669,13 +669,20 @@ int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 /* *out = XOR of src's n words: a read-only pass (copy.c). */
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
-/* dst row r = src row idx[r] for r < n_idx (rows of row_bytes bytes); DL_E_INDEX (nothing written)
- * when an index is outside [0, n_src). */
 /* dst (P, B, A, K) = src (P, A, B, K) with axes 1 and 2 swapped (rows of K copied whole). */
 int dl_swap_axes12_f32(int64_t P, int64_t A, int64_t B, int64_t K, const float *src, float *dst,
                        int n_threads);
+/* dst row r = src row idx[r] for r < n_idx (rows of row_bytes bytes); DL_E_INDEX (nothing written)
+ * when an index is outside [0, n_src). */
 int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
                  const int64_t *idx, void *dst, int n_threads);
+/* The peer sampler (decentlearn/runner/sampler.py): every peer's B minibatch indices from its
+ * segment of perm, and the reshuffle of listed peers' segments by given uniforms (copy.c). */
+int dl_batch_indices(int64_t P, int64_t B, const int64_t *perm, int64_t n_perm, const int64_t *start,
+                     const int64_t *size, const int64_t *cursor, int64_t *idx, int n_threads);
+int dl_shuffle_segments(int64_t n_list, const int64_t *peers, int64_t n_peers, const int64_t *start,
+                        const int64_t *size, int64_t *perm, int64_t n_perm, const double *u,
+                        int64_t n_u, int n_threads);
 
 /* consensus.c: out[0] = sum_{i,c} X_ic^2 and out[1] = sum_c (sum_i X_ic)^2 of a (P, D) float32
  * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */

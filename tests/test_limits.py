@@ -141,6 +141,104 @@ def test_take_rows_matches_np_take(dtype, shape):
     np.testing.assert_array_equal(out, np.take(src, idx, axis=0))
 
 
+def _segments(rng, sizes):
+    """A permutation of arange(sum(sizes)) cut into segments of the given sizes (start, size)."""
+    sizes = np.asarray(sizes, np.int64)
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return rng.permutation(int(sizes.sum())).astype(np.int64), start, sizes
+
+
+@pytest.mark.parametrize("sizes,batch", [([1, 2, 3, 40], 8), ([5] * 300, 32), ([1] * 7, 3),
+                                         ([1000, 1, 17], 64), ([3, 4], 0)])
+def test_batch_indices_matches_reference(sizes, batch):
+    rng = np.random.default_rng(len(sizes) + batch)
+    perm, start, size = _segments(rng, sizes)
+    cursor = np.array([rng.integers(0, 3 * s) for s in size], np.int64)  # past the end too
+    want = ref_copy.batch_indices(perm, start, size, cursor, batch)
+    for threads in (1, 2, 3, 16):
+        got = ops.batch_indices(perm, start, size, cursor, batch, n_threads=threads)
+        assert got.dtype == np.int64 and got.shape == (len(sizes), batch)
+        np.testing.assert_array_equal(got, want)
+    out = np.empty((len(sizes), batch), np.int64)
+    assert ops.batch_indices(perm, start, size, cursor, batch, out=out) is out
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("sizes", [[1, 2, 3, 40], [5] * 300, [1] * 7, [1000, 1, 17, 2000], [2]])
+def test_shuffle_segments_matches_reference(sizes):
+    """The listed peers' segments reordered as one stable argsort of (q + u) over all of them
+    would (the reference), per segment on threads; unlisted segments untouched. Ties included:
+    u drawn from a few values, so equal keys keep their order."""
+    rng = np.random.default_rng(sum(sizes))
+    perm, start, size = _segments(rng, sizes)
+    for listed in (np.arange(len(sizes)), np.arange(0, len(sizes), 2)):
+        n_u = int(size[listed].sum())
+        for u in (rng.random(n_u), rng.integers(0, 3, n_u) / 4.0):
+            want = perm.copy()
+            ref_copy.shuffle_segments(want, start, size, listed, u)
+            for threads in (1, 2, 3, 16):
+                got = perm.copy()
+                assert ops.shuffle_segments(got, start, size, listed, u, n_threads=threads) is None
+                np.testing.assert_array_equal(got, want)
+            others = np.setdiff1d(np.arange(len(sizes)), listed)
+            for p in others:
+                seg = slice(start[p], start[p] + size[p])
+                np.testing.assert_array_equal(got[seg], perm[seg])
+
+
+def test_shuffle_segments_keys_that_round_across_a_segment():
+    """q + u rounds to q + 1 when u is within 2^-53 of 1 and q >= 1: the key then equals the
+    next segment's smallest possible key. One stable argsort keeps that sample last in its own
+    segment, and so must the per-segment sort."""
+    perm = np.arange(6, dtype=np.int64)
+    start, size = np.array([0, 3], np.int64), np.array([3, 3], np.int64)
+    top = np.nextafter(1.0, 0.0)
+    u = np.array([0.5, top, 0.25, 0.0, top, 0.75])
+    want = perm.copy()
+    ref_copy.shuffle_segments(want, start, size, np.array([0, 1]), u)
+    got = perm.copy()
+    ops.shuffle_segments(got, start, size, np.array([0, 1]), u)
+    np.testing.assert_array_equal(got, want)
+    assert sorted(got[:3]) == [0, 1, 2] and sorted(got[3:]) == [3, 4, 5]
+
+
+def test_sampler_kernel_errors():
+    perm = np.arange(10, dtype=np.int64)
+    start, size, cursor = (np.array(v, np.int64) for v in ([0, 4], [4, 6], [0, 0]))
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        ops.batch_indices(perm, start, np.array([4, 0]), cursor, 2)
+    with pytest.raises(ValueError, match="cursor >= 0"):
+        ops.batch_indices(perm, start, size, np.array([0, -1]), 2)
+    with pytest.raises(IndexError, match=r"lie in \[0, 10\)"):
+        ops.batch_indices(perm, start, np.array([4, 7]), cursor, 2)
+    with pytest.raises(ValueError, match="cursor must have start's length 2"):
+        ops.batch_indices(perm, start, size, np.array([0]), 2)
+    with pytest.raises(TypeError, match="perm must hold integers"):
+        ops.batch_indices(perm.astype(float), start, size, cursor, 2)
+    with pytest.raises(ValueError, match="batch must be an int >= 0"):
+        ops.batch_indices(perm, start, size, cursor, -1)
+    with pytest.raises(ValueError, match="out must have shape"):
+        ops.batch_indices(perm, start, size, cursor, 2, out=np.empty((2, 3), np.int64))
+    with pytest.raises(ValueError, match="out must have 2 rows"):
+        ops.batch_indices(perm, start, size, cursor, 2, out=np.empty((3, 2), np.int64))
+    u = np.zeros(10)
+    before = perm.copy()
+    for peers, uu, msg in (([1, 0], u, "ascend strictly"), ([0, 2], u, "ascend strictly"),
+                           ([0, 1], u[:9], "one value per sample"),
+                           ([0], u, "one value per sample")):
+        with pytest.raises(ValueError, match=msg):
+            ops.shuffle_segments(perm, start, size, np.array(peers), uu)
+        np.testing.assert_array_equal(perm, before)  # nothing written
+    with pytest.raises(IndexError, match="lie in"):
+        ops.shuffle_segments(perm, start, np.array([4, 7]), np.array([1]), np.zeros(7))
+    with pytest.raises(TypeError, match="perm must be an int64"):
+        ops.shuffle_segments(perm.astype(np.int32), start, size, np.array([0]), np.zeros(4))
+    with pytest.raises(TypeError, match="u must be a float64"):
+        ops.shuffle_segments(perm, start, size, np.array([0]), np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="perm must be C-contiguous"):
+        ops.shuffle_segments(np.zeros(20, np.int64)[::2], start, size, np.array([0]), np.zeros(4))
+
+
 def test_take_rows_errors():
     src = np.arange(12, dtype=np.float32).reshape(6, 2)
     out = np.full((2, 2), -1.0, np.float32)

@@ -1,7 +1,8 @@
 /* copy.c: glue of the memory-bandwidth kernels decentlearn.bench measures the machine's limits
  * with (csrc/copy.c): copy_f32 (non-temporal streaming copy) and read_f32 (a read-only pass), two
- * glue_op_t rows; and take_rows (the minibatch gather), hand-written because it takes any dtype.
- * decentlearn/ops/copy.py is the Python side.
+ * glue_op_t rows; and take_rows (the minibatch gather), hand-written because it takes any dtype,
+ * with the peer sampler's batch_indices and shuffle_segments. decentlearn/ops/copy.py is the
+ * Python side.
  */
 #include "glue.h"
 
@@ -127,9 +128,118 @@ static PyObject *py_take_rows(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
+/* Checks the peer sampler's per-peer int64 vectors: each 1-D C-contiguous of length P (the first
+ * one's). */
+static int check_peer_vectors(const char *fn, PyArrayObject *const *a, const char *const *names,
+                              int n) {
+    for (int i = 0; i < n; i++) {
+        if (check_array(a[i], fn, names[i], NPY_INT64, 1, 0)) return -1;
+        if (PyArray_DIM(a[i], 0) != PyArray_DIM(a[0], 0)) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have %s's length %zd, got %zd", fn,
+                         names[i], names[0], (Py_ssize_t)PyArray_DIM(a[0], 0),
+                         (Py_ssize_t)PyArray_DIM(a[i], 0));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* batch_indices(perm, start, size, cursor, out, n_threads) -> out: out (P, B) int64 gets
+ * perm[start[p] + (cursor[p] + j) % size[p]]; every array int64 and C-contiguous. */
+static PyObject *py_batch_indices(PyObject *self, PyObject *args) {
+    PyArrayObject *perm, *start, *size, *cursor, *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O&:batch_indices", &PyArray_Type, &perm,
+                          &PyArray_Type, &start, &PyArray_Type, &size, &PyArray_Type, &cursor,
+                          &PyArray_Type, &out, conv_threads, &n_threads))
+        return NULL;
+    PyArrayObject *const vec[3] = {start, size, cursor};
+    const char *const names[3] = {"start", "size", "cursor"};
+    if (check_array(perm, "batch_indices", "perm", NPY_INT64, 1, 0) ||
+        check_peer_vectors("batch_indices", vec, names, 3) ||
+        check_array(out, "batch_indices", "out", NPY_INT64, 2, 1) ||
+        check_threads("batch_indices", n_threads))
+        return NULL;
+    if (PyArray_DIM(out, 0) != PyArray_DIM(start, 0)) {
+        PyErr_Format(PyExc_ValueError, "batch_indices: out must have %zd rows (one per peer), got "
+                     "%zd", (Py_ssize_t)PyArray_DIM(start, 0), (Py_ssize_t)PyArray_DIM(out, 0));
+        return NULL;
+    }
+    if (check_disjoint("batch_indices", 1, 5, out, "out", perm, "perm", start, "start", size,
+                       "size", cursor, "cursor"))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_batch_indices(PyArray_DIM(out, 0), PyArray_DIM(out, 1), PyArray_DATA(perm),
+                              PyArray_DIM(perm, 0), PyArray_DATA(start), PyArray_DATA(size),
+                              PyArray_DATA(cursor), PyArray_DATA(out), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_ARG) {
+        PyErr_SetString(PyExc_ValueError, "batch_indices: every size must be >= 1 and every "
+                        "cursor >= 0");
+        return NULL;
+    }
+    if (status == DL_E_INDEX) {
+        PyErr_Format(PyExc_IndexError, "batch_indices: every segment [start, start + size) must "
+                     "lie in [0, %zd) (perm's length)", (Py_ssize_t)PyArray_DIM(perm, 0));
+        return NULL;
+    }
+    if (status != DL_OK) return raise_status("batch_indices", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
+/* shuffle_segments(perm, start, size, peers, u, n_threads) -> None: the listed peers' segments of
+ * perm reshuffled in place by the float64 uniforms u (see dl_shuffle_segments). */
+static PyObject *py_shuffle_segments(PyObject *self, PyObject *args) {
+    PyArrayObject *perm, *start, *size, *peers, *u;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O&:shuffle_segments", &PyArray_Type, &perm,
+                          &PyArray_Type, &start, &PyArray_Type, &size, &PyArray_Type, &peers,
+                          &PyArray_Type, &u, conv_threads, &n_threads))
+        return NULL;
+    PyArrayObject *const vec[2] = {start, size};
+    const char *const names[2] = {"start", "size"};
+    if (check_array(perm, "shuffle_segments", "perm", NPY_INT64, 1, 1) ||
+        check_peer_vectors("shuffle_segments", vec, names, 2) ||
+        check_array(peers, "shuffle_segments", "peers", NPY_INT64, 1, 0) ||
+        check_array(u, "shuffle_segments", "u", NPY_FLOAT64, 1, 0) ||
+        check_threads("shuffle_segments", n_threads))
+        return NULL;
+    if (check_disjoint("shuffle_segments", 1, 5, perm, "perm", start, "start", size, "size",
+                       peers, "peers", u, "u"))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_shuffle_segments(PyArray_DIM(peers, 0), PyArray_DATA(peers), PyArray_DIM(start, 0),
+                                 PyArray_DATA(start), PyArray_DATA(size), PyArray_DATA(perm),
+                                 PyArray_DIM(perm, 0), PyArray_DATA(u), PyArray_DIM(u, 0),
+                                 n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_ARG) {
+        PyErr_SetString(PyExc_ValueError, "shuffle_segments: peers must ascend strictly within "
+                        "[0, len(start)), their sizes be >= 1, and u hold one value per sample "
+                        "of their segments");
+        return NULL;
+    }
+    if (status == DL_E_INDEX) {
+        PyErr_Format(PyExc_IndexError, "shuffle_segments: every listed segment [start, start + "
+                     "size) must lie in [0, %zd) (perm's length)", (Py_ssize_t)PyArray_DIM(perm, 0));
+        return NULL;
+    }
+    if (status != DL_OK) return raise_status("shuffle_segments", status);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"take_rows", py_take_rows, METH_VARARGS,
      "take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]] (any dtype)."},
+    {"batch_indices", py_batch_indices, METH_VARARGS,
+     "batch_indices(perm, start, size, cursor, out, n_threads) -> out: each peer's minibatch "
+     "indices, out[p, j] = perm[start[p] + (cursor[p] + j) % size[p]] (int64)."},
+    {"shuffle_segments", py_shuffle_segments, METH_VARARGS,
+     "shuffle_segments(perm, start, size, peers, u, n_threads) -> None: the listed peers' "
+     "segments of perm reshuffled in place by the uniforms u (int64 perm, float64 u)."},
     {NULL, NULL, 0, NULL},
 };
 

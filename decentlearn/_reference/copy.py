@@ -2,7 +2,8 @@
 machine with, with the signatures of decentlearn.ops.copy: ``copy_f32(src, dst)`` is
 ``np.copyto``; ``read_f32(src)`` the XOR of src's 32-bit words; ``take_rows(src, idx)`` is
 ``np.take(src, idx, axis=0)``; ``swap_axes12(src)`` is ``src.transpose(0, 2, 1, 3)``
-copied. ``n_threads`` is accepted and
+copied; ``batch_indices`` and ``shuffle_segments`` are the peer sampler's NumPy code before its
+C kernels. ``n_threads`` is accepted and
 ignored.
 """
 
@@ -32,3 +33,25 @@ def swap_axes12(src: np.ndarray, out: np.ndarray | None = None,
         out = np.empty((src.shape[0], src.shape[2], src.shape[1], src.shape[3]), src.dtype)
     np.copyto(out, src.transpose(0, 2, 1, 3))
     return out
+
+
+def batch_indices(perm: np.ndarray, start: np.ndarray, size: np.ndarray, cursor: np.ndarray,
+                  batch: int, out: np.ndarray | None = None,
+                  n_threads: int | None = None) -> np.ndarray:
+    pos = cursor[:, None] + np.arange(batch, dtype=np.int64)[None, :]
+    idx = perm[start[:, None] + pos % size[:, None]]
+    if out is None:
+        return idx
+    out[...] = idx
+    return out
+
+
+def shuffle_segments(perm: np.ndarray, start: np.ndarray, size: np.ndarray, peers: np.ndarray,
+                     u: np.ndarray, n_threads: int | None = None) -> None:
+    """One stable argsort of (segment number + uniform) over all listed samples."""
+    sizes = size[peers]
+    seg = np.repeat(np.arange(peers.size, dtype=np.float64), sizes)
+    pos = np.arange(sizes.sum(), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    pos += np.repeat(start[peers], sizes)
+    order = np.argsort(seg + u, kind="stable")
+    perm[pos] = perm[pos[order]]

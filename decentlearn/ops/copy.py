@@ -1,5 +1,6 @@
 """A streaming copy and a read-only pass (csrc/copy.c): the memory limits decentlearn.experiments.bench
-measures the machine with; ``take_rows``, the threaded gather of every peer's minibatch; and
+measures the machine with; ``take_rows``, the threaded gather of every peer's minibatch;
+``batch_indices`` and ``shuffle_segments``, the peer sampler's index draw and reshuffle; and
 ``swap_axes12``, Flatten's threaded reorder between channel-major and sample-major.
 
 NumPy twin: decentlearn/_reference/copy.py.
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn._core import (copy_f32 as _core_copy_f32, read_f32 as _core_read_f32,
+from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as _core_copy_f32,
+                               read_f32 as _core_read_f32,
+                               shuffle_segments as _core_shuffle_segments,
                                swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["copy_f32", "read_f32", "swap_axes12", "take_rows"]
+__all__ = ["batch_indices", "copy_f32", "read_f32", "shuffle_segments", "swap_axes12",
+           "take_rows"]
 
 
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
@@ -65,3 +69,50 @@ def swap_axes12(src: np.ndarray, out: np.ndarray | None = None,
     if out is None:
         out = np.empty((src.shape[0], src.shape[2], src.shape[1], src.shape[3]), src.dtype)
     return _core_swap_axes12(src, out, resolve_threads(n_threads, src.size))
+
+
+def _int64_vector(name: str, x) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
+    return x.astype(np.int64, order="C", copy=False)
+
+
+def batch_indices(perm: np.ndarray, start: np.ndarray, size: np.ndarray, cursor: np.ndarray,
+                  batch: int, out: np.ndarray | None = None,
+                  n_threads: int | None = None) -> np.ndarray:
+    """Every peer's minibatch indices: ``out[p, j] = perm[start[p] + (cursor[p] + j) % size[p]]``
+    for P peers and ``j < batch``; ``out`` (P, batch) int64. Peer p's segment of ``perm`` is
+    ``perm[start[p] : start[p] + size[p]]`` (ValueError unless every size >= 1 and cursor >= 0,
+    IndexError unless every segment lies in ``perm``). The peer sampler's draw, split over threads.
+    NumPy reference: decentlearn/_reference/copy.py."""
+    perm = _int64_vector("perm", perm)
+    start, size, cursor = (_int64_vector(n, v) for n, v in
+                           (("start", start), ("size", size), ("cursor", cursor)))
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 0:
+        raise ValueError(f"batch must be an int >= 0, got {batch!r}")
+    if out is None:
+        out = np.empty((start.shape[0] if start.ndim == 1 else 0, int(batch)), np.int64)
+    elif out.shape[1:] != (batch,):
+        raise ValueError(f"out must have shape (n_peers, {batch}), got {out.shape}")
+    return _core_batch_indices(perm, start, size, cursor, out,
+                               resolve_threads(n_threads, out.size))
+
+
+def shuffle_segments(perm: np.ndarray, start: np.ndarray, size: np.ndarray, peers: np.ndarray,
+                     u: np.ndarray, n_threads: int | None = None) -> None:
+    """Reshuffles, in place, the segments ``perm[start[p] : start[p] + size[p]]`` of the listed
+    ``peers`` (ascending) with the float64 uniforms ``u``, one per sample of those segments in
+    order: the q-th listed peer's segment is reordered by the stable ascending order of ``q +
+    u[its samples]``, exactly as one stable ``np.argsort`` of all of them would (the peer
+    sampler's reshuffle at the end of an epoch). ``perm`` int64, C-contiguous. NumPy reference:
+    decentlearn/_reference/copy.py."""
+    if not isinstance(perm, np.ndarray) or perm.dtype != np.int64:
+        raise TypeError("perm must be an int64 numpy array (it is shuffled in place)")
+    start, size, peers = (_int64_vector(n, v) for n, v in
+                          (("start", start), ("size", size), ("peers", peers)))
+    if not isinstance(u, np.ndarray) or u.dtype != np.float64:
+        raise TypeError("u must be a float64 numpy array")
+    u = np.ascontiguousarray(u)
+    _core_shuffle_segments(perm, start, size, peers, u, resolve_threads(n_threads, u.size))

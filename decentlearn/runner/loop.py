@@ -159,7 +159,7 @@ class Runner:
             self.algorithm.gradient_transform = backend.clique_averaging(self.topology.groups,
                                                                          self.comm)
         self.sampler = PeerSampler(self.partition, c.batch_size,
-                                   stream_seed(c.seed, STREAM_SAMPLER))
+                                   stream_seed(c.seed, STREAM_SAMPLER), n_threads=self.threads)
         #: Freezes offline peers' state under churn (None without churn).
         self.offline_hook = (OfflineHook(self.network, self.algorithm, init,
                                          peers=slice(lo, lo + n))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from decentlearn.data import Partition
+from decentlearn.ops import copy as ops_copy
 from decentlearn.errors import CheckpointError
 from decentlearn.state import load_attrs, state_of
 
@@ -69,21 +70,24 @@ class PeerSampler:
     Each peer walks through its own shuffled order of its samples, B at a time, and reshuffles when
     it passes the end (a batch that straddles the end wraps to the start of the old order; a peer
     with fewer than B samples repeats them). ``next()`` returns (P, B) indices
-    into the training set; the only Python loop is over peers whose epoch ended this step.
+    into the training set; the draw and the reshuffles of the peers whose epoch ended are C
+    kernels over peers (``ops.batch_indices``, ``ops.shuffle_segments``), no loop over peers.
     """
 
-    def __init__(self, partition: Partition, batch_size: int, seed: int) -> None:
+    def __init__(self, partition: Partition, batch_size: int, seed: int,
+                 n_threads: int | None = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.partition = partition
         self.batch_size = batch_size
+        #: threads of the index draw and the reshuffles (None: the process default)
+        self.n_threads = n_threads
         self._rng = np.random.default_rng(seed)
-        self._perm = partition.indices.copy()
-        self._offsets = partition.offsets
-        self._sizes = partition.sizes
+        self._perm = np.ascontiguousarray(partition.indices, dtype=np.int64).copy()
+        self._starts = np.ascontiguousarray(partition.offsets[:-1], dtype=np.int64)
+        self._sizes = np.ascontiguousarray(partition.sizes, dtype=np.int64)
         self._shuffle_many(np.arange(partition.n_peers))
         self._cursor = np.zeros(partition.n_peers, dtype=np.int64)
-        self._steps = np.arange(batch_size, dtype=np.int64)
 
     def state_dict(self) -> dict:
         """Every peer's shuffled order, cursor and the shuffling generator (checkpoints)."""
@@ -91,14 +95,16 @@ class PeerSampler:
 
     def load_state_dict(self, state: dict) -> None:
         load_attrs(self, ("_perm", "_cursor", "_rng"), state, "sampler.")
+        self._perm = np.ascontiguousarray(self._perm, dtype=np.int64)  # the kernels' layout
+        self._cursor = np.ascontiguousarray(self._cursor, dtype=np.int64)
         p = self.partition
         if (np.any(self._cursor < 0) or np.any(self._cursor >= self._sizes)
                 or not np.array_equal(np.sort(self._perm), np.sort(p.indices))):
             raise CheckpointError("checkpoint's sampler state does not fit this run's partition")
 
     def next(self) -> np.ndarray:
-        pos = self._cursor[:, None] + self._steps[None, :]
-        idx = self._perm[self._offsets[:-1, None] + pos % self._sizes[:, None]]
+        idx = ops_copy.batch_indices(self._perm, self._starts, self._sizes, self._cursor,
+                                     self.batch_size, n_threads=self.n_threads)
         self._cursor += self.batch_size
         ended = np.flatnonzero(self._cursor >= self._sizes)
         if ended.size:
@@ -107,13 +113,9 @@ class PeerSampler:
         return idx
 
     def _shuffle_many(self, peers: np.ndarray) -> None:
-        """Reshuffles the segments of ``peers`` (ascending) in one pass: one uniform draw for all
-        their samples, then one stable sort by (segment, draw) — a uniform random permutation of
-        each segment, no loop over peers."""
-        sizes = self._sizes[peers]
-        starts = self._offsets[peers]
-        seg = np.repeat(np.arange(peers.size, dtype=np.float64), sizes)
-        pos = np.arange(sizes.sum(), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        pos += np.repeat(starts, sizes)
-        order = np.argsort(seg + self._rng.random(pos.size), kind="stable")
-        self._perm[pos] = self._perm[pos[order]]
+        """Reshuffles the segments of ``peers`` (ascending): one uniform draw for all their
+        samples, then each segment ordered by (segment, draw) as one stable sort of them all would
+        — a uniform random permutation of each segment, the segments on the run's threads."""
+        u = self._rng.random(int(self._sizes[peers].sum()))
+        ops_copy.shuffle_segments(self._perm, self._starts, self._sizes, peers, u,
+                                  n_threads=self.n_threads)
