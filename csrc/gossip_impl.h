@@ -27,8 +27,9 @@
  * operations whichever vector, head or tail piece it falls in, hence bit-identical for any thread
  * count. The multiply-adds are written out (dl_madd, dl_vmadd: fused in the FMA builds, a product
  * and a sum in the portable one) and the compiler contracts nothing here: left to -ffp-contract,
- * GCC 12 fused the scalar tail and the vectors alike, but in a GCC 13 build the two computed a
- * column differently, and its bits depended on where a thread's columns began.
+ * GCC 12 fused every loop of a row alike (32-column main loop, one-vector remainder, scalar tail),
+ * but in a GCC 13 build two of them computed a column differently, and its bits depended on where
+ * a thread's columns began.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1 /* madvise under -std=c11 */

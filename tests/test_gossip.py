@@ -70,7 +70,7 @@ def test_a_column_does_not_depend_on_where_its_piece_starts(isa, graph):
     """A column of Y gets the same bits whether a vector, a peeled head or a scalar tail computes
     it: gossip over X[:, s:] equals the last columns of gossip over X for every shift s. A thread's
     range of columns may begin anywhere, so this is what keeps results independent of the thread
-    count (a GCC 13 build once fused the vectors' multiply-adds and not the tail's: 1 and 2
+    count (in a GCC 13 build a row's loops did not all fuse their multiply-adds alike: 1 and 2
     threads then differed in the last bit of a few columns)."""
     n, dim = 40, 211
     W = {"ring": ring_csr(n), "random": random_csr(n, 0.3, seed=5),

@@ -139,6 +139,22 @@ def test_same_seed_same_run_and_threads_do_not_matter():
     assert not np.array_equal(a.params, c.params)
 
 
+@pytest.mark.parametrize("model,precision,peers", [("mlp", "fp32", 64), ("cnn", "fp32", 16),
+                                                   ("mlp", "int8", 64), ("cnn:gn", "fp32", 4)])
+def test_whole_runs_are_the_same_at_3_and_7_threads(model, precision, peers):
+    """Real thread teams of 3 and 7 (the suite lifts the CPU cap: DECENTLEARN_THREAD_CAP) split
+    peers, rows and columns at other places than 1 or 2 threads do; the parameters after a few
+    rounds (sampling, every layer, gossip, the step) must not change by a bit. (A GCC 13 build
+    once made the gossip's columns depend on where a thread's range began; this suite's
+    column- and row-shift tests catch that class on any compiler.)"""
+    cfg = RunConfig(peers=peers, model=model, precision=precision, topology="ring",
+                    rounds=3, eval_every=3, seed=2, batch_size=16)
+    ref = simulate(cfg.replace(threads=1)).params
+    for threads in (3, 7):
+        np.testing.assert_array_equal(simulate(cfg.replace(threads=threads)).params, ref,
+                                      err_msg=f"{threads} threads")
+
+
 def test_history_rows_and_callbacks():
     from decentlearn.sim import Callback
 
