@@ -104,6 +104,15 @@ def test_sampler_stays_in_partition_and_covers_an_epoch():
     np.testing.assert_array_equal(again.next(), PeerSampler(part, 8, seed=0).next())
 
 
+def test_sampler_refuses_a_peer_without_samples():
+    """A custom partition may leave a peer empty (offsets only need to be non-decreasing): the
+    sampler names it instead of drawing another peer's samples (the old modulo by zero did)."""
+    from decentlearn.data import Partition
+    part = Partition(indices=np.arange(6), offsets=np.array([0, 3, 3, 6]))
+    with pytest.raises(ValueError, match=r"peers \[1\] have none"):
+        PeerSampler(part, batch_size=2, seed=0)
+
+
 def test_sampler_reshuffles_every_segment_uniformly():
     """Peers of 3 samples and batch 3: every step ends every peer's epoch, so each row of next() is
     a fresh shuffle of that peer's samples. Over 6000 steps x 4 peers each of the 6 orders of a

@@ -78,6 +78,11 @@ class PeerSampler:
                  n_threads: int | None = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        empty = np.flatnonzero(np.asarray(partition.sizes) < 1)
+        if empty.size:
+            raise ValueError(f"partition: every peer needs at least one sample to draw batches "
+                             f"from; peers {empty[:8].tolist()}{' ...' if empty.size > 8 else ''} "
+                             f"have none")
         self.partition = partition
         self.batch_size = batch_size
         #: threads of the index draw and the reshuffles (None: the process default)
