@@ -1,7 +1,8 @@
-"""A streaming copy and a read-only pass (csrc/copy.c): the memory limits decentlearn.experiments.bench
-measures the machine with; ``take_rows``, the threaded gather of every peer's minibatch;
-``batch_indices`` and ``shuffle_segments``, the peer sampler's index draw and reshuffle; and
-``swap_axes12``, Flatten's threaded reorder between channel-major and sample-major.
+"""A streaming copy and a read-only pass (csrc/copy.c): the memory limits
+decentlearn.experiments.bench measures the machine with; ``take_rows``, the threaded gather of
+every peer's minibatch; ``batch_indices`` and ``shuffle_segments``, the peer sampler's index draw
+and reshuffle; and ``swap_axes12``, Flatten's threaded reorder between channel-major and
+sample-major.
 
 NumPy twin: decentlearn/_reference/copy.py.
 """
@@ -22,8 +23,8 @@ __all__ = ["batch_indices", "copy_f32", "read_f32", "shuffle_segments", "swap_ax
 
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
     """``dst[...] = src`` with non-temporal (streaming) stores: the copy bandwidth limit of
-    decentlearn.experiments.bench. Both C-contiguous float32 arrays of the same size, not overlapping.
-    NumPy reference: ``np.copyto(dst, src)``."""
+    decentlearn.experiments.bench. Both C-contiguous float32 arrays of the same size, not
+    overlapping. NumPy reference: ``np.copyto(dst, src)``."""
     if not isinstance(src, np.ndarray) or not isinstance(dst, np.ndarray):
         raise TypeError("copy_f32: src and dst must be numpy arrays")
     return _core_copy_f32(src, dst, resolve_threads(n_threads, src.size))
@@ -31,8 +32,8 @@ def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> 
 
 def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
     """XOR of the 32-bit words of the C-contiguous float32 array ``src``, read once: the read-only
-    bandwidth limit of decentlearn.experiments.bench (the floor of kernels that must read their input).
-    NumPy reference: ``np.bitwise_xor.reduce(src.view(np.uint32).ravel())``."""
+    bandwidth limit of decentlearn.experiments.bench (the floor of kernels that must read their
+    input). NumPy reference: ``np.bitwise_xor.reduce(src.view(np.uint32).ravel())``."""
     if not isinstance(src, np.ndarray):
         raise TypeError("read_f32: src must be a numpy array")
     out = np.zeros(1, np.uint32)
@@ -43,8 +44,8 @@ def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
 def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
               n_threads: int | None = None) -> np.ndarray:
     """``np.take(src, idx, axis=0)`` on threads: out (idx.shape + src.shape[1:]) gets row
-    ``idx.flat[r]`` of the C-contiguous ``src`` (any plain dtype) at position r. Every index must lie
-    in [0, len(src)) (IndexError otherwise, nothing written; no negative wrap-around). The
+    ``idx.flat[r]`` of the C-contiguous ``src`` (any plain dtype) at position r. Every index must
+    lie in [0, len(src)) (IndexError otherwise, nothing written; no negative wrap-around). The
     simulator's minibatch gather. NumPy reference: ``np.take(src, idx, axis=0)``."""
     if not isinstance(src, np.ndarray):
         raise TypeError(f"take_rows: src must be a numpy.ndarray, got {type(src).__name__}")
