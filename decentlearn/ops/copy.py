@@ -41,6 +41,15 @@ def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
     return int(out[0])
 
 
+def _int64(name: str, x) -> np.ndarray:
+    """``x`` as a C-contiguous int64 array (no copy when it is one); TypeError naming ``name``
+    unless it holds integers."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
+    return x.astype(np.int64, order="C", copy=False)
+
+
 def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
               n_threads: int | None = None) -> np.ndarray:
     """``np.take(src, idx, axis=0)`` on threads: out (idx.shape + src.shape[1:]) gets row
@@ -49,10 +58,7 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
     simulator's minibatch gather. NumPy reference: ``np.take(src, idx, axis=0)``."""
     if not isinstance(src, np.ndarray):
         raise TypeError(f"take_rows: src must be a numpy.ndarray, got {type(src).__name__}")
-    idx = np.asarray(idx)
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"take_rows: idx must hold integers, got dtype {idx.dtype}")
-    idx = idx.astype(np.int64, order="C", copy=False)  # keeps a 0-d idx 0-d
+    idx = _int64("take_rows: idx", idx)  # keeps a 0-d idx 0-d
     if out is None:
         out = np.empty(idx.shape + src.shape[1:], dtype=src.dtype)
     work = idx.size * (src.size // len(src) if src.ndim and len(src) else 0)
@@ -72,12 +78,6 @@ def swap_axes12(src: np.ndarray, out: np.ndarray | None = None,
     return _core_swap_axes12(src, out, resolve_threads(n_threads, src.size))
 
 
-def _int64_vector(name: str, x) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
-    if x.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
-    return x.astype(np.int64, order="C", copy=False)
 
 
 def batch_indices(perm: np.ndarray, start: np.ndarray, size: np.ndarray, cursor: np.ndarray,
@@ -88,8 +88,8 @@ def batch_indices(perm: np.ndarray, start: np.ndarray, size: np.ndarray, cursor:
     ``perm[start[p] : start[p] + size[p]]`` (ValueError unless every size >= 1 and cursor >= 0,
     IndexError unless every segment lies in ``perm``). The peer sampler's draw, split over threads.
     NumPy reference: decentlearn/_reference/copy.py."""
-    perm = _int64_vector("perm", perm)
-    start, size, cursor = (_int64_vector(n, v) for n, v in
+    perm = _int64("perm", perm)
+    start, size, cursor = (_int64(n, v) for n, v in
                            (("start", start), ("size", size), ("cursor", cursor)))
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 0:
         raise ValueError(f"batch must be an int >= 0, got {batch!r}")
@@ -111,7 +111,7 @@ def shuffle_segments(perm: np.ndarray, start: np.ndarray, size: np.ndarray, peer
     decentlearn/_reference/copy.py."""
     if not isinstance(perm, np.ndarray) or perm.dtype != np.int64:
         raise TypeError("perm must be an int64 numpy array (it is shuffled in place)")
-    start, size, peers = (_int64_vector(n, v) for n, v in
+    start, size, peers = (_int64(n, v) for n, v in
                           (("start", start), ("size", size), ("peers", peers)))
     if not isinstance(u, np.ndarray) or u.dtype != np.float64:
         raise TypeError("u must be a float64 numpy array")
