@@ -5,8 +5,11 @@
 Cases (each a D-PSGD ring round on digits: sampling, loss_and_grad, momentum SGD, gossip): the MLP
 on 256 and on 1024 peers, the CNN on 64 peers. For every thread count the kernels get that many
 threads (``RunConfig(threads=N)``) and numpy's BLAS the same (threadpoolctl); the time is the best
-of ``repeat`` blocks of rounds, in one process, and the speed-up is against 1 thread. The
-parameters after the timed rounds are compared across thread counts: they must be bit-identical.
+of ``repeat`` blocks of rounds, in one process, and the speed-up is against 1 thread. The thread
+counts take their blocks in turn (one simulator per count, block i of every count before block
+i + 1 of any), so a noisy neighbour slows them alike (on the lent 16-core VMs one count measured
+alone moved 1.5x within a minute). The parameters after the timed rounds are compared across
+thread counts: they must be bit-identical.
 Uses only the public facade (``decentlearn.sim``), so it runs on any version of the package.
 """
 
@@ -43,25 +46,35 @@ def _cpu() -> str:
     return platform.processor() or "unknown"
 
 
-def measure(case: dict, threads: int, rounds: int, repeat: int) -> tuple[float, np.ndarray]:
-    """(best seconds per round, parameters after warm-up and all timed rounds)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sim = Simulator(RunConfig(**{**BASE, **case, "threads": threads}))
-    alg = sim.algorithm
-    with threadpool_limits(limits=threads, user_api="blas"):
-        t = 0
-        for _ in range(2):
-            alg.round(sim.sample, t)
-            t += 1
-        best = float("inf")
-        for _ in range(repeat):
+def measure(case: dict, counts: list[int], rounds: int,
+            repeat: int) -> list[tuple[float, np.ndarray]]:
+    """Per thread count of ``counts``: (best seconds per round, parameters after warm-up and all
+    timed rounds); the counts run their timed blocks in turn."""
+    sims = []
+    for n in counts:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sims.append(Simulator(RunConfig(**{**BASE, **case, "threads": n})))
+    best = [float("inf")] * len(counts)
+    t = [0] * len(counts)
+
+    def block(i: int, n_rounds: int) -> float:
+        alg = sims[i].algorithm
+        with threadpool_limits(limits=counts[i], user_api="blas"):
+            alg.round(sims[i].sample, t[i])  # an untimed round: this count's team wakes up
+            t[i] += 1
             t0 = time.perf_counter()
-            for _ in range(rounds):
-                alg.round(sim.sample, t)
-                t += 1
-            best = min(best, (time.perf_counter() - t0) / rounds)
-    return best, alg.params.copy()
+            for _ in range(n_rounds):
+                alg.round(sims[i].sample, t[i])
+                t[i] += 1
+            return (time.perf_counter() - t0) / max(n_rounds, 1)
+
+    for i in range(len(counts)):
+        block(i, 1)  # warm-up: first touch, caches
+    for _ in range(repeat):
+        for i in range(len(counts)):
+            best[i] = min(best[i], block(i, rounds))
+    return [(best[i], sims[i].algorithm.params.copy()) for i in range(len(counts))]
 
 
 def main() -> None:
@@ -76,8 +89,8 @@ def main() -> None:
     report = {"cpu": _cpu(), "threads": counts, "cases": {}}
     for name in args.cases.split(","):
         rows, ref = [], None
-        for n in counts:
-            seconds, params = measure(CASES[name], n, args.rounds, args.repeat)
+        for n, (seconds, params) in zip(counts, measure(CASES[name], counts, args.rounds,
+                                                         args.repeat)):
             same = True if ref is None else bool(np.array_equal(params, ref))
             ref = params if ref is None else ref
             rows.append({"threads": n, "ms_per_round": 1e3 * seconds, "bit_identical": same})

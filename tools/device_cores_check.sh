@@ -18,10 +18,18 @@
 #   5. benchmarks/bench_round.py on 2 cores (taskset -c 0,1): the --precision int8 round against
 #      fp32 for the MLP and the CNN (issue 24: >= 1.5x on VNNI, >= 2.5x with AMX); the same with
 #      DECENTLEARN_ISA=avx512vnni, so both paths are measured on one machine;
-#   6. the default test suite with this machine's compiler (pytest -n CPUs when xdist is there).
+#   6. the default test suite with this machine's compiler (pytest -n CPUs when xdist is there);
+#   and tools/blas_spin_diag.py (gemm_s8 alone and right after numpy's sgemm, whose OpenBLAS
+#   threads spin after each call), then `decentlearn bench gemm` with OPENBLAS_THREAD_TIMEOUT=4
+#   (OpenBLAS threads that hardly spin) beside the plain one in bench all.
 # Then, e.g.: run(command="bash tools/device_cores_check.sh", timeout_s=600)
 # Environment: OUT (default /tmp/cores_check), THREADS (default 1,2,4,8,16), QUICK=1 (small sizes:
-# checks the script itself on any machine).
+# checks the script itself on any machine), STEPS (comma-separated step names to run, default all:
+# threads,phases,threads_again,threads_diag,blas_spin,bench_gemm_nospin,bench_all_max,bench_all_2,
+# round_2,round_2_vnni,pytest), THREADS_REPEAT (timed blocks per thread count, default 3),
+# PYTEST_CAP (seconds for the suite, default 170), PYTEST_OMP (each xdist worker's default thread
+# count, default 2: 16 workers of 16 threads each oversubscribed the 16 cores 16x; tests that ask for
+# a thread count still get it).
 set -u
 OUT=${OUT:-/tmp/cores_check}
 THREADS=${THREADS:-1,2,4,8,16}
@@ -32,8 +40,10 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 : > "$OUT/summary.txt"
 
 STEP_TAIL=30
+STEPS=${STEPS:-all}
 # shellcheck source=tools/device_lib.sh
 source "$(dirname "$0")/device_lib.sh"
+want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
 
 {
     date -u
@@ -56,7 +66,7 @@ if [ "$QUICK" = 1 ]; then
     REPEAT=1; ROUND=(--quick); BENCH=(--n 1000000 --peers 100 --dim 2560 --repeat 2)
     TROUNDS=(--rounds 2)
 else
-    REPEAT=3; ROUND=(--repeat 5); BENCH=(); TROUNDS=(--rounds 20)
+    REPEAT=${THREADS_REPEAT:-3}; ROUND=(--repeat 5); BENCH=(); TROUNDS=(--rounds 20)
 fi
 NCPU=$(nproc)
 MAXT=${THREADS##*,}
@@ -67,28 +77,31 @@ fi
 PIN2=()
 if command -v taskset > /dev/null && [ "$NCPU" -ge 2 ]; then PIN2=(taskset -c 0,1); fi
 
-step threads 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
+want threads && step threads 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
     "${TROUNDS[@]}" --out "$OUT/threads.json"
-step phases 45 $PY benchmarks/bench_phases.py --threads "$THREADS" "${TROUNDS[@]}" --layers \
+want phases && step phases 45 $PY benchmarks/bench_phases.py --threads "$THREADS" "${TROUNDS[@]}" --layers \
     --out "$OUT/phases.json"
 # the lent machines are noisy (speed-ups moved 2x between runs on 27 Nov 2026): a second run
-step threads_again 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
+want threads_again && step threads_again 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
     "${TROUNDS[@]}" --out "$OUT/threads_again.json"
-step threads_diag 60 $PY tools/threads_diag.py --threads 1,2,3,"$MAXT" \
+want threads_diag && step threads_diag 60 $PY tools/threads_diag.py --threads 1,2,3,"$MAXT" \
     --cases mlp-256,cnn-64,mlp-8,cnn-4 --isas amx,avx2,generic --rounds 2
-step bench_all_max 60 $PY -m decentlearn bench all --threads "$MAXT" "${BENCH[@]}" \
+want blas_spin && step blas_spin 40 $PY tools/blas_spin_diag.py --threads "$MAXT"
+want bench_gemm_nospin && step bench_gemm_nospin 40 env OPENBLAS_THREAD_TIMEOUT=4 $PY -m decentlearn \
+    bench gemm --threads "$MAXT" --json "$OUT/bench_gemm_nospin.json"
+want bench_all_max && step bench_all_max 60 $PY -m decentlearn bench all --threads "$MAXT" "${BENCH[@]}" \
     --json "$OUT/bench_all_max.json"
-step bench_all_2 45 "${PIN2[@]}" $PY -m decentlearn bench all --threads 2 "${BENCH[@]}" \
+want bench_all_2 && step bench_all_2 45 "${PIN2[@]}" $PY -m decentlearn bench all --threads 2 "${BENCH[@]}" \
     --json "$OUT/bench_all_2.json"
-step round_2 40 "${PIN2[@]}" $PY benchmarks/bench_round.py "${ROUND[@]}" \
+want round_2 && step round_2 40 "${PIN2[@]}" $PY benchmarks/bench_round.py "${ROUND[@]}" \
     --out "$OUT/round_2.json"
-step round_2_vnni 40 env DECENTLEARN_ISA=avx512vnni "${PIN2[@]}" $PY benchmarks/bench_round.py \
+want round_2_vnni && step round_2_vnni 40 env DECENTLEARN_ISA=avx512vnni "${PIN2[@]}" $PY benchmarks/bench_round.py \
     "${ROUND[@]}" --out "$OUT/round_2_vnni.json"
 # The whole default suite with this machine's compiler and real thread teams, to its end (its
 # Ctrl-C test interrupts a subprocess itself: stop it with SIGTERM, never SIGINT).
 if $PY -c "import xdist" 2> /dev/null; then XDIST=(-n "$NCPU"); else XDIST=(); fi
 if [ "$QUICK" = 1 ]; then SUITE=(tests/test_gossip.py tests/test_nn_kernels.py); else SUITE=(tests); fi
-step pytest 170 $PY -m pytest "${SUITE[@]}" -q -p no:cacheprovider -p no:benchmark "${XDIST[@]}" \
+want pytest && step pytest ${PYTEST_CAP:-170} env OMP_NUM_THREADS=${PYTEST_OMP:-2} $PY -m pytest "${SUITE[@]}" -q -p no:cacheprovider -p no:benchmark "${XDIST[@]}" \
     -W ignore::DeprecationWarning
 cat "$OUT/summary.txt"
 # The device returns at most 8 files: everything but the summary goes into one archive.
