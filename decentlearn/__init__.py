@@ -16,8 +16,7 @@ import logging
 import os
 import pkgutil
 import platform
-
-import numpy as np
+import sys
 
 __version__ = "0.1.0"
 
@@ -48,6 +47,37 @@ def _set_omp_wait() -> str:
 
 
 _OMP_WAIT = _set_omp_wait()
+
+#: How long an idle OpenBLAS thread (numpy's BLAS) spins before it sleeps, as
+#: OPENBLAS_THREAD_TIMEOUT: 2^16 CPU cycles (tens of microseconds). OpenBLAS's own default, 2^28
+#: cycles (about 0.1 s), keeps every BLAS thread spinning after each call: 128 ms of CPU after one
+#: 512^2 matmul on 2 cores (2 BLAS threads); on 16 cores the 15 spinning threads held the cores
+#: the next OpenMP kernel needed (the int8 GEMM ran 5-10x slower right after a numpy sgemm,
+#: docs/performance.md), and on a busy machine they hold other processes' cores.
+BLAS_THREAD_TIMEOUT_DEFAULT = "16"
+
+
+def _set_blas_wait() -> str:
+    """Sets OPENBLAS_THREAD_TIMEOUT to BLAS_THREAD_TIMEOUT_DEFAULT unless the user chose one;
+    OpenBLAS reads it once, when it is loaded, which is when numpy is first imported (after this,
+    unless numpy was imported before decentlearn). Returns how it was chosen, for ``config()``."""
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        value = os.environ["OPENBLAS_THREAD_TIMEOUT"]
+        return f"OPENBLAS_THREAD_TIMEOUT={value} (from the environment)"
+    try:
+        with open("/proc/self/maps") as f:
+            loaded = any("openblas" in line.lower() for line in f)
+    except OSError:  # not Linux: only what Python knows
+        loaded = "numpy" in sys.modules
+    if loaded:
+        return "OpenBLAS's default (OpenBLAS was loaded before decentlearn)"
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = BLAS_THREAD_TIMEOUT_DEFAULT
+    return f"OPENBLAS_THREAD_TIMEOUT={BLAS_THREAD_TIMEOUT_DEFAULT} (decentlearn's default)"
+
+
+_BLAS_WAIT = _set_blas_wait()
+
+import numpy as np  # noqa: E402  (after _set_blas_wait: numpy loads OpenBLAS)
 
 
 def _submodules() -> list[str]:
@@ -104,6 +134,7 @@ def config() -> dict:
         "openmp_version": core["omp_version"],
         "threads": ops.resolve_threads(None),
         "openmp_wait": _OMP_WAIT,
+        "blas_wait": _BLAS_WAIT,
         "isa": core["isa"],
         "isa_supported": core["isa_supported"],
         "numpy": np.__version__,

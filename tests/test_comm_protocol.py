@@ -69,11 +69,19 @@ def test_each_transport_implements_every_member_with_the_declared_parameters(cls
             assert isinstance(impl, property) or name in have, f"{cls.__name__}.{name}"
 
 
+def _has_members(obj, proto) -> bool:
+    """Every member of ``proto`` reachable on ``obj`` by attribute access. A layer provides most of
+    them by delegation (``__getattr__``), which isinstance() against a runtime protocol saw until
+    Python 3.11 (hasattr) and no longer sees from 3.12 (inspect.getattr_static): 3.12 on the lent
+    machine failed these tests, the layers themselves unchanged."""
+    return all(hasattr(obj, name) for name in _members(proto))
+
+
 def test_a_built_communicator_and_its_layers_satisfy_the_protocol():
     comm = SimComm(make_topology("ring", 6, seed=0))
     assert isinstance(comm, Communicator)
     for layer in (FiniteTimeComm(comm), NonlinearGossipComm(comm)):
-        assert isinstance(layer, Communicator)
+        assert _has_members(layer, Communicator)
         for name, declared in _members(Communicator).items():
             if callable(declared) and not isinstance(declared, property):
                 assert _params(getattr(layer, name))[:len(_params(declared)) - 1] == \
@@ -83,8 +91,9 @@ def test_a_built_communicator_and_its_layers_satisfy_the_protocol():
 def test_the_asynchronous_runs_communicator_has_the_event_clock():
     from decentlearn.sim import RunConfig, Simulator
     sim = Simulator(RunConfig(peers=6, rounds=1, network="edge", asynchronous=True))
-    assert isinstance(sim.comm, EventComm) and isinstance(sim.comm, EventCommunicator)
-    assert not isinstance(SimComm(make_topology("ring", 6, seed=0)), EventCommunicator)
+    assert isinstance(sim.comm, EventComm) and _has_members(sim.comm, EventCommunicator)
+    plain = SimComm(make_topology("ring", 6, seed=0))
+    assert not isinstance(plain, EventCommunicator) and not _has_members(plain, EventCommunicator)
 
 
 def _comm_attributes_used(path: Path) -> set[str]:

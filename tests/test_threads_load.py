@@ -1,8 +1,10 @@
-"""Threads on a busy machine (issue 24): decentlearn's OpenMP wait default and BLAS limits.
+"""Threads on a busy machine (issue 24): decentlearn's OpenMP and OpenBLAS wait defaults, BLAS
+limits.
 
 The speed itself is measured by benchmarks/bench_load.py, never asserted here; these tests check
-the mechanisms: the spin count reaches libgomp unless the user chose one, and numpy's BLAS runs on
-the run's thread count during a run (evaluation included)."""
+the mechanisms: the spin count reaches libgomp and the thread timeout reaches OpenBLAS unless the
+user chose them, OpenBLAS's idle threads then stop using CPU time at once, and numpy's BLAS runs
+on the run's thread count during a run (evaluation included)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def _python(code: str, env: dict) -> str:
 
 
 def _env(**overrides) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT")}
     env["PYTHONPATH"] = str(Path(decentlearn.__file__).resolve().parent.parent)
     env.update(overrides)
     return env
@@ -56,6 +59,58 @@ def test_a_users_wait_policy_is_kept(var, value):
     spin, _, how = _python(code, _env(**{var: value})).partition(" ")
     assert spin == (value if var == "GOMP_SPINCOUNT" else "None")
     assert how == f"{var}={value} (from the environment)"
+
+
+def test_blas_thread_timeout_default_is_set_before_openblas_loads():
+    code = ("import os, decentlearn as dl\n"
+            "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), dl.config()['blas_wait'])")
+    out = _python(code, _env())
+    assert out == (f"{decentlearn.BLAS_THREAD_TIMEOUT_DEFAULT} OPENBLAS_THREAD_TIMEOUT="
+                   f"{decentlearn.BLAS_THREAD_TIMEOUT_DEFAULT} (decentlearn's default)")
+
+
+def test_a_users_blas_thread_timeout_is_kept_and_a_late_import_says_so():
+    code = ("import os, decentlearn as dl\n"
+            "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), dl.config()['blas_wait'])")
+    assert _python(code, _env(OPENBLAS_THREAD_TIMEOUT="20")) == (
+        "20 OPENBLAS_THREAD_TIMEOUT=20 (from the environment)")
+    if not _openblas():
+        pytest.skip("numpy's BLAS is not OpenBLAS")
+    code = "import numpy, os, decentlearn as dl\n" + code.split("\n", 1)[1]
+    assert _python(code, _env()) == (
+        "None OpenBLAS's default (OpenBLAS was loaded before decentlearn)")
+
+
+def _openblas() -> bool:
+    return any(i["internal_api"] == "openblas" for i in threadpool_info())
+
+
+# CPU seconds the process uses while its main thread sleeps 0.3 s right after a 512^2 matmul on 2
+# BLAS threads: only OpenBLAS's idle worker can use any.
+_IDLE_CPU = """
+import time, numpy as np
+from threadpoolctl import threadpool_limits
+a = np.ones((512, 512), np.float32)
+with threadpool_limits(limits=2, user_api="blas"):
+    np.matmul(a, a)
+    t0 = time.process_time()
+    time.sleep(0.3)
+    print(time.process_time() - t0)
+"""
+
+
+def test_openblas_idle_threads_stop_spinning_with_the_default():
+    """Mechanism: with OpenBLAS's own timeout (2^28 cycles) the idle worker spins about 0.1 s
+    after the call (128 ms of CPU measured on 2 cores); with decentlearn's (2^16 cycles) well under
+    a millisecond. Bounds: 20 ms either side, far from both."""
+    if not _openblas():
+        pytest.skip("numpy's BLAS is not OpenBLAS")
+    if os.cpu_count() is None or os.cpu_count() < 2:
+        pytest.skip("OpenBLAS has one thread on one CPU: nothing to spin")
+    ours = float(_python("import decentlearn\n" + _IDLE_CPU, _env()))
+    theirs = float(_python(_IDLE_CPU, _env(OPENBLAS_THREAD_TIMEOUT="28")))
+    assert ours < 0.02, ours
+    assert theirs > 0.02, theirs  # the control: the timeout is what stops the spin
 
 
 class _BlasThreads(Callback):

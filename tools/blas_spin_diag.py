@@ -11,7 +11,9 @@ runs the same kernel after two quantization passes. This script times the int8 G
 quantized, B packed once) on each int8 ISA path at N threads: alone (call after call), right
 after an sgemm with N BLAS threads, right after an sgemm with 1 BLAS thread, and after an sgemm
 with N threads followed by a 0.3 s pause (spinning threads have gone to sleep, the kernel's own
-team too: a cold start), each best and median of ``repeat``.
+team too: a cold start), each best and median of ``repeat``. numpy is imported before
+decentlearn here, so OpenBLAS keeps its own default unless OPENBLAS_THREAD_TIMEOUT is set
+(decentlearn's default, 16, applies only when decentlearn is imported first).
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ def main() -> None:
         "after sgemm, 1 BLAS thread": lambda: sgemm(1),
         f"after sgemm ({th}) and 0.3 s": lambda: (sgemm(th), time.sleep(0.3)),
     }
-    print(f"gemm_s8 {m}x{k}x{n} int32 out, {th} threads, best / median of {args.repeat}")
+    import decentlearn
+
+    print(f"gemm_s8 {m}x{k}x{n} int32 out, {th} threads, best / median of {args.repeat}; "
+          f"BLAS wait: {decentlearn.config()['blas_wait']}")
     for path in paths:
         with ops.using_isa(path):
             pb = ops.pack_b_s8(b, n_threads=th)

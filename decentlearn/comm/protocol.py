@@ -4,7 +4,10 @@ Algorithms hold a ``Communicator`` and nothing else of the transport: ``SimComm`
 one process) and ``decentlearn.mpi.MPIComm`` (a block of peers per MPI rank) implement it, and the
 mixing rules and the event clock (``Layer`` subclasses) wrap either one. tests/test_comm_protocol.py
 checks that both implement every member with the same parameters, and that the algorithms use no
-member that is not declared here.
+member that is not declared here. ``isinstance(x, Communicator)`` holds for ``SimComm`` and
+``MPIComm`` on every Python; for a ``Layer`` only up to Python 3.11: from 3.12 isinstance() looks
+members up with ``inspect.getattr_static``, which does not see what a layer delegates through
+``__getattr__`` (``hasattr`` does, on every version).
 
 Rows: a communicator *hosts* ``n_peers`` consecutive peers starting at global id ``peer0``; every
 ``X`` argument is the hosted peers' ``(n_peers, dim)`` float32 rows, and per-peer results have one

@@ -121,17 +121,23 @@ def cpu_info() -> dict:
 
 
 def blas_info() -> dict:
-    """numpy's BLAS as threadpoolctl sees it: library, version, threads, kernel architecture."""
+    """numpy's BLAS as threadpoolctl sees it: library, version, threads, kernel architecture, and
+    how long its idle threads spin (``wait``, decentlearn.config()'s ``blas_wait``: OpenBLAS's own
+    default lets them spin about 0.1 s after each call, which slowed the int8 GEMM run
+    round-robin with numpy's sgemm 2.5x on 2 cores and 5-10x on 16)."""
     from threadpoolctl import threadpool_info
 
+    import decentlearn
+
+    wait = decentlearn.config()["blas_wait"]
     for pool in threadpool_info():
         if pool.get("user_api") == "blas":
             return {"library": pool.get("internal_api"), "version": pool.get("version"),
                     "threads": pool.get("num_threads"),
                     "architecture": pool.get("architecture"),
-                    "file": Path(pool.get("filepath", "")).name}
+                    "file": Path(pool.get("filepath", "")).name, "wait": wait}
     return {"library": "unknown", "version": None, "threads": None, "architecture": None,
-            "file": None}
+            "file": None, "wait": wait}
 
 
 #: The instruction of each ISA path's int8 GEMM and peak loop.
@@ -204,7 +210,7 @@ def format_limits(lim: dict) -> str:
     return (f"CPU {cpu['model_name']} (family {cpu['family']} model {cpu['model']}), ISA path "
             f"{lim['isa']}, {lim['threads']} threads, {lim.get('clock', 'wall')} clock; numpy "
             f"{lim['numpy']} with {blas['library']} {blas['version']} ({blas['threads']} threads, "
-            f"{blas['architecture']})\n"
+            f"{blas['architecture']}; idle BLAS threads: {blas.get('wait', 'unknown')})\n"
             f"limits measured now: copy {lim['copy_nt_gbs']:.1f} GB/s (C streaming) / "
             f"{lim['copyto_gbs']:.1f} GB/s (np.copyto), read+write; numpy sgemm "
             f"{lim['sgemm_gflops']:.0f} GFLOP/s; int8 peak {lim['int8_peak_gops']:.0f} GOP/s "
