@@ -25,9 +25,10 @@
 # Then, e.g.: run(command="bash tools/device_cores_check.sh", timeout_s=600)
 # Environment: OUT (default /tmp/cores_check), THREADS (default 1,2,4,8,16), QUICK=1 (small sizes:
 # checks the script itself on any machine), STEPS (comma-separated step names to run, default all:
-# threads,phases,threads_again,threads_diag,blas_spin,bench_gemm_nospin,bench_all_max,bench_all_2,
+# threads,phases,threads_again,threads_diag,blas_spin,blas_spin_fixed,bench_gemm_nospin,bench_all_max,
+# bench_all_2,
 # round_2,round_2_vnni,pytest), THREADS_REPEAT (timed blocks per thread count, default 3),
-# PYTEST_CAP (seconds for the suite, default 170), PYTEST_OMP (each xdist worker's default thread
+# PYTEST_CAP (seconds for the suite, default 170), PYTEST_SUITE (test paths, default tests), PYTEST_OMP (each xdist worker's default thread
 # count, default 2: 16 workers of 16 threads each oversubscribed the 16 cores 16x; tests that ask for
 # a thread count still get it).
 set -u
@@ -87,6 +88,8 @@ want threads_again && step threads_again 60 $PY benchmarks/bench_threads.py --th
 want threads_diag && step threads_diag 60 $PY tools/threads_diag.py --threads 1,2,3,"$MAXT" \
     --cases mlp-256,cnn-64,mlp-8,cnn-4 --isas amx,avx2,generic --rounds 2
 want blas_spin && step blas_spin 40 $PY tools/blas_spin_diag.py --threads "$MAXT"
+want blas_spin_fixed && step blas_spin_fixed 40 env OPENBLAS_THREAD_TIMEOUT=16 $PY tools/blas_spin_diag.py \
+    --threads "$MAXT"
 want bench_gemm_nospin && step bench_gemm_nospin 40 env OPENBLAS_THREAD_TIMEOUT=4 $PY -m decentlearn \
     bench gemm --threads "$MAXT" --json "$OUT/bench_gemm_nospin.json"
 want bench_all_max && step bench_all_max 60 $PY -m decentlearn bench all --threads "$MAXT" "${BENCH[@]}" \
@@ -100,7 +103,7 @@ want round_2_vnni && step round_2_vnni 40 env DECENTLEARN_ISA=avx512vnni "${PIN2
 # The whole default suite with this machine's compiler and real thread teams, to its end (its
 # Ctrl-C test interrupts a subprocess itself: stop it with SIGTERM, never SIGINT).
 if $PY -c "import xdist" 2> /dev/null; then XDIST=(-n "$NCPU"); else XDIST=(); fi
-if [ "$QUICK" = 1 ]; then SUITE=(tests/test_gossip.py tests/test_nn_kernels.py); else SUITE=(tests); fi
+if [ "$QUICK" = 1 ]; then SUITE=(tests/test_gossip.py tests/test_nn_kernels.py); else read -r -a SUITE <<< "${PYTEST_SUITE:-tests}"; fi
 want pytest && step pytest ${PYTEST_CAP:-170} env OMP_NUM_THREADS=${PYTEST_OMP:-2} $PY -m pytest "${SUITE[@]}" -q -p no:cacheprovider -p no:benchmark "${XDIST[@]}" \
     -W ignore::DeprecationWarning
 cat "$OUT/summary.txt"
