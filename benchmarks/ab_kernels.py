@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import time
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 import numpy as np
 
 from decentlearn import _core as new

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's decentlearn

@@ -22,6 +22,7 @@ import json
 import time
 from pathlib import Path
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from decentlearn import config

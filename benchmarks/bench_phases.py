@@ -21,6 +21,7 @@ import time
 import warnings
 from pathlib import Path
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 from threadpoolctl import threadpool_limits
 
 from bench_threads import BASE, CASES, _cpu

@@ -25,6 +25,7 @@ import time
 import warnings
 from pathlib import Path
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 import numpy as np
 import scipy.sparse
 from threadpoolctl import threadpool_info, threadpool_limits

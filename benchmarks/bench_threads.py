@@ -22,6 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 import numpy as np
 from threadpoolctl import threadpool_limits
 

@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import decentlearn  # noqa: F401  (before numpy: its OpenBLAS and OpenMP wait defaults)
 import numpy as np
 import torch
 
