@@ -8,12 +8,23 @@
  * row order, then reduces them in column order; the chunks' partial results are added in chunk
  * order after the parallel loop. Threads take whole chunks, so the result does not depend on
  * the thread count.
+ *
+ * dl_consensus_distance_f32 is the exact (centred) distance the simulator reports at every
+ * evaluation, (1/P) sum_{i,c} (x_ic - m_c)^2 with m_c = (sum_i x_ic) / P, in float64: per chunk of
+ * DL_CONS_EXACT_CHUNK columns, the column sums over the rows in row order, the means, then each
+ * column's sum of squared deviations over the rows in row order (8 columns at a time, their sums
+ * in registers; the 8 columns' rows read again from cache), then the chunk's columns added in
+ * column order; the chunks in chunk order. Every
+ * step is one IEEE operation in a fixed order (products and sums not contracted), so the NumPy
+ * twin (decentlearn/_reference/consensus.py) gives the same bits. It replaced NumPy's
+ * astype/mean/einsum (serial: 15 ms for 1024 x 9610 on one core, at any thread count).
  */
 #include <stdlib.h>
 
 #include "dl.h"
 
 #define DL_CONS_CHUNK 512
+#define DL_CONS_EXACT_CHUNK 256
 
 /* out[0] = sum_{i,c} x_ic^2, out[1] = sum_c (sum_i x_ic)^2, both float64 (see above). */
 int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int n_threads) {
@@ -55,5 +66,65 @@ int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int
         out[1] += part[2 * k + 1];
     }
     free(part);
+    return DL_OK;
+}
+
+/* *out = (1/P) sum_{i,c} (X_ic - m_c)^2 in float64 (see above); 0 for P == 0 or D == 0. */
+__attribute__((optimize("fp-contract=off"))) int dl_consensus_distance_f32(int64_t P, int64_t D,
+                                                                           const float *X,
+                                                                           double *out,
+                                                                           int n_threads) {
+    if (P < 0 || D < 0 || n_threads < 1) return DL_E_ARG;
+    *out = 0.0;
+    const int64_t nc = dl_cdiv_i64(D, DL_CONS_EXACT_CHUNK);
+    if (nc == 0 || P == 0) return DL_OK;
+    double *part = (double *)malloc((size_t)nc * sizeof(double));
+    if (part == NULL) return DL_E_NOMEM;
+    const double n = (double)P;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, nc))
+#else
+    (void)n_threads;
+#endif
+    for (int64_t k = 0; k < nc; k++) {
+        const int64_t c0 = k * DL_CONS_EXACT_CHUNK;
+        const int64_t w = dl_min_i64(DL_CONS_EXACT_CHUNK, D - c0);
+        double q[DL_CONS_EXACT_CHUNK];
+        /* groups of 8 columns, their sums in registers over all rows (same order per column) */
+        for (int64_t g = 0; g < w; g += 8) {
+            const int64_t gw = dl_min_i64(8, w - g);
+            const float *col = X + c0 + g;
+            if (gw == 8) {
+                double m[8] = {0}, r[8] = {0};
+                for (int64_t i = 0; i < P; i++)
+                    for (int j = 0; j < 8; j++) m[j] += (double)col[i * D + j];
+                for (int j = 0; j < 8; j++) m[j] /= n;
+                for (int64_t i = 0; i < P; i++)
+                    for (int j = 0; j < 8; j++) {
+                        const double d = (double)col[i * D + j] - m[j];
+                        r[j] += d * d;
+                    }
+                for (int j = 0; j < 8; j++) q[g + j] = r[j];
+            } else {
+                for (int64_t j = 0; j < gw; j++) {
+                    double m = 0.0, r = 0.0;
+                    for (int64_t i = 0; i < P; i++) m += (double)col[i * D + j];
+                    m /= n;
+                    for (int64_t i = 0; i < P; i++) {
+                        const double d = (double)col[i * D + j] - m;
+                        r += d * d;
+                    }
+                    q[g + j] = r;
+                }
+            }
+        }
+        double t = 0.0;
+        for (int64_t c = 0; c < w; c++) t += q[c];
+        part[k] = t;
+    }
+    double total = 0.0;
+    for (int64_t k = 0; k < nc; k++) total += part[k];
+    free(part);
+    *out = total / n;
     return DL_OK;
 }

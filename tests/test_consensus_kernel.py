@@ -1,6 +1,6 @@
-"""ops.consensus_sums (csrc/consensus.c) against its NumPy reference, its independence of the
-thread count, bad input, and metrics.consensus_distance_approx built on it against the exact
-consensus distance."""
+"""ops.consensus_sums and ops.consensus_distance (csrc/consensus.c) against their NumPy references,
+their independence of the thread count, bad input, and metrics.consensus_distance_approx and
+metrics.consensus_distance built on them against a plain float64 computation."""
 
 from __future__ import annotations
 
@@ -55,3 +55,93 @@ def test_bad_input():
         ops.consensus_sums(X, out=np.zeros(2, np.float32))
     with pytest.raises((TypeError, ValueError), match="X"):
         ops.consensus_sums(np.ones((3, 4, 2), np.float32))
+
+
+_SHAPES = [(1, 1), (3, 5), (7, 255), (7, 256), (16, 257), (9, 263), (5, 3000), (200, 37), (64, 8),
+           (2, 9)]
+
+
+@pytest.mark.parametrize("shape", _SHAPES)
+def test_distance_equals_its_twin_bit_for_bit_at_any_thread_count(shape):
+    rng = np.random.default_rng(sum(shape))
+    X = (rng.standard_normal(shape) * 3 + rng.standard_normal(shape[1]) * 100).astype(np.float32)
+    got = ops.consensus_distance(X, n_threads=1)
+    assert got.dtype == np.float64 and got.shape == (1,)
+    np.testing.assert_array_equal(got, ref.consensus_distance(X))
+    for t in (2, 3, 8):
+        np.testing.assert_array_equal(ops.consensus_distance(X, n_threads=t), got)
+    # and it is the consensus distance: a plain float64 computation, to rounding
+    x = X.astype(np.float64)
+    plain = ((x - x.mean(axis=0)) ** 2).sum() / shape[0]
+    assert got[0] == pytest.approx(plain, rel=1e-12, abs=1e-300)
+
+
+def test_the_twin_is_the_order_it_states():
+    """The twin's sums, written out as loops in the stated order (rows in order per column, the
+    columns of a chunk in order, the chunks in order), give its bits: so the kernel's equality
+    with the twin checks that order, not only a value."""
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((6, 300)) * 1e3 + 1e4).astype(np.float32)
+    P, D = X.shape
+    parts = []
+    for c0 in range(0, D, ref.CHUNK):
+        t = 0.0
+        for c in range(c0, min(D, c0 + ref.CHUNK)):
+            m = 0.0
+            for i in range(P):
+                m += float(X[i, c])
+            m /= P
+            q = 0.0
+            for i in range(P):
+                d = float(X[i, c]) - m
+                q += d * d
+            t += q
+        parts.append(t)
+    total = 0.0
+    for t in parts:
+        total += t
+    assert ref.consensus_distance(X)[0] == total / P
+    assert ops.consensus_distance(X)[0] == total / P
+
+
+def test_metrics_consensus_distance_uses_it_and_the_twin_elsewhere():
+    rng = np.random.default_rng(2)
+    X = (rng.standard_normal((33, 1000)) + 5).astype(np.float32)
+    want = float(ops.consensus_distance(X)[0])
+    assert metrics.consensus_distance(X) == want
+    # a strided or Fortran-ordered view: the NumPy twin, the same bits
+    assert metrics.consensus_distance(np.asfortranarray(X)) == want
+    wide = np.zeros((33, 2000), np.float32)
+    wide[:, ::2] = X
+    assert metrics.consensus_distance(wide[:, ::2]) == want
+    with pytest.raises(ValueError, match="2-dimensional"):
+        metrics.consensus_distance(X[0])
+    with pytest.raises(ValueError, match="at least one peer"):
+        metrics.consensus_distance(X[:0])
+
+
+def test_distance_of_identical_rows_is_zero_and_non_finite_propagates():
+    X = np.tile(np.linspace(-3, 3, 700, dtype=np.float32), (5, 1))
+    assert ops.consensus_distance(X)[0] == 0.0
+    X[3, 10] = np.nan
+    assert np.isnan(ops.consensus_distance(X)[0]) and np.isnan(ref.consensus_distance(X)[0])
+    X[3, 10] = np.inf
+    assert not np.isfinite(ops.consensus_distance(X)[0])
+    assert ops.consensus_distance(np.zeros((0, 4), np.float32))[0] == 0.0
+    assert ops.consensus_distance(np.zeros((4, 0), np.float32))[0] == 0.0
+
+
+def test_distance_bad_input():
+    X = np.ones((3, 4), np.float32)
+    with pytest.raises(TypeError, match="X must be a numpy array"):
+        ops.consensus_distance([[1.0]])
+    with pytest.raises((TypeError, ValueError), match="X"):
+        ops.consensus_distance(X.astype(np.float64))
+    with pytest.raises((TypeError, ValueError), match="X"):
+        ops.consensus_distance(np.asfortranarray(np.ones((3, 4), np.float32)))
+    with pytest.raises(ValueError, match="out must have 1 float64 entry"):
+        ops.consensus_distance(X, out=np.zeros(2))
+    with pytest.raises((TypeError, ValueError), match="out"):
+        ops.consensus_distance(X, out=np.zeros(1, np.float32))
+    with pytest.raises((TypeError, ValueError), match="n_threads"):
+        ops.consensus_distance(X, n_threads=0)

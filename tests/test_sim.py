@@ -83,7 +83,7 @@ def test_consensus_distance_closed_form():
     rng = np.random.default_rng(0)
     Y = rng.standard_normal((50, 40_000), dtype=np.float32)
     ref = ((Y.astype(np.float64) - Y.mean(0, dtype=np.float64)) ** 2).sum(1).mean()
-    assert metrics.consensus_distance(Y, chunk=1000) == pytest.approx(ref, rel=1e-12)
+    assert metrics.consensus_distance(Y) == pytest.approx(ref, rel=1e-12)
 
 
 def test_sampler_stays_in_partition_and_covers_an_epoch():

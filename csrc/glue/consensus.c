@@ -1,5 +1,5 @@
-/* consensus.c: glue of the one-pass consensus distance sums (csrc/consensus.c): consensus_sums,
- * one glue_op_t row. decentlearn/ops/consensus.py is the Python side.
+/* consensus.c: glue of the consensus distance kernels (csrc/consensus.c): consensus_sums and
+ * consensus_distance, one glue_op_t row each. decentlearn/ops/consensus.py is the Python side.
  */
 #include "glue.h"
 
@@ -19,12 +19,34 @@ static int call_consensus_sums(const glue_call_t *c, const dl_dispatch_t *d) {
                                  c->n_threads);
 }
 
+/* consensus_distance is a table row: out (1,) float64 gets the exact centred distance. */
+static int check_distance_out(glue_call_t *c) {
+    if (PyArray_SIZE(c->arr[1]) != 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "consensus_distance: out must have 1 float64 entry, got %zd",
+                     (Py_ssize_t)PyArray_SIZE(c->arr[1]));
+        return -1;
+    }
+    return 0;
+}
+
+static int call_consensus_distance(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_consensus_distance_f32((int64_t)c->rows, (int64_t)c->dim, G_DATA(c, 0),
+                                     G_DATA(c, 1), c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"consensus_sums", "consensus_sums(X, out, n_threads) -> out: (sum of X^2, sum over columns "
      "of the squared column sums), float64, one pass over the (P, D) float32 X.",
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),
       G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_consensus_out, NULL, call_consensus_sums, {0}, 1, {1}},
+    {"consensus_distance", "consensus_distance(X, out, n_threads) -> out: the exact consensus "
+     "distance (1/P) sum (X_ic - mean_c)^2 of the (P, D) float32 X, float64, in a fixed order.",
+     {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),
+      G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_distance_out, NULL, call_consensus_distance, {0}, 1, {1}},
 };
 
 GLUE_FAMILY(consensus, ops, NULL);
