@@ -69,14 +69,19 @@ int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int
     return DL_OK;
 }
 
-/* *out = (1/P) sum_{i,c} (X_ic - m_c)^2 in float64 (see above); 0 for P == 0 or D == 0. */
+/* *out = (1/P) sum_{i,c} (X_ic - m_c)^2 in float64 (see above); 0 for P == 0 or D == 0. mean
+ * (D values, or NULL): the column means m_c, (sum_i X_ic in row order) / P, as NumPy's
+ * X.mean(axis=0, dtype=float64) gives them. */
 __attribute__((optimize("fp-contract=off"))) int dl_consensus_distance_f32(int64_t P, int64_t D,
                                                                            const float *X,
                                                                            double *out,
+                                                                           double *mean,
                                                                            int n_threads) {
     if (P < 0 || D < 0 || n_threads < 1) return DL_E_ARG;
     *out = 0.0;
     const int64_t nc = dl_cdiv_i64(D, DL_CONS_EXACT_CHUNK);
+    if (P == 0 && mean != NULL) /* NumPy's mean of no rows: 0 / 0 */
+        for (int64_t c = 0; c < D; c++) mean[c] = 0.0 / (double)P;
     if (nc == 0 || P == 0) return DL_OK;
     double *part = (double *)malloc((size_t)nc * sizeof(double));
     if (part == NULL) return DL_E_NOMEM;
@@ -99,6 +104,8 @@ __attribute__((optimize("fp-contract=off"))) int dl_consensus_distance_f32(int64
                 for (int64_t i = 0; i < P; i++)
                     for (int j = 0; j < 8; j++) m[j] += (double)col[i * D + j];
                 for (int j = 0; j < 8; j++) m[j] /= n;
+                if (mean != NULL)
+                    for (int j = 0; j < 8; j++) mean[c0 + g + j] = m[j];
                 for (int64_t i = 0; i < P; i++)
                     for (int j = 0; j < 8; j++) {
                         const double d = (double)col[i * D + j] - m[j];
@@ -110,6 +117,7 @@ __attribute__((optimize("fp-contract=off"))) int dl_consensus_distance_f32(int64
                     double m = 0.0, r = 0.0;
                     for (int64_t i = 0; i < P; i++) m += (double)col[i * D + j];
                     m /= n;
+                    if (mean != NULL) mean[c0 + g + j] = m;
                     for (int64_t i = 0; i < P; i++) {
                         const double d = (double)col[i * D + j] - m;
                         r += d * d;

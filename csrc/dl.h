@@ -688,8 +688,10 @@ int dl_shuffle_segments(int64_t n_list, const int64_t *peers, int64_t n_peers, c
  * matrix, in float64, in one pass (fixed column chunks: independent of n_threads). */
 int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int n_threads);
 /* consensus.c: *out = (1/P) sum_{i,c} (X_ic - m_c)^2, m the column means, in float64 in a fixed
- * order (column chunks; independent of n_threads; the NumPy twin gives the same bits). */
-int dl_consensus_distance_f32(int64_t P, int64_t D, const float *X, double *out, int n_threads);
+ * order (column chunks; independent of n_threads; the NumPy twin gives the same bits); mean (D
+ * values, or NULL) gets m. */
+int dl_consensus_distance_f32(int64_t P, int64_t D, const float *X, double *out, double *mean,
+                              int n_threads);
 /* The int8 multiply-add peak loop of one instruction (peak_impl.h): *ops operations (2 per
  * multiply-add) done by reps iterations on each of n_threads threads; *check a checksum. */
 int dl_peak_s8_generic(int64_t reps, int n_threads, int64_t *ops, int64_t *check);

@@ -21,7 +21,7 @@ COLUMNS = (
 BYTE_COLUMNS = ("bytes_peer", "bytes_client_to_server", "bytes_server_to_client")
 
 
-def consensus_distance(X: np.ndarray) -> float:
+def consensus_distance(X: np.ndarray, mean: np.ndarray | None = None) -> float:
     """Mean over peers of the squared distance to the peers' mean: (1/n) sum_i ||x_i - x_bar||^2.
 
     Centred and in float64, so it is exact enough for float32 states of any size; every sum in a
@@ -30,6 +30,8 @@ def consensus_distance(X: np.ndarray) -> float:
     twin, which gives the same bits. (Until 27 Nov 2026 NumPy's astype/mean/einsum on one
     thread: 15 ms at every evaluation of a 1024-peer MLP, more than two 16-thread rounds; the
     values differ from that version's in the last bits, the order of the sums being another.)
+    ``mean`` (a (dim,) float64 array, or None) gets the peers' mean, the same as
+    ``X.mean(axis=0, dtype=np.float64)``, from the same pass.
     """
     if X.ndim != 2:
         raise ValueError(f"X must be 2-dimensional (n_peers, dim), got shape {X.shape}")
@@ -39,8 +41,8 @@ def consensus_distance(X: np.ndarray) -> float:
     from decentlearn._reference import consensus as ref
 
     if X.dtype == np.float32 and X.flags.c_contiguous:
-        return float(ops.consensus_distance(X)[0])
-    return float(ref.consensus_distance(X)[0])
+        return float(ops.consensus_distance(X, mean=mean)[0])
+    return float(ref.consensus_distance(X, mean=mean)[0])
 
 
 def consensus_distance_approx(X: np.ndarray) -> float:

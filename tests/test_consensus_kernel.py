@@ -145,3 +145,38 @@ def test_distance_bad_input():
         ops.consensus_distance(X, out=np.zeros(1, np.float32))
     with pytest.raises((TypeError, ValueError), match="n_threads"):
         ops.consensus_distance(X, n_threads=0)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (7, 255), (16, 257), (64, 8), (2, 9), (300, 1000)])
+def test_distance_gives_numpys_mean_from_the_same_pass(shape):
+    """The evaluation's average model comes from ``mean``: it must be NumPy's
+    X.mean(axis=0, dtype=float64) bit for bit (the runs' accuracies of the average model
+    depend on it), at any thread count, from the kernel, the twin and metrics alike."""
+    rng = np.random.default_rng(sum(shape) + 1)
+    X = (rng.standard_normal(shape) * 7 + 11).astype(np.float32)
+    want = X.mean(axis=0, dtype=np.float64)
+    for t in (1, 2, 3):
+        mean = np.full(shape[1], np.nan)
+        dist = ops.consensus_distance(X, mean=mean, n_threads=t)
+        np.testing.assert_array_equal(mean, want)
+        np.testing.assert_array_equal(dist, ops.consensus_distance(X))  # mean changes nothing
+    mean = np.full(shape[1], np.nan)
+    ref.consensus_distance(X, mean=mean)
+    np.testing.assert_array_equal(mean, want)
+    for view in (X, np.asfortranarray(X)):
+        mean = np.full(shape[1], np.nan)
+        assert metrics.consensus_distance(view, mean=mean) == ops.consensus_distance(X)[0]
+        np.testing.assert_array_equal(mean, want)
+
+
+def test_distance_mean_bad_input():
+    X = np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match="mean"):
+        ops.consensus_distance(X, mean=np.zeros(5))
+    with pytest.raises((TypeError, ValueError), match="mean"):
+        ops.consensus_distance(X, mean=np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="mean"):
+        ops.consensus_distance(X, mean=np.zeros((1, 4)))
+    mean = np.zeros(4)
+    with pytest.raises(ValueError):  # an output that overlaps the input
+        ops.consensus_distance(X, out=mean[:1], mean=mean)

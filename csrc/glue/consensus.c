@@ -33,7 +33,7 @@ static int check_distance_out(glue_call_t *c) {
 static int call_consensus_distance(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
     return dl_consensus_distance_f32((int64_t)c->rows, (int64_t)c->dim, G_DATA(c, 0),
-                                     G_DATA(c, 1), c->n_threads);
+                                     G_DATA(c, 1), G_DATA_OR_NULL(c, 2), c->n_threads);
 }
 
 static const glue_op_t ops[] = {
@@ -42,10 +42,12 @@ static const glue_op_t ops[] = {
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),
       G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_THREADS_ARG},
      0, 0, check_consensus_out, NULL, call_consensus_sums, {0}, 1, {1}},
-    {"consensus_distance", "consensus_distance(X, out, n_threads) -> out: the exact consensus "
-     "distance (1/P) sum (X_ic - mean_c)^2 of the (P, D) float32 X, float64, in a fixed order.",
+    {"consensus_distance", "consensus_distance(X, out, mean, n_threads) -> out: the exact "
+     "consensus distance (1/P) sum (X_ic - mean_c)^2 of the (P, D) float32 X, float64, in a fixed "
+     "order; mean (D,) float64 or None gets the column means.",
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D),
-      G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_THREADS_ARG},
+      G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_OPT_OUT("mean", NPY_FLOAT64, 1, X_D, X_ANY),
+      G_THREADS_ARG},
      0, 0, check_distance_out, NULL, call_consensus_distance, {0}, 1, {1}},
 };
 

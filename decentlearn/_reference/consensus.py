@@ -24,9 +24,12 @@ def _sequential_sum(v: np.ndarray) -> float:
     return float(np.cumsum(v, dtype=np.float64)[-1]) if v.size else 0.0
 
 
-def consensus_distance(X, out=None, n_threads=None) -> np.ndarray:
+def consensus_distance(X, out=None, mean=None, n_threads=None) -> np.ndarray:
     x = np.asarray(X)
     n_peers, dim = x.shape
+    if mean is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean[...] = np.add.reduce(np.ascontiguousarray(x, dtype=np.float64), axis=0) / n_peers
     total = 0.0
     if n_peers and dim:
         parts = []
