@@ -751,10 +751,11 @@ int dl_maxpool2_backward_f32(int64_t n, int64_t h2, int64_t w2, const float *dy,
 int dl_exp_f32(int64_t n, const float *x, float *y, int n_threads);
 /* Per peer p of P: loss[p] = mean cross-entropy of the B rows of C logits at z + p*B*C against
  * labels y[p*y_ps + b] (y_ps = B, or 0: one row shared by all peers); z becomes the gradient
- * (want_grad) or the softmax numerators. DL_E_RANGE (nothing written) when a label is outside
- * [0, C). */
+ * (want_grad) or the softmax numerators. correct (P values, or NULL) gets per peer the number
+ * of rows whose np.argmax (first maximum, or first NaN) is the label. DL_E_RANGE (nothing
+ * written) when a label is outside [0, C). */
 int dl_softmax_xent_f32(int64_t P, int64_t B, int64_t C, float *z, const int64_t *y, int64_t y_ps,
-                        double *loss, int want_grad, int n_threads);
+                        double *loss, int64_t *correct, int want_grad, int n_threads);
 /* <<< loss */
 
 /* >>> norm: GroupNorm forward and backward (norm.c); contracts in norm.c. */

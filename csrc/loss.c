@@ -107,9 +107,28 @@ int dl_exp_f32(int64_t n, const float *x, float *y, int n_threads) {
     return DL_OK;
 }
 
-/* One peer's B rows of C logits z (in place) with labels y (each in [0, C)). */
-static double xent_peer(int64_t B, int64_t C, float *z, const int64_t *y, int want_grad) {
+/* np.argmax of one row of C values: the first maximum, or the first NaN if there is one. */
+static int64_t xent_argmax(const float *row, int64_t C) {
+    int64_t a = 0;
+    float best = row[0];
+    if (best != best) return 0;
+    for (int64_t c = 1; c < C; c++) {
+        const float v = row[c];
+        if (v != v) return c;
+        if (v > best) {
+            best = v;
+            a = c;
+        }
+    }
+    return a;
+}
+
+/* One peer's B rows of C logits z (in place) with labels y (each in [0, C)); *hits (NULL: not
+ * counted) gets the number of rows whose argmax (xent_argmax) is the label. */
+static double xent_peer(int64_t B, int64_t C, float *z, const int64_t *y, int want_grad,
+                        int64_t *hits) {
     double acc = 0.0;
+    int64_t n_hit = 0;
     float zy[DL_XENT_ROWS];
     const float inv_b = (float)(1.0 / (double)B), fb = (float)B;
     for (int64_t b0 = 0; b0 < B; b0 += DL_XENT_ROWS) {
@@ -117,6 +136,7 @@ static double xent_peer(int64_t B, int64_t C, float *z, const int64_t *y, int wa
         float *zb = z + b0 * C;
         for (int64_t b = 0; b < nb; b++) {
             float *row = zb + b * C;
+            if (hits != NULL) n_hit += xent_argmax(row, C) == y[b0 + b];
             /* max without branches (maxss: v > m ? v : m), then NaN if any value is NaN, as
              * np.maximum would give */
             float m = row[0];
@@ -142,17 +162,19 @@ static double xent_peer(int64_t B, int64_t C, float *z, const int64_t *y, int wa
             }
         }
     }
+    if (hits != NULL) *hits = n_hit;
     return acc / (double)B;
 }
 
 int dl_softmax_xent_f32(int64_t P, int64_t B, int64_t C, float *z, const int64_t *y, int64_t y_ps,
-                        double *loss, int want_grad, int n_threads) {
+                        double *loss, int64_t *correct, int want_grad, int n_threads) {
     if (P < 0 || B < 0 || C < 1 || (y_ps != 0 && y_ps != B) || n_threads < 1) return DL_E_ARG;
     for (int64_t i = 0; i < (y_ps ? P : 1) * B; i++)
         if (y[i] < 0 || y[i] >= C) return DL_E_RANGE;
     const int nt = (double)P * B * C < DL_XENT_SERIAL ? 1 : n_threads;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t p = 0; p < P; p++)
-        loss[p] = xent_peer(B, C, z + p * B * C, y + p * y_ps, want_grad);
+        loss[p] = xent_peer(B, C, z + p * B * C, y + p * y_ps, want_grad,
+                            correct != NULL ? correct + p : NULL);
     return DL_OK;
 }

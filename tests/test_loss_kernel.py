@@ -166,3 +166,60 @@ def test_model_loss_and_grad_matches_the_float64_numpy_form(name):
     assert g32.dtype == np.float32 and g64.dtype == np.float64
     np.testing.assert_allclose(loss32, loss64, rtol=1e-5)
     np.testing.assert_allclose(g32, g64, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shared", [False, True])
+def test_correct_counts_are_numpys_argmax_hits(threads, shared):
+    """``correct`` counts per peer the rows whose np.argmax is the label: ties go to the first
+    maximum, a NaN anywhere in a row to the first NaN; counted from the logits before they are
+    overwritten, at any thread count, by the kernel and its reference alike."""
+    rng = np.random.default_rng(7)
+    P, B, C = 9, 40, 10
+    z = rng.integers(-3, 4, (P, B, C)).astype(np.float32)  # many ties
+    z[0, 0, :] = np.nan
+    z[1, 2, 5] = np.nan
+    z[2, 3, 7] = np.nan
+    z[2, 3, 8] = np.nan
+    z[3, 4, :] = -np.inf
+    z[4, 5, 2] = np.inf
+    y = rng.integers(0, C, (1, B) if shared else (P, B))
+    y[0, 0] = 0
+    if not shared:
+        y[1, 2], y[2, 3] = 5, 7
+    want = np.count_nonzero(np.argmax(z, axis=-1) == np.broadcast_to(y, (P, B)), axis=1)
+    assert want.max() > 0 and want.min() < B
+    for fn in (ops.softmax_xent, ref.softmax_xent):
+        zz, correct = z.copy(), np.full(P, -1, np.int64)
+        with np.errstate(all="ignore"):
+            loss = fn(zz, y, want_grad=False, n_threads=threads, correct=correct)
+        np.testing.assert_array_equal(correct, want)
+        zz2 = z.copy()
+        with np.errstate(all="ignore"):
+            loss2 = fn(zz2, y, want_grad=False, n_threads=threads)  # counting changes nothing
+        np.testing.assert_array_equal(loss, loss2)
+        np.testing.assert_array_equal(zz.view(np.uint32), zz2.view(np.uint32))
+
+
+def test_correct_bad_arguments():
+    z = np.zeros((3, 4, 5), np.float32)
+    y = np.zeros((3, 4), np.int64)
+    with pytest.raises(ValueError, match="correct"):
+        ops.softmax_xent(z, y, correct=np.zeros(2, np.int64))
+    with pytest.raises((TypeError, ValueError), match="correct"):
+        ops.softmax_xent(z, y, correct=np.zeros(3, np.float64))
+
+
+def test_model_evaluate_accuracy_is_the_argmax_accuracy():
+    """Model.evaluate's accuracies (now counted inside the loss kernel) against np.argmax of the
+    model's own logits."""
+    rng = np.random.default_rng(3)
+    model = make_model("mlp", (8, 8), 10)
+    params = (rng.standard_normal((5, model.dim)) * 0.3).astype(np.float32)
+    x = rng.standard_normal((70, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, 70)
+    acc, _ = model.evaluate(params, x, y, batch_size=32)
+    logits, _ = model._forward(params, model._check_x(x, 5, np.float32)[0], train=False)
+    want = np.count_nonzero(np.argmax(logits, axis=-1) == y, axis=1) / 70
+    assert 0 < want.min() and want.max() < 1
+    np.testing.assert_array_equal(acc, want)

@@ -3,9 +3,9 @@
  */
 #include "glue.h"
 
-/* softmax_xent(logits, labels, loss, want_grad, n_threads) -> loss: logits (P, B, C) float32
- * (written: the gradient or the softmax numerators), labels (P, B) int64 or (1, B) shared by all
- * peers, loss (P,) float64. */
+/* softmax_xent(logits, labels, loss, correct, want_grad, n_threads) -> loss: logits (P, B, C)
+ * float32 (written: the gradient or the softmax numerators), labels (P, B) int64 or (1, B) shared
+ * by all peers, loss (P,) float64, correct (P,) int64 or None. */
 static int check_softmax_xent(glue_call_t *c) {
     const npy_intp n_peers = PyArray_DIM(c->arr[0], 0), lp = PyArray_DIM(c->arr[1], 0);
     if (lp != n_peers && lp != 1) {
@@ -41,7 +41,7 @@ static int call_softmax_xent(const glue_call_t *c, const dl_dispatch_t *d) {
     const int64_t b = PyArray_DIM(z, 1);
     return dl_softmax_xent_f32(PyArray_DIM(z, 0), b, PyArray_DIM(z, 2), G_DATA(c, 0),
                                G_DATA(c, 1), PyArray_DIM(c->arr[1], 0) == 1 ? 0 : b, G_DATA(c, 2),
-                               c->ints[0], c->n_threads);
+                               G_DATA_OR_NULL(c, 3), c->ints[0], c->n_threads);
 }
 
 /* exp_f32(x, y, n_threads) -> y: y = exp(x) rounded to float32, arrays of one size (any
@@ -61,10 +61,12 @@ static int call_exp_f32(const glue_call_t *c, const dl_dispatch_t *d) {
 }
 
 static const glue_op_t ops[] = {
-    {"softmax_xent", "softmax_xent(logits, labels, loss, want_grad, n_threads) -> loss: mean "
-     "softmax cross-entropy per peer; logits become its gradient (want_grad).",
+    {"softmax_xent", "softmax_xent(logits, labels, loss, correct, want_grad, n_threads) -> loss: "
+     "mean softmax cross-entropy per peer; logits become its gradient (want_grad); correct (P,) "
+     "int64 or None gets the rows whose argmax is the label.",
      {G_OUT("logits", NPY_FLOAT32, 3, X_ANY, X_ANY), G_IN("labels", NPY_INT64, 2, X_ANY, X_D),
-      G_OUT("loss", NPY_FLOAT64, 1, X_R, X_ANY), G_BOOL_ARG("want_grad"), G_THREADS_ARG},
+      G_OUT("loss", NPY_FLOAT64, 1, X_R, X_ANY), G_OPT_OUT("correct", NPY_INT64, 1, X_R, X_ANY),
+      G_BOOL_ARG("want_grad"), G_THREADS_ARG},
      0, 0, check_softmax_xent, post_softmax_xent, call_softmax_xent,
      {DL_E_RANGE, &PyExc_ValueError, "%s: labels must be class indices", E_NONE}, 1, {2}},
     {"exp_f32", "exp_f32(x, y, n_threads) -> y: exp of float32 values, rounded to float32.",

@@ -42,9 +42,11 @@ def exp_f32(x, out=None, n_threads=None) -> np.ndarray:
     return out
 
 
-def softmax_xent(logits, labels, loss=None, want_grad=True, n_threads=None) -> np.ndarray:
+def softmax_xent(logits, labels, loss=None, want_grad=True, n_threads=None,
+                 correct=None) -> np.ndarray:
     """Mean cross-entropy per peer of logits (P, B, C) float32 against labels (P, B), float64;
-    logits become the gradient (want_grad) or exp(z - max z). Returns loss."""
+    logits become the gradient (want_grad) or exp(z - max z); correct (P,) int64 or None gets
+    the rows whose np.argmax is the label. Returns loss."""
     n_peers, batch, n_classes = logits.shape
     labels = np.asarray(labels, dtype=np.int64)
     if labels.ndim == 2 and labels.shape[0] == 1:
@@ -53,6 +55,8 @@ def softmax_xent(logits, labels, loss=None, want_grad=True, n_threads=None) -> n
         raise ValueError(f"labels must have shape {(n_peers, batch)}, got {labels.shape}")
     if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
         raise ValueError(f"labels must be class indices in [0, {n_classes})")
+    if correct is not None:
+        correct[...] = np.count_nonzero(np.argmax(logits, axis=-1) == labels, axis=1)
     with np.errstate(all="ignore"):  # NaN and infinity propagate, as in the kernel
         z = logits
         m = z[..., 0].copy()

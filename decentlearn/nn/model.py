@@ -408,27 +408,33 @@ class Model:
             xc, _ = self._check_x(x[start : start + chunk], n_peers, params.dtype)
             yc = y[start : start + chunk]
             logits, _ = self._forward(params, xc, train=False)
-            correct += np.count_nonzero(np.argmax(logits, axis=-1) == yc, axis=1)
+            hits = np.empty(n_peers, dtype=np.int64)  # np.argmax == yc per peer, counted in C
             loss, _ = _cross_entropy(logits, np.broadcast_to(yc, logits.shape[:2]), False,
-                                     self.n_threads)
+                                     self.n_threads, correct=hits)
+            correct += hits
             loss_sum += loss * yc.shape[0]
         return correct / n, loss_sum / n
 
 
 def _cross_entropy(
-    logits: np.ndarray, y: np.ndarray, want_grad: bool, n_threads: int | None = None
+    logits: np.ndarray, y: np.ndarray, want_grad: bool, n_threads: int | None = None,
+    correct: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Mean cross-entropy per peer (float64) and, optionally, its gradient w.r.t. the logits.
 
     Works in place on ``logits`` (which the caller owns) with a max-shifted log-sum-exp: float32
     logits in one C pass over the peers (ops.softmax_xent, threaded, portable C without FMA),
-    float64 ones with NumPy (_cross_entropy_f64).
+    float64 ones with NumPy (_cross_entropy_f64). ``correct`` ((P,) int64, or None) gets per
+    peer the rows whose ``np.argmax`` is the label, from the logits before they are overwritten.
     """
     if logits.dtype != np.float32:
+        if correct is not None:
+            correct[...] = np.count_nonzero(np.argmax(logits, axis=-1) == y, axis=1)
         return _cross_entropy_f64(logits, y, want_grad)
     if not (logits.flags.c_contiguous and logits.flags.writeable):
         logits = np.array(logits, dtype=np.float32, order="C")
-    loss = ops.softmax_xent(logits, y, want_grad=want_grad, n_threads=n_threads)
+    loss = ops.softmax_xent(logits, y, want_grad=want_grad, n_threads=n_threads,
+                            correct=correct)
     return loss, (logits if want_grad else None)
 
 

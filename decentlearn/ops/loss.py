@@ -14,13 +14,16 @@ __all__ = ["exp_f32", "softmax_xent"]
 
 
 def softmax_xent(logits: np.ndarray, labels: np.ndarray, loss: np.ndarray | None = None,
-                 want_grad: bool = True, n_threads: int | None = None) -> np.ndarray:
+                 want_grad: bool = True, n_threads: int | None = None,
+                 correct: np.ndarray | None = None) -> np.ndarray:
     """Mean softmax cross-entropy of each peer's batch: ``logits`` (P, B, C) float32, C-contiguous,
     is overwritten with the gradient of ``loss[p]`` with respect to it (``want_grad``; else with
     the softmax numerators exp(z - max z)); ``labels`` (P, B) int64 class indices in [0, C);
     ``loss`` (P,) float64 (new when None). Returns loss. Peers are split between threads; the
     results do not depend on the count. The arithmetic (a max-shifted log-sum-exp, exp as
-    :func:`exp_f32`) is spelled out in csrc/loss.c and in the reference."""
+    :func:`exp_f32`) is spelled out in csrc/loss.c and in the reference. ``correct`` ((P,) int64,
+    or None): per peer, how many rows' ``np.argmax`` (the first maximum, or the first NaN) is
+    the label, counted before the logits are overwritten (an evaluation's accuracy)."""
     if not isinstance(logits, np.ndarray) or logits.ndim != 3:
         raise ValueError(f"softmax_xent: logits must be a 3-D numpy array (P, B, C), got "
                          f"{getattr(logits, 'shape', type(logits).__name__)}")
@@ -30,7 +33,7 @@ def softmax_xent(logits: np.ndarray, labels: np.ndarray, loss: np.ndarray | None
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     if loss is None:
         loss = np.empty(logits.shape[0], np.float64)
-    return _core_softmax_xent(logits, labels, loss, bool(want_grad),
+    return _core_softmax_xent(logits, labels, loss, correct, bool(want_grad),
                               resolve_threads(n_threads, logits.size * 16))
 
 
