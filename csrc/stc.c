@@ -15,7 +15,10 @@
 
 #include "dl.h"
 
-#define DL_STC_CHUNK 4096 /* positions per chunk of one long row coded on several threads */
+#define DL_STC_CHUNK 4096 /* values per chunk of the ternary sums (stc_ternary) */
+/* positions per chunk of one long row coded on several threads: 1,024 gives 16 threads work from
+ * k = 16,384 (STC at p = 0.001 of 25M values: 25 chunks) */
+#define DL_STC_CODE_CHUNK 1024
 
 int64_t dl_stc_golomb_max_bits(int64_t k, int64_t dim, int b) {
     if (k < 0 || dim < 0 || k > dim || b < 0 || b > DL_STC_MAX_B) return -1;
@@ -106,13 +109,13 @@ static inline void chunk_put(uint8_t *out, int64_t *o, int64_t skip, uint8_t *he
 }
 
 /* encode_row for one long row on nt threads, byte for byte the same: fixed chunks of
- * DL_STC_CHUNK positions count their bits (the gap of a chunk's first position is taken from the
- * last one of the chunk before), a prefix sum in chunk order gives each its bit offset, and each
- * writes its code there. A byte holding the end of one chunk and the start of the next is written
+ * DL_STC_CODE_CHUNK positions count their bits (the gap of a chunk's first position is taken
+ * from the last one of the chunk before), a prefix sum in chunk order gives each its bit offset,
+ * and each writes its code there. A byte holding the end of one chunk and the start of the next is written
  * by the first; the second's bits in it are OR'ed in afterwards, in order. */
 static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t dim, int b,
                           uint8_t *out, int64_t row_bytes, int64_t *nbits, int nt) {
-    const int64_t nc = dl_cdiv_i64(k, DL_STC_CHUNK);
+    const int64_t nc = dl_cdiv_i64(k, DL_STC_CODE_CHUNK);
     int64_t *off = malloc((size_t)(nc + 1) * sizeof(int64_t));
     uint8_t *head = calloc((size_t)nc, 1);
     if (off == NULL || head == NULL) {
@@ -126,7 +129,7 @@ static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad)
 #endif
     for (int64_t c = 0; c < nc; c++) {
-        const int64_t i0 = c * DL_STC_CHUNK, i1 = dl_min_i64(k, i0 + DL_STC_CHUNK);
+        const int64_t i0 = c * DL_STC_CODE_CHUNK, i1 = dl_min_i64(k, i0 + DL_STC_CODE_CHUNK);
         int64_t prev = i0 > 0 ? pos[i0 - 1] : -1, bits = 0;
         for (int64_t i = i0; i < i1; i++) {
             const int64_t p = pos[i];
@@ -151,7 +154,7 @@ static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
         for (int64_t c = 0; c < nc; c++) {
-            const int64_t i0 = c * DL_STC_CHUNK, i1 = dl_min_i64(k, i0 + DL_STC_CHUNK);
+            const int64_t i0 = c * DL_STC_CODE_CHUNK, i1 = dl_min_i64(k, i0 + DL_STC_CODE_CHUNK);
             int64_t o = off[c] >> 3, prev = i0 > 0 ? pos[i0 - 1] : -1;
             const int64_t skip = (off[c] & 7) ? o : -1;
             uint64_t acc = 0;
@@ -197,7 +200,7 @@ int dl_stc_golomb_encode(int64_t n_rows, int64_t k, int64_t dim, int b, const in
         row_bytes < 0 || n_threads < 1)
         return DL_E_ARG;
     int status = DL_OK;
-    if (n_threads > 1 && n_rows < n_threads && k >= 2 * DL_STC_CHUNK) { /* few long rows */
+    if (n_threads > 1 && n_rows < n_threads && k >= 2 * DL_STC_CODE_CHUNK) { /* few long rows */
         for (int64_t r = 0; r < n_rows && status == DL_OK; r++)
             status = encode_row_par(positions + r * k, negative + r * k, k, dim, b,
                                     data + r * row_bytes, row_bytes, nbits + r, n_threads);

@@ -73,7 +73,10 @@ def golomb_encode(positions: np.ndarray, negative: np.ndarray, dim: int, b: int,
     k, dim, b = _check_golomb(pos2.shape[1], dim, b)
     data = np.empty((pos2.shape[0], golomb_max_bytes(k, dim, b)), dtype=np.uint8)
     nbits = np.empty(pos2.shape[0], dtype=np.int64)
-    _core_golomb_encode(pos2, neg2, dim, b, data, nbits, resolve_threads(n_threads, pos2.size))
+    # a position costs a few bit operations, about 8 elementwise steps: 25,000 of them (STC at
+    # p = 0.001 of 25M values) took 0.13-0.21 ms on one thread of the lent 16-core Xeon
+    _core_golomb_encode(pos2, neg2, dim, b, data, nbits,
+                        resolve_threads(n_threads, 8 * pos2.size))
     if positions.ndim == 1:
         return data[0], nbits.reshape(())
     return data, nbits
