@@ -2,35 +2,39 @@
 # Issue 24's many-core figures in one script, for a lent machine with >= 16 cores (the GPU machine:
 # 16 Xeon cores with AVX-512 VNNI and AMX; python3 with numpy, scipy, threadpoolctl, no registry).
 # Run from the repository root; results go under $OUT: summary.txt, and cores_check.tgz with
-# env.txt and one .log and one .json per step. About 6 minutes on 16 cores (the build ~16 s); every step has a cap, all within one call:
+# env.txt and one .log and one .json per step. Every step has a cap, all within one call: about
+# 9 minutes on 16 cores for all of them (the build ~17 s), so pick with STEPS when the lent time
+# is short (the eighth session's calls: 100-290 s each).
 #   1. build the C extension in place (python3 setup.py build_ext --inplace);
-#   2. lscpu, decentlearn info (ISA paths, OpenMP wait policy);
-#   3. benchmarks/bench_threads.py --threads 1,2,4,8,16: the D-PSGD ring round of the MLP on 256
-#      and 1024 peers and of the CNN on 64 peers, the speed-up against 1 thread, and the
-#      parameters compared bit for bit across the thread counts (issue 24: >= 8x, 12x, 10x);
-#      benchmarks/bench_phases.py: each phase (and layer) of those rounds at each thread count;
-#      bench_threads.py again (the lent machines are noisy), and tools/threads_diag.py (the first
-#      intermediate that differs between thread counts or ISA paths, if any);
-#   4. decentlearn bench all --threads 16, then on 2 cores (taskset -c 0,1, --threads 2): STC /
-#      top-k, exponential gossip's share of the copy bandwidth, natural encode against np.copyto
-#      and its read-only floor, gemm_s8 with quantize+pack vs numpy sgemm, and per ISA path
+#   2. lscpu, decentlearn info (ISA paths, OpenMP and OpenBLAS wait policies);
+#   3. benchmarks/bench_threads.py --threads 1,2,4,8,16 (threads): the D-PSGD ring round of the
+#      MLP on 256 and 1024 peers and of the CNN on 64 peers, the counts in turn, the speed-up
+#      against 1 thread, and the parameters compared bit for bit across the thread counts
+#      (issue 24: >= 8x, 12x, 10x); benchmarks/bench_phases.py (phases): each phase (and layer)
+#      of those rounds; bench_threads.py again (threads_again; the lent machines are noisy);
+#      tools/peak_scaling.py (peaks): the machine's own int8 peaks and copy bandwidth per count;
+#      benchmarks/bench_eval.py (eval): evaluate() per count beside the NumPy steps it replaced;
+#      tools/stc_phases.py (stc_phases): STC's stages beyond its top-k; tools/threads_diag.py
+#      (threads_diag): the first intermediate that differs between thread counts or ISA paths;
+#   4. tools/blas_spin_diag.py (blas_spin, and blas_spin_fixed with OPENBLAS_THREAD_TIMEOUT=16):
+#      gemm_s8 alone and right after numpy's sgemm; `decentlearn bench gemm` with
+#      OPENBLAS_THREAD_TIMEOUT=4 (bench_gemm_nospin); decentlearn bench all --threads 16
+#      (bench_all_max), then on 2 cores (bench_all_2; taskset -c 0,1, --threads 2): STC / top-k,
+#      exponential gossip's share of the copy bandwidth, natural encode against np.copyto and
+#      its read-only floor, gemm_s8 with quantize+pack vs numpy sgemm, and per ISA path
 #      (avx512vnni vs amx, each against its own measured peak);
-#   5. benchmarks/bench_round.py on 2 cores (taskset -c 0,1): the --precision int8 round against
-#      fp32 for the MLP and the CNN (issue 24: >= 1.5x on VNNI, >= 2.5x with AMX); the same with
-#      DECENTLEARN_ISA=avx512vnni, so both paths are measured on one machine;
-#   6. the default test suite with this machine's compiler (pytest -n CPUs when xdist is there);
-#   and tools/blas_spin_diag.py (gemm_s8 alone and right after numpy's sgemm, whose OpenBLAS
-#   threads spin after each call), then `decentlearn bench gemm` with OPENBLAS_THREAD_TIMEOUT=4
-#   (OpenBLAS threads that hardly spin) beside the plain one in bench all.
-# Then, e.g.: run(command="bash tools/device_cores_check.sh", timeout_s=600)
-# Environment: OUT (default /tmp/cores_check), THREADS (default 1,2,4,8,16), QUICK=1 (small sizes:
-# checks the script itself on any machine), STEPS (comma-separated step names to run, default all:
-# threads,phases,threads_again,threads_diag,blas_spin,blas_spin_fixed,bench_gemm_nospin,bench_all_max,
-# bench_all_2,
-# round_2,round_2_vnni,pytest), THREADS_REPEAT (timed blocks per thread count, default 3),
-# PYTEST_CAP (seconds for the suite, default 170), PYTEST_SUITE (test paths, default tests), PYTEST_OMP (each xdist worker's default thread
-# count, default 2: 16 workers of 16 threads each oversubscribed the 16 cores 16x; tests that ask for
-# a thread count still get it).
+#   5. benchmarks/bench_round.py on 2 cores (round_2, round_2_vnni; taskset -c 0,1): the
+#      --precision int8 round against fp32 for the MLP and the CNN (issue 24: >= 1.5x on VNNI,
+#      >= 2.5x with AMX), on the amx and the avx512vnni path;
+#   6. the default test suite with this machine's compiler (pytest; -n CPUs when xdist is there).
+# Then, e.g.: run(command="bash tools/device_cores_check.sh", timeout_s=600), or
+#   run(command="STEPS=threads,eval,stc_phases,bench_all_max bash tools/device_cores_check.sh")
+# Environment: OUT (default /tmp/cores_check), THREADS (default 1,2,4,8,16), QUICK=1 (small
+# sizes: checks the script itself on any machine), STEPS (comma-separated step names, default
+# all), THREADS_REPEAT (timed blocks per thread count, default 3), PYTEST_CAP (seconds for the
+# suite, default 170), PYTEST_SUITE (test paths, default tests), PYTEST_OMP (each xdist worker's
+# default thread count, default 2: 16 workers of 16 threads each oversubscribed the 16 cores 16x;
+# tests that ask for a thread count still get it).
 set -u
 OUT=${OUT:-/tmp/cores_check}
 THREADS=${THREADS:-1,2,4,8,16}
@@ -85,6 +89,10 @@ want phases && step phases 45 $PY benchmarks/bench_phases.py --threads "$THREADS
 # the lent machines are noisy (speed-ups moved 2x between runs on 27 Nov 2026): a second run
 want threads_again && step threads_again 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
     "${TROUNDS[@]}" --out "$OUT/threads_again.json"
+want peaks && step peaks 60 $PY tools/peak_scaling.py --threads "$THREADS" --out "$OUT/peaks.json"
+want eval && step eval 100 env PYTHONPATH="$PWD/benchmarks:$PWD" $PY benchmarks/bench_eval.py \
+    --threads "$THREADS" --repeat 5 --out "$OUT/eval.json"
+want stc_phases && step stc_phases 40 $PY tools/stc_phases.py --threads "$MAXT"
 want threads_diag && step threads_diag 60 $PY tools/threads_diag.py --threads 1,2,3,"$MAXT" \
     --cases mlp-256,cnn-64,mlp-8,cnn-4 --isas amx,avx2,generic --rounds 2
 want blas_spin && step blas_spin 40 $PY tools/blas_spin_diag.py --threads "$MAXT"
