@@ -10,14 +10,14 @@
  * the thread count.
  *
  * dl_consensus_distance_f32 is the exact (centred) distance the simulator reports at every
- * evaluation, (1/P) sum_{i,c} (x_ic - m_c)^2 with m_c = (sum_i x_ic) / P, in float64: per chunk of
- * DL_CONS_EXACT_CHUNK columns, the column sums over the rows in row order, the means, then each
- * column's sum of squared deviations over the rows in row order (8 columns at a time, their sums
- * in registers; the 8 columns' rows read again from cache), then the chunk's columns added in
- * column order; the chunks in chunk order. Every
- * step is one IEEE operation in a fixed order (products and sums not contracted), so the NumPy
- * twin (decentlearn/_reference/consensus.py) gives the same bits. It replaced NumPy's
- * astype/mean/einsum (serial: 15 ms for 1024 x 9610 on one core, at any thread count).
+ * evaluation, (1/P) sum_{i,c} (x_ic - m_c)^2 with m_c = (sum_i x_ic) / P, in float64: per chunk
+ * of DL_CONS_EXACT_CHUNK columns, the column sums over the rows in row order, the means, then
+ * each column's sum of squared deviations over the rows in row order (8 columns at a time, their
+ * sums in registers; the 8 columns' rows read again from cache), then the chunk's columns added
+ * in column order; the chunks in chunk order. Every step is one IEEE operation in a fixed order
+ * (products and sums not contracted), so the NumPy twin (decentlearn/_reference/consensus.py)
+ * gives the same bits. It replaced NumPy's astype/mean/einsum (serial: 15 ms for 1024 x 9610 on
+ * one core, at any thread count).
  */
 #include <stdlib.h>
 

@@ -111,8 +111,8 @@ static inline void chunk_put(uint8_t *out, int64_t *o, int64_t skip, uint8_t *he
 /* encode_row for one long row on nt threads, byte for byte the same: fixed chunks of
  * DL_STC_CODE_CHUNK positions count their bits (the gap of a chunk's first position is taken
  * from the last one of the chunk before), a prefix sum in chunk order gives each its bit offset,
- * and each writes its code there. A byte holding the end of one chunk and the start of the next is written
- * by the first; the second's bits in it are OR'ed in afterwards, in order. */
+ * and each writes its code there. A byte holding the end of one chunk and the start of the next
+ * is written by the first; the second's bits in it are OR'ed in afterwards, in order. */
 static int encode_row_par(const int32_t *pos, const uint8_t *neg, int64_t k, int64_t dim, int b,
                           uint8_t *out, int64_t row_bytes, int64_t *nbits, int nt) {
     const int64_t nc = dl_cdiv_i64(k, DL_STC_CODE_CHUNK);
