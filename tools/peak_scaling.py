@@ -60,7 +60,8 @@ def main() -> None:
                     best[(q, n)] = max(best[(q, n)], measure_int8_peak(n, repeat=1))
             t0 = time.perf_counter()
             ops.copy_f32(src, dst, n_threads=n)
-            best[("copy", n)] = max(best[("copy", n)], 2 * src.nbytes / (time.perf_counter() - t0) / 1e9)
+            gbs = 2 * src.nbytes / (time.perf_counter() - t0) / 1e9
+            best[("copy", n)] = max(best[("copy", n)], gbs)
     report = {"topology": _topology(), "counts": counts, "rows": {}}
     print(f"CPU 0's thread siblings: {report['topology']['thread_siblings_list']}; "
           f"core siblings: {report['topology']['core_siblings_list']}")

@@ -63,8 +63,8 @@ def main() -> None:
         rest = best["compress"] - best["topk"] - best["stc_ternary"] - best["golomb_encode"]
         print(f"  p={ratio} (k={k:,}): " + "  ".join(
             f"{n} {1e3 * v:.3f} ({faults[n] / args.repeat:.0f} faults)" for n, v in best.items())
-            + f"  unaccounted {1e3 * rest:.3f}; compress / topk {best['compress'] / best['topk']:.2f}x",
-            flush=True)
+            + f"  unaccounted {1e3 * rest:.3f}; compress / topk "
+            f"{best['compress'] / best['topk']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
