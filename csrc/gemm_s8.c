@@ -265,23 +265,36 @@ int dl_gemm_absmax_scale_f32(int64_t n_rows, int64_t dim, const float *x, int64_
 #ifndef _OPENMP
     (void)n_threads;
 #endif
-    if (axis == 1) { /* per column: column blocks, each over every row */
+    if (axis == 1) { /* per column: blocks of 1024 columns x a share of the rows, then the
+                      * blocks' maxima per column (a maximum is exact in any order, so any
+                      * split gives the same scales; until 27 Nov 2026 one block took every row,
+                      * and a 1024-column weight ran on one thread whatever the count) */
         const int64_t n_cb = dl_cdiv_i64(dim, 1024);
+        const int64_t n_rb = n_rows * dim > (1 << 15) && n_threads > 1
+            ? dl_max_i64(1, dl_min_i64(n_rows, dl_cdiv_i64(4 * (int64_t)n_threads, n_cb)))
+            : 1;
+        const int64_t rows_per = dl_cdiv_i64(n_rows, n_rb);
+        uint32_t *mb = calloc((size_t)(n_rb * dim > 0 ? n_rb * dim : 1), sizeof(uint32_t));
+        if (mb == NULL) return DL_E_NOMEM;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads) reduction(| : bad)               \
-    if (n_rows * dim > (1 << 15))
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_rb * n_cb > 1)
 #endif
-        for (int64_t cb = 0; cb < n_cb; cb++) {
+        for (int64_t it = 0; it < n_rb * n_cb; it++) {
+            const int64_t rb = it / n_cb, cb = it % n_cb;
             const int64_t c0 = cb * 1024, c1 = dl_min_i64(dim, c0 + 1024);
-            uint32_t mb[1024] = {0}; /* |x| bit patterns order like |x| (non-negative floats) */
-            for (int64_t r = 0; r < n_rows; r++)
+            const int64_t r0 = rb * rows_per, r1 = dl_min_i64(n_rows, r0 + rows_per);
+            uint32_t *m = mb + rb * dim; /* |x| bit patterns order like |x| (non-negative) */
+            for (int64_t r = r0; r < r1; r++)
                 for (int64_t j = c0; j < c1; j++)
-                    mb[j - c0] = gemm_max_u32(mb[j - c0], gemm_abs_bits(x[r * ldx + j]));
-            for (int64_t j = c0; j < c1; j++) {
-                bad |= mb[j - c0] >= 0x7f800000u;
-                scale[j] = gemm_scale_of(gemm_bits_float(mb[j - c0]));
-            }
+                    m[j] = gemm_max_u32(m[j], gemm_abs_bits(x[r * ldx + j]));
         }
+        for (int64_t j = 0; j < dim; j++) {
+            uint32_t m = mb[j];
+            for (int64_t rb = 1; rb < n_rb; rb++) m = gemm_max_u32(m, mb[rb * dim + j]);
+            bad |= m >= 0x7f800000u;
+            scale[j] = gemm_scale_of(gemm_bits_float(m));
+        }
+        free(mb);
         return bad ? DL_E_NONFINITE : DL_OK;
     }
     /* whole tensor or per row: partial maxima per (row, chunk), combined after (max is exact) */

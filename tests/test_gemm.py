@@ -224,6 +224,26 @@ def test_absmax_scale(isa, axis):
         assert np.asarray(got).dtype == np.float32
 
 
+@pytest.mark.parametrize("shape", [(300, 1000), (1024, 64), (77, 2049), (5000, 7)])
+def test_absmax_scale_per_column_split_over_rows_at_any_thread_count(shape):
+    """axis=1 (a weight's per-column scales) splits the rows between threads too (a 1024-column
+    weight had run on one thread): the same scales at every count, a column's maximum found in
+    any row block, and a non-finite value in a late row block still refused."""
+    rng = np.random.default_rng(shape[0])
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[-1, 3] = 1e6  # the largest value of column 3 in the last row block
+    x[shape[0] // 2, -1] = -2e5  # and of the last column in the middle, negative
+    want = ref.absmax_scale(x, axis=1)
+    assert want[3] == np.float32(1e6) / np.float32(127)
+    for threads in (1, 2, 3, 8):
+        np.testing.assert_array_equal(ops.absmax_scale(x, axis=1, n_threads=threads), want)
+    bad = x.copy()
+    bad[-2, 0] = np.nan
+    for threads in (1, 3, 8):
+        with pytest.raises(ValueError, match="finite"):
+            ops.absmax_scale(bad, axis=1, n_threads=threads)
+
+
 def test_quantize_1d_and_rows():
     x = _x(4, 33)
     s = ops.absmax_scale(x)
