@@ -210,6 +210,26 @@ def test_sgd_step_matches_reference_bitwise(P, D, momentum, nesterov, wd, with_f
             assert np.array_equal(m, want_b)
 
 
+@pytest.mark.parametrize("P,D", [(1, 50_000), (2, 40_000), (3, 70_001)])
+@pytest.mark.parametrize("momentum,nesterov,wd", [(0.0, False, 0.0), (0.9, True, 1e-3)])
+def test_sgd_step_fewer_rows_than_threads_splits_columns_with_the_same_bits(P, D, momentum,
+                                                                           nesterov, wd):
+    """Fewer rows than threads: the step also splits each row into column blocks (16,384
+    values); frozen prefixes that end inside a later block keep their entries and zero their
+    momentum there: the reference's bits at 1, 2, 3 and 8 threads."""
+    rng = np.random.default_rng(P + D)
+    params, grad, buf = _rand(rng, (P, D)), _rand(rng, (P, D)), _rand(rng, (P, D))
+    frozen = np.array([20_000, 16_384, D][:P], np.int64)  # inside, on and past block edges
+    for fz in (None, frozen):
+        want_p, want_b = params.copy(), buf.copy()
+        ref_optim.sgd_step(want_p, grad, want_b, 0.05, momentum, wd, nesterov, fz)
+        for nt in (1, 2, 3, 8):
+            p, m = params.copy(), buf.copy()
+            ops.sgd_step(p, grad, m, 0.05, momentum, wd, nesterov, fz, n_threads=nt)
+            assert np.array_equal(p, want_p), (fz is None, nt)
+            assert np.array_equal(m, want_b), (fz is None, nt)
+
+
 def test_sgd_step_bad_input():
     p = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match="frozen must hold prefix lengths"):
