@@ -23,7 +23,8 @@
  *   dx = (dy * f32(gamma_c * rstd) - xc * m2) - m1 (float32),
  * which is dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = gamma * dy.
  *
- * Threads split the peers (each peer's reductions and writes are one thread's), so results do
+ * Threads split the (peer, group, sample) triples in the forward pass and the peers in the
+ * backward one (each triple's or peer's reductions and writes are one thread's), so results do
  * not depend on the thread count. The portable build (no FMA contraction) is used on every CPU.
  */
 #include <math.h>
@@ -77,7 +78,7 @@ int dl_groupnorm_forward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_t
     const int64_t cg = C / G, hw = H * W;
     const double n = (double)(cg * hw);
     const int nt = (double)P * C * B * hw < DL_NORM_SERIAL ? 1 : n_threads;
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for collapse(3) schedule(static) num_threads(nt)
     for (int64_t p = 0; p < P; p++) {
         for (int64_t g = 0; g < G; g++) {
             for (int64_t b = 0; b < B; b++) {

@@ -58,7 +58,7 @@ def _dense64(shape, x, dy, gamma, beta, eps=1e-5):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])  # the forward splits (peer, group, sample)
 def test_kernels_match_reference_bitwise(shape, threads):
     x, dy, gamma, beta = _case(shape)
     got = _run(ops, shape, x, dy, gamma, beta, threads)

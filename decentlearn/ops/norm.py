@@ -25,7 +25,7 @@ def groupnorm_forward(x: np.ndarray, w: int, gamma: np.ndarray, beta: np.ndarray
     sample; ``gamma`` and ``beta`` (P, C); ``groups`` divides C. Writes ``xc`` (N, H*w) = x minus
     its group mean, ``rstd`` (P, groups, B) = 1 / sqrt(group variance + eps) and ``y`` (N, H*w) =
     xc * (gamma * rstd) + beta; returns y. The sums are float64 in a fixed order (csrc/norm.c),
-    peers split over threads: the same bits at any thread count."""
+    (peer, group, sample) triples split over threads: the same bits at any thread count."""
     w, groups = check_int("w", w, 0, 1 << 62), check_int("groups", groups, 1, 1 << 62)
     return _core_groupnorm_forward(x, w, gamma, beta, groups, float(eps), xc, rstd, y,
                                    resolve_threads(n_threads, xc.size * 4))
