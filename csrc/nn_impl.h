@@ -689,31 +689,47 @@ int DL_CAT(dl_nn_dense_backward_f32, DL_SUFFIX)(const dl_nn_dense_t *d, int n_th
         return DL_E_ARG;
     if (d->n_peers == 0) return DL_OK;
     const int64_t P = d->n_peers, B = d->batch, I = d->n_in, O = d->n_out;
-    const int nt = nn_threads(n_threads, P, (double)P * B * I * O * (d->dx ? 2 : 1));
+    /* Work items: a peer's db, dW and dX together, or, with fewer peers than threads, blocks of
+     * dW's rows (the first also db) and blocks of dX's rows apart (nn_row_block: a row never
+     * depends on its block, so the split changes no result) */
+    const int split = P < n_threads;
+    const int64_t mbw = split ? nn_row_block(P, I, n_threads) : dl_max_i64(I, 1);
+    const int64_t mbx = split ? nn_row_block(P, B, n_threads) : dl_max_i64(B, 1);
+    const int64_t nbw = split ? dl_max_i64(1, dl_cdiv_i64(I, mbw)) : 1;
+    const int64_t nbx = split && d->dx != NULL ? dl_cdiv_i64(B, mbx) : 0;
+    const int64_t per = nbw + nbx, items = P * per;
+    const int nt = nn_threads(n_threads, items, (double)P * B * I * O * (d->dx ? 2 : 1));
     int status = DL_OK;
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(min : status)
-    for (int64_t p = 0; p < P; p++) {
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t p = it / per, q = it % per;
         const float *x = d->x + p * d->x_ps, *dy = d->dy + p * d->dy_ps;
-        float *gb = d->gb + p * d->gb_ps;
-        /* db = sum over the batch, in batch order */
-        if (B == 0) {
-            memset(gb, 0, sizeof(float) * (size_t)O);
-        } else {
-            memcpy(gb, dy, sizeof(float) * (size_t)O);
-            for (int64_t b = 1; b < B; b++) {
-                const float *row = dy + b * d->dy_rs;
-                for (int64_t o = 0; o < O; o++) gb[o] += row[o];
+        int s = DL_OK;
+        if (q == 0) { /* db = sum over the batch, in batch order */
+            float *gb = d->gb + p * d->gb_ps;
+            if (B == 0) {
+                memset(gb, 0, sizeof(float) * (size_t)O);
+            } else {
+                memcpy(gb, dy, sizeof(float) * (size_t)O);
+                for (int64_t b = 1; b < B; b++) {
+                    const float *row = dy + b * d->dy_rs;
+                    for (int64_t o = 0; o < O; o++) gb[o] += row[o];
+                }
             }
         }
-        const nn_epi_t plain = {0};
-        /* dW (I x O) = X^T (I x B) dY (B x O) */
-        int s = nn_gemm_rows(0, I, O, B, x, 1, d->x_rs, dy, d->dy_rs, 1, NULL,
+        if (q < nbw) { /* dW (I x O) = X^T (I x B) dY (B x O), rows q mbw .. */
+            const nn_epi_t plain = {0};
+            const int64_t r0 = dl_min_i64(I, q * mbw), r1 = dl_min_i64(I, r0 + mbw);
+            s = nn_gemm_rows(r0, r1, O, B, x, 1, d->x_rs, dy, d->dy_rs, 1, NULL,
                              d->gw + p * d->gw_ps, O, &plain);
-        if (s == DL_OK && d->dx != NULL) {
-            /* dX (B x I) = dY (B x O) W^T (O x I), masked */
+        }
+        if (d->dx != NULL && s == DL_OK && (split ? q >= nbw : 1)) {
+            /* dX (B x I) = dY (B x O) W^T (O x I), masked: all rows, or block q - nbw */
             const nn_epi_t em = {.mask = d->mask ? d->mask + p * d->m_ps : NULL,
                                  .mask_rs = d->m_rs};
-            s = nn_gemm_rows(0, B, I, O, dy, d->dy_rs, 1, d->w + p * d->w_ps, 1, O, NULL,
+            const int64_t r0 = split ? (q - nbw) * mbx : 0;
+            const int64_t r1 = split ? dl_min_i64(B, r0 + mbx) : B;
+            s = nn_gemm_rows(r0, r1, I, O, dy, d->dy_rs, 1, d->w + p * d->w_ps, 1, O, NULL,
                              d->dx + p * d->dx_ps, d->dx_rs, &em);
         }
         if (s < status) status = s;

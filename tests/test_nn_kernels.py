@@ -94,12 +94,17 @@ def test_gemm_dense_thread_count_bit_identical(P):
                               ops.dense_forward(x, w, bias, True, n_threads=2))
     dy = _rand(rng, (P, batch, 10))
     outs = []
-    for nt in (1, 2):
+    # fewer peers than threads: dW's and dX's rows are split into blocks (and db kept whole)
+    for nt in (1, 2, 3, 8):
         gw, gb, dx = np.empty_like(w), np.empty_like(bias), np.empty_like(x)
         ops.dense_backward(x, w, dy, gw, gb, dx, x, n_threads=nt)
         outs.append((gw, gb, dx))
-    for u, v in zip(*outs):
-        assert np.array_equal(u, v)
+        gw2, gb2 = np.empty_like(w), np.empty_like(bias)
+        ops.dense_backward(x, w, dy, gw2, gb2, n_threads=nt)  # without dx
+        assert np.array_equal(gw2, gw) and np.array_equal(gb2, gb)
+    for other in outs[1:]:
+        for u, v in zip(outs[0], other):
+            assert np.array_equal(u, v)
 
 
 @pytest.mark.parametrize("N", [45, 10, 16])
