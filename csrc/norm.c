@@ -24,8 +24,9 @@
  * which is dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = gamma * dy.
  *
  * Threads split the (peer, group, sample) triples in the forward pass and the peers in the
- * backward one (each triple's or peer's reductions and writes are one thread's), so results do
- * not depend on the thread count. The portable build (no FMA contraction) is used on every CPU.
+ * backward one, or with fewer peers than threads its three stages' items (norm_backward_split);
+ * every reduction is one thread's, in a fixed order, so results do not depend on the thread
+ * count. The portable build (no FMA contraction) is used on every CPU.
  */
 #include <math.h>
 #include <stdint.h>
@@ -111,6 +112,78 @@ int dl_groupnorm_forward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_t
     return DL_OK;
 }
 
+/* dx of sample b of group g of peer p from the sums s_dy, s_dyx of that peer ((C, B) each): the
+ * group's m1, m2, then its channels' rows (the same operations in every thread split). */
+static void norm_dx_group(int64_t p, int64_t g, int64_t b, int64_t C, int64_t G, int64_t B,
+                          int64_t H, int64_t W, int64_t cg, double n, const float *dy, int64_t ld,
+                          const float *xc, const float *rstd, const float *gamma,
+                          const double *s_dy, const double *s_dyx, float *dx) {
+    const int64_t hw = H * W;
+    const double rs = (double)rstd[(p * G + g) * B + b];
+    double a1 = 0.0, a2 = 0.0;
+    for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
+        a1 += s_dy[c * B + b] * (double)gamma[p * C + c];
+        a2 += s_dyx[c * B + b] * (double)gamma[p * C + c];
+    }
+    const float m1 = (float)(a1 / n * rs), m2 = (float)(a2 / n * rs * rs * rs);
+    const float rsf = (float)rs;
+    for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
+        const int64_t i = (p * C + c) * B + b;
+        const float a = gamma[p * C + c] * rsf;
+        const float *d = dy + i * H * ld, *o = xc + i * hw;
+        float *out = dx + i * hw;
+        for (int64_t r = 0; r < H; r++)
+            for (int64_t j = 0; j < W; j++) {
+                const float t1 = d[r * ld + j] * a, t2 = o[r * W + j] * m2;
+                out[r * W + j] = (t1 - t2) - m1;
+            }
+    }
+}
+
+/* The backward with fewer peers than threads: three parallel passes over every peer's sums
+ * (per (peer, channel, sample), then per (peer, channel), then per (peer, group, sample)), each
+ * value computed as in the per-peer loop below. */
+static int norm_backward_split(int64_t P, int64_t C, int64_t G, int64_t B, int64_t H, int64_t W,
+                               const float *dy, int64_t ld, const float *xc, const float *rstd,
+                               const float *gamma, float *g_gamma, float *g_beta, float *dx,
+                               int nt) {
+    const int64_t cg = C / G, hw = H * W, cb = C * B;
+    const double n = (double)(cg * hw);
+    double *sums = malloc((size_t)(2 * P * (cb > 0 ? cb : 1)) * sizeof(double));
+    if (sums == NULL) return DL_E_NOMEM;
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < P * cb; i++) { /* i = (p C + c) B + b */
+            double *s = sums + 2 * (i / cb) * cb;
+            s[i % cb] = norm_run(dy + i * H * ld, H, W, ld);
+            s[cb + i % cb] = norm_run_dot(dy + i * H * ld, H, W, ld, xc + i * hw);
+        }
+#pragma omp for schedule(static)
+        for (int64_t pc = 0; pc < P * C; pc++) {
+            const int64_t p = pc / C, c = pc % C, g = c / cg;
+            const double *s_dy = sums + 2 * p * cb, *s_dyx = s_dy + cb;
+            double sb = 0.0, sg = 0.0;
+            for (int64_t b = 0; b < B; b++) {
+                sb += s_dy[c * B + b];
+                sg += s_dyx[c * B + b] * (double)rstd[(p * G + g) * B + b];
+            }
+            g_beta[pc] = (float)sb;
+            g_gamma[pc] = (float)sg;
+        }
+        if (dx != NULL) {
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < P * G * B; t++) {
+                const int64_t p = t / (G * B), g = t / B % G, b = t % B;
+                norm_dx_group(p, g, b, C, G, B, H, W, cg, n, dy, ld, xc, rstd, gamma,
+                              sums + 2 * p * cb, sums + 2 * p * cb + cb, dx);
+            }
+        }
+    }
+    free(sums);
+    return DL_OK;
+}
+
 int dl_groupnorm_backward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_t H, int64_t W,
                               const float *dy, int64_t ld, const float *xc, const float *rstd,
                               const float *gamma, float *g_gamma, float *g_beta, float *dx,
@@ -120,6 +193,9 @@ int dl_groupnorm_backward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_
     const double n = (double)(cg * hw);
     int status = DL_OK;
     const int nt = (double)P * C * B * hw < DL_NORM_SERIAL ? 1 : n_threads;
+    if (P < nt)
+        return norm_backward_split(P, C, G, B, H, W, dy, ld, xc, rstd, gamma, g_gamma, g_beta, dx,
+                                   nt);
 #pragma omp parallel num_threads(nt) reduction(min : status)
     {
         /* s_dy and s_dyx of one peer, (C, B) each */
@@ -147,27 +223,9 @@ int dl_groupnorm_backward_f32(int64_t P, int64_t C, int64_t G, int64_t B, int64_
             }
             if (dx == NULL) continue;
             for (int64_t g = 0; g < G; g++)
-                for (int64_t b = 0; b < B; b++) {
-                    const double rs = (double)rstd[(p * G + g) * B + b];
-                    double a1 = 0.0, a2 = 0.0;
-                    for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
-                        a1 += s_dy[c * B + b] * (double)gamma[p * C + c];
-                        a2 += s_dyx[c * B + b] * (double)gamma[p * C + c];
-                    }
-                    const float m1 = (float)(a1 / n * rs), m2 = (float)(a2 / n * rs * rs * rs);
-                    const float rsf = (float)rs;
-                    for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
-                        const int64_t i = (p * C + c) * B + b;
-                        const float a = gamma[p * C + c] * rsf;
-                        const float *d = dy + i * H * ld, *o = xc + i * hw;
-                        float *out = dx + i * hw;
-                        for (int64_t r = 0; r < H; r++)
-                            for (int64_t j = 0; j < W; j++) {
-                                const float t1 = d[r * ld + j] * a, t2 = o[r * W + j] * m2;
-                                out[r * W + j] = (t1 - t2) - m1;
-                            }
-                    }
-                }
+                for (int64_t b = 0; b < B; b++)
+                    norm_dx_group(p, g, b, C, G, B, H, W, cg, n, dy, ld, xc, rstd, gamma, s_dy,
+                                  s_dyx, dx);
         }
         free(sums);
     }

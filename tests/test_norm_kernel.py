@@ -110,14 +110,18 @@ def test_backward_is_the_gradient_by_finite_differences():
                                rtol=1e-5)
 
 
-def test_without_dx_only_the_parameter_gradients():
-    shape = SHAPES[0]
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[4]])
+@pytest.mark.parametrize("threads", [1, 3, 8])  # SHAPES[4], 2 peers: the split backward at 3, 8
+def test_without_dx_only_the_parameter_gradients(shape, threads):
     x, dy, gamma, beta = _case(shape)
-    with_dx = _run(ops, shape, x, dy, gamma, beta)
-    without = _run(ops, shape, x, dy, gamma, beta, need_dx=False)
+    with_dx = _run(ops, shape, x, dy, gamma, beta, threads)
+    without = _run(ops, shape, x, dy, gamma, beta, threads, need_dx=False)
     np.testing.assert_array_equal(with_dx[3], without[3])
     np.testing.assert_array_equal(with_dx[4], without[4])
     assert without[5] is None
+    want = _run(ref, shape, x, dy, gamma, beta)
+    np.testing.assert_array_equal(without[3], want[3])
+    np.testing.assert_array_equal(without[4], want[4])
 
 
 def test_bad_arguments_raise():
