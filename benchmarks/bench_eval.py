@@ -41,13 +41,10 @@ def numpy_consensus(X: np.ndarray, chunk: int = 1 << 14) -> float:
     return total / X.shape[0]
 
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -75,13 +72,13 @@ def main() -> None:
             for i, n in enumerate(counts):
                 with threadpool_limits(limits=n, user_api="blas"):
                     b = best[n]
-                    t = {"evaluate": _best(sims[i].evaluate, 1),
-                         "numpy consensus": _best(lambda: numpy_consensus(X), 1),
-                         "numpy mean": _best(lambda: X.mean(axis=0, dtype=np.float64), 1),
-                         "numpy argmax": _best(
-                             lambda: np.count_nonzero(np.argmax(logits, -1) == labels, 1), 1),
-                         "C consensus+mean": _best(
-                             lambda n=n: ops.consensus_distance(X, mean=mean, n_threads=n), 1)}
+                    t = {"evaluate": _seconds(sims[i].evaluate),
+                         "numpy consensus": _seconds(lambda: numpy_consensus(X)),
+                         "numpy mean": _seconds(lambda: X.mean(axis=0, dtype=np.float64)),
+                         "numpy argmax": _seconds(
+                             lambda: np.count_nonzero(np.argmax(logits, -1) == labels, 1)),
+                         "C consensus+mean": _seconds(
+                             lambda n=n: ops.consensus_distance(X, mean=mean, n_threads=n))}
                     for k, v in t.items():
                         b[k] = min(b.get(k, float("inf")), v)
         rows = [{"threads": n, **{k: 1e3 * v for k, v in best[n].items()}} for n in counts]
