@@ -3,13 +3,14 @@
     python benchmarks/bench_threads.py [--threads 1,2,4,8,16] [--repeat 3] [--out FILE.json]
 
 Cases (each a D-PSGD ring round on digits: sampling, loss_and_grad, momentum SGD, gossip): the MLP
-on 256 and on 1024 peers, the CNN on 64 peers. For every thread count the kernels get that many
-threads (``RunConfig(threads=N)``) and numpy's BLAS the same (threadpoolctl); the time is the best
-of ``repeat`` blocks of rounds, in one process, and the speed-up is against 1 thread. The thread
-counts take their blocks in turn (one simulator per count, block i of every count before block
-i + 1 of any), so a noisy neighbour slows them alike (on the lent 16-core VMs one count measured
-alone moved 1.5x within a minute). The parameters after the timed rounds are compared across
-thread counts: they must be bit-identical.
+on 256 and on 1024 peers, the CNN on 64 peers (the default); and the 1024-peer MLP with Adam,
+LAMB or LARS instead of SGD (``--cases mlp-1024-adam,mlp-1024-lamb,mlp-1024-lars``). For every
+thread count the kernels get that many threads (``RunConfig(threads=N)``) and numpy's BLAS the
+same (threadpoolctl); the time is the best of ``repeat`` blocks of rounds, in one process, and the
+speed-up is against 1 thread. The thread counts take their blocks in turn (one simulator per
+count, block i of every count before block i + 1 of any), so a noisy neighbour slows them alike
+(on the lent 16-core VMs one count measured alone moved 1.5x within a minute). The parameters
+after the timed rounds are compared across thread counts: they must be bit-identical.
 Uses only the public facade (``decentlearn.sim``), so it runs on any version of the package.
 """
 
@@ -32,7 +33,11 @@ CASES = {
     "mlp-256": dict(peers=256, model="mlp"),
     "mlp-1024": dict(peers=1024, model="mlp"),
     "cnn-64": dict(peers=64, model="cnn"),
+    "mlp-1024-adam": dict(peers=1024, model="mlp", optimizer="adam", lr=0.002),
+    "mlp-1024-lamb": dict(peers=1024, model="mlp", optimizer="lamb", lr=0.002),
+    "mlp-1024-lars": dict(peers=1024, model="mlp", optimizer="lars", lr=0.5),
 }
+DEFAULT = ("mlp-256", "mlp-1024", "cnn-64")
 BASE = dict(dataset="digits", topology="ring", partition="iid", batch_size=32, lr=0.05,
             momentum=0.9, seed=0, rounds=1000)
 
@@ -81,7 +86,8 @@ def measure(case: dict, counts: list[int], rounds: int,
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
+    p.add_argument("--cases", default=",".join(DEFAULT),
+                   help=f"comma-separated case names, of {', '.join(CASES)}")
     p.add_argument("--rounds", type=int, default=5, help="rounds per timed block")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", help="write the results as JSON here")

@@ -719,6 +719,22 @@ DL_DECLARE_ISA(dl_nn_conv_dgrad_f32, int, (const dl_nn_dgrad_t *d, int n_threads
 int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
                      float lr, float momentum, float weight_decay, int nesterov,
                      const int64_t *frozen, int n_threads);
+/* One Adam/AdamW step over P rows of dim: rowc (P, 2) float64 = per row lr / (1 - b1^t) and
+ * sqrt(1 - b2^t); coef[7] = b1, 1 - b1, b2, 1 - b2, eps, L2 weight decay (added to the gradient),
+ * decoupled decay (lr wd, AdamW), each used as float32 (see optim.c). */
+int dl_optim_adam_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *m,
+                      float *v, const double *rowc, const double *coef, const int64_t *frozen,
+                      int n_threads);
+/* One LAMB step: rowc (P, 2) = 1 - b1^t, 1 - b2^t; coef[7] = b1, 1 - b1, b2, 1 - b2, eps, wd, lr;
+ * the layers' column ranges bounds[0] = 0 < ... < bounds[n_seg] = dim; work (P, dim) scratch. */
+int dl_optim_lamb_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *m,
+                      float *v, float *work, const double *rowc, const double *coef,
+                      const int64_t *bounds, int64_t n_seg, const int64_t *frozen, int n_threads);
+/* One LARS step: coef[5] = lr, momentum, wd, eta (trust coefficient), eps; buf NULL when
+ * momentum is 0. */
+int dl_optim_lars_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
+                      const double *coef, const int64_t *bounds, int64_t n_seg,
+                      const int64_t *frozen, int n_threads);
 /* <<< nn */
 
 /* >>> conv: im2col / col2im of Conv2d on wide rows (conv.c); contracts in conv.c. */

@@ -1,15 +1,24 @@
-/* optim.c: one SGD step (momentum, Nesterov, L2 weight decay, frozen row prefixes) over the whole
- * (P, dim) parameter matrix in one pass, the kernel of decentlearn.optim.SGD for float32.
+/* optim.c: the optimizers' steps over the whole (P, dim) float32 parameter matrix, the kernels of
+ * decentlearn.optim for float32: SGD (momentum, Nesterov, L2 weight decay) and Adam/AdamW in one
+ * pass, LARS and LAMB in two (their per-peer, per-layer trust ratios need the layers' norms).
  *
- * Per element, in float32 and in this order (PyTorch's torch.optim.SGD with dampening 0):
+ * SGD, per element, in float32 and in this order (PyTorch's torch.optim.SGD with dampening 0):
  *   g = grad + wd * p (wd != 0);  buf = mu * buf + g (mu != 0);  g = g + mu * buf (Nesterov) or
  *   g = buf (mu != 0);  p = p - lr * g.
- * Entries j < frozen[r] of row r (CoCoFL's frozen layers) keep p and get buf = 0. Elementwise, so
- * any split over threads gives the same bits (rows, and column blocks when the rows are fewer than
- * the threads); built with the portable flags only (no FMA
- * contraction), so decentlearn/_reference/optim.py reproduces it exactly.
+ * Adam/AdamW, LARS and LAMB do the float32 operations of their NumPy forms (decentlearn/optim) in
+ * the same order, the per-row bias corrections coming in as float64 and rounded to float32 as
+ * NumPy's astype does. The layers' sums of squares (LARS, LAMB) are float64 in a fixed order:
+ * every layer cut into chunks of DL_TRUST_CHUNK columns, a chunk's squares summed in 16 lanes
+ * (column c0 + j into lane j mod 16, in column order) and its lanes added in lane order, the
+ * chunks of a layer in chunk order. Entries j < frozen[r] of row r (CoCoFL's frozen layers) keep
+ * p and get a zero optimizer state. Elementwise or per fixed chunk, so any split over threads
+ * gives the same bits (rows, and column blocks when the rows are fewer than the threads); built
+ * with the portable flags only (no FMA contraction), so decentlearn/_reference/optim.py
+ * reproduces every kernel exactly.
  */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dl.h"
 
@@ -54,5 +63,256 @@ int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *g
             }
         }
     }
+    return DL_OK;
+}
+
+/* Rows, or with fewer rows than threads blocks of DL_SGD_BLOCK columns of every row too. */
+static int64_t column_blocks(int64_t n_peers, int64_t dim, int nt) {
+    return n_peers >= nt ? 1 : dl_max_i64(1, dl_cdiv_i64(dim, DL_SGD_BLOCK));
+}
+
+static int frozen_ok(int64_t n_peers, int64_t dim, const int64_t *frozen) {
+    for (int64_t r = 0; frozen != NULL && r < n_peers; r++)
+        if (frozen[r] < 0 || frozen[r] > dim) return 0;
+    return 1;
+}
+
+int dl_optim_adam_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *m,
+                      float *v, const double *rowc, const double *coef, const int64_t *frozen,
+                      int n_threads) {
+    if (n_peers < 0 || dim < 0 || n_threads < 1 || !frozen_ok(n_peers, dim, frozen))
+        return DL_E_ARG;
+    const float b1 = (float)coef[0], ob1 = (float)coef[1], b2 = (float)coef[2];
+    const float ob2 = (float)coef[3], eps = (float)coef[4], l2 = (float)coef[5];
+    const float decay = (float)coef[6];
+    const int use_l2 = coef[5] != 0.0, use_decay = coef[6] != 0.0; /* as NumPy: the float64 values */
+    const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
+    const int64_t n_cb = column_blocks(n_peers, dim, nt);
+    const int64_t cbw = n_cb == 1 ? dim : DL_SGD_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t it = 0; it < n_peers * n_cb; it++) {
+        const int64_t r = it / n_cb, c0 = (it % n_cb) * cbw, c1 = dl_min_i64(dim, c0 + cbw);
+        float *restrict p = params + r * dim, *restrict mr = m + r * dim;
+        float *restrict vr = v + r * dim;
+        const float *restrict g = grad + r * dim;
+        const float lr_t = (float)rowc[2 * r], root2 = (float)rowc[2 * r + 1];
+        const int64_t fr = frozen ? frozen[r] : 0;
+        const int64_t j0 = fr > c0 ? dl_min_i64(fr, c1) : c0; /* first updated entry */
+        for (int64_t j = c0; j < j0; j++) mr[j] = vr[j] = 0.0f;
+        for (int64_t j = j0; j < c1; j++) {
+            float gj = g[j];
+            if (use_l2) gj = p[j] * l2 + gj;
+            const float mj = mr[j] * b1 + gj * ob1;
+            const float vj = vr[j] * b2 + gj * gj * ob2;
+            mr[j] = mj;
+            vr[j] = vj;
+            float d = sqrtf(vj) / root2 + eps;
+            d = mj / d * lr_t;
+            if (use_decay) d = d + p[j] * decay;
+            p[j] = p[j] - d;
+        }
+    }
+    return DL_OK;
+}
+
+#define DL_TRUST_CHUNK 4096 /* columns per chunk of a layer's sum of squares */
+#define DL_TRUST_LANES 16
+
+/* sum_j x[j]^2 in float64: x[j] into lane j mod 16 in order, the lanes added in order. */
+static double sumsq_lanes(const float *x, int64_t n) {
+    double acc[DL_TRUST_LANES] = {0};
+    int64_t j = 0;
+    for (; j + DL_TRUST_LANES <= n; j += DL_TRUST_LANES)
+        for (int l = 0; l < DL_TRUST_LANES; l++) {
+            const double t = x[j + l];
+            acc[l] += t * t;
+        }
+    for (int l = 0; j + l < n; l++) {
+        const double t = x[j + l];
+        acc[l] += t * t;
+    }
+    double s = 0.0;
+    for (int l = 0; l < DL_TRUST_LANES; l++) s += acc[l];
+    return s;
+}
+
+/* The chunks of a row: layer s = [bounds[s], bounds[s + 1]) cut every DL_TRUST_CHUNK columns;
+ * chunk k starts at start[k] and belongs to layer seg[k]. NULL when bounds do not tile [0, dim)
+ * (*n = -1) or on allocation failure (*n = 0). */
+static int64_t *trust_chunks(const int64_t *bounds, int64_t n_seg, int64_t dim, int64_t *n) {
+    *n = -1;
+    if (n_seg < 0 || (n_seg == 0 && dim != 0) || (n_seg > 0 && bounds[0] != 0) ||
+        (n_seg > 0 && bounds[n_seg] != dim))
+        return NULL;
+    int64_t count = 0;
+    for (int64_t s = 0; s < n_seg; s++) {
+        if (bounds[s + 1] <= bounds[s]) return NULL;
+        count += dl_cdiv_i64(bounds[s + 1] - bounds[s], DL_TRUST_CHUNK);
+    }
+    *n = 0;
+    int64_t *ck = (int64_t *)malloc(((size_t)count * 2 + 1) * sizeof(int64_t));
+    if (ck == NULL) return NULL;
+    int64_t k = 0;
+    for (int64_t s = 0; s < n_seg; s++)
+        for (int64_t c = bounds[s]; c < bounds[s + 1]; c += DL_TRUST_CHUNK, k++) {
+            ck[2 * k] = c;
+            ck[2 * k + 1] = s;
+        }
+    *n = count;
+    return ck;
+}
+
+/* scale[r, s] = (float)(lr * ratio) from the chunks' sums part[(r, k), 0..1] (x and y of the
+ * layer): ratio = num(||x||, ||y||) when both norms are > 0, else 1. */
+typedef double (*trust_fn)(double xn, double yn, const double *coef);
+
+static void trust_scales(int64_t r, int64_t n_seg, int64_t n_ck, const int64_t *ck,
+                         const double *part, float *scale, double lr, trust_fn ratio,
+                         const double *coef) {
+    int64_t k = 0;
+    for (int64_t s = 0; s < n_seg; s++) {
+        double xs = 0.0, ys = 0.0;
+        for (; k < n_ck && ck[2 * k + 1] == s; k++) {
+            xs += part[2 * (r * n_ck + k)];
+            ys += part[2 * (r * n_ck + k) + 1];
+        }
+        const double xn = sqrt(xs), yn = sqrt(ys);
+        scale[r * n_seg + s] = (float)(lr * (xn > 0.0 && yn > 0.0 ? ratio(xn, yn, coef) : 1.0));
+    }
+}
+
+static double lamb_ratio(double wn, double un, const double *coef) {
+    (void)coef;
+    return wn / un;
+}
+
+static double lars_ratio(double wn, double gn, const double *coef) {
+    return coef[3] * wn / (gn + coef[2] * wn + coef[4]); /* eta ||x|| / (||g|| + wd ||x|| + eps) */
+}
+
+int dl_optim_lamb_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *m,
+                      float *v, float *work, const double *rowc, const double *coef,
+                      const int64_t *bounds, int64_t n_seg, const int64_t *frozen, int n_threads) {
+    if (n_peers < 0 || dim < 0 || n_threads < 1 || !frozen_ok(n_peers, dim, frozen))
+        return DL_E_ARG;
+    int64_t n_ck;
+    int64_t *ck = trust_chunks(bounds, n_seg, dim, &n_ck);
+    if (ck == NULL) return n_ck < 0 ? DL_E_ARG : DL_E_NOMEM;
+    double *part = (double *)malloc(((size_t)(n_peers * n_ck) * 2 + 1) * sizeof(double));
+    float *scale = (float *)malloc(((size_t)(n_peers * n_seg) + 1) * sizeof(float));
+    if (part == NULL || scale == NULL) {
+        free(ck), free(part), free(scale);
+        return DL_E_NOMEM;
+    }
+    const float b1 = (float)coef[0], ob1 = (float)coef[1], b2 = (float)coef[2];
+    const float ob2 = (float)coef[3], eps = (float)coef[4], wd = (float)coef[5];
+    const int use_wd = coef[5] != 0.0; /* as NumPy: the float64 value */
+    const double lr = coef[6];
+    const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
+    const int64_t n_it = n_peers * n_ck;
+#pragma omp parallel num_threads(nt)
+    {
+        /* 1. m, v and the direction u (in work) with the layers' sums of squares of p and u */
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < n_it; it++) {
+            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
+            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            float *restrict p = params + r * dim, *restrict mr = m + r * dim;
+            float *restrict vr = v + r * dim, *restrict u = work + r * dim;
+            const float *restrict g = grad + r * dim;
+            const float bias1 = (float)rowc[2 * r], bias2 = (float)rowc[2 * r + 1];
+            const int64_t fr = frozen ? frozen[r] : 0;
+            const int64_t j0 = fr > c0 ? dl_min_i64(fr, c1) : c0;
+            for (int64_t j = c0; j < j0; j++) mr[j] = vr[j] = u[j] = 0.0f;
+            for (int64_t j = j0; j < c1; j++) {
+                const float gj = g[j];
+                const float mj = mr[j] * b1 + gj * ob1;
+                const float vj = vr[j] * b2 + gj * gj * ob2;
+                mr[j] = mj;
+                vr[j] = vj;
+                float d = sqrtf(vj / bias2) + eps;
+                d = mj / d / bias1;
+                if (use_wd) d = d + p[j] * wd;
+                u[j] = d;
+            }
+            part[2 * it] = sumsq_lanes(p + c0, c1 - c0);
+            part[2 * it + 1] = sumsq_lanes(u + c0, c1 - c0);
+        }
+        /* 2. per peer and layer lr ||p|| / ||u|| */
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n_peers; r++)
+            trust_scales(r, n_seg, n_ck, ck, part, scale, lr, lamb_ratio, coef);
+        /* 3. p -= scale u */
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < n_it; it++) {
+            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
+            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            float *restrict p = params + r * dim;
+            const float *restrict u = work + r * dim;
+            const float sc = scale[r * n_seg + s];
+            const int64_t fr = frozen ? frozen[r] : 0;
+            for (int64_t j = fr > c0 ? dl_min_i64(fr, c1) : c0; j < c1; j++) p[j] = p[j] - u[j] * sc;
+        }
+    }
+    free(ck), free(part), free(scale);
+    return DL_OK;
+}
+
+int dl_optim_lars_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
+                      const double *coef, const int64_t *bounds, int64_t n_seg,
+                      const int64_t *frozen, int n_threads) {
+    if (n_peers < 0 || dim < 0 || n_threads < 1 || !frozen_ok(n_peers, dim, frozen))
+        return DL_E_ARG;
+    const float mu = (float)coef[1], wd = (float)coef[2];
+    const int use_mu = coef[1] != 0.0; /* the guards test the float64 values, as NumPy */
+    if (use_mu && buf == NULL) return DL_E_ARG;
+    int64_t n_ck;
+    int64_t *ck = trust_chunks(bounds, n_seg, dim, &n_ck);
+    if (ck == NULL) return n_ck < 0 ? DL_E_ARG : DL_E_NOMEM;
+    double *part = (double *)malloc(((size_t)(n_peers * n_ck) * 2 + 1) * sizeof(double));
+    float *scale = (float *)malloc(((size_t)(n_peers * n_seg) + 1) * sizeof(float));
+    if (part == NULL || scale == NULL) {
+        free(ck), free(part), free(scale);
+        return DL_E_NOMEM;
+    }
+    const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
+    const int64_t n_it = n_peers * n_ck;
+#pragma omp parallel num_threads(nt)
+    {
+        /* 1. the layers' sums of squares of p and g */
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < n_it; it++) {
+            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
+            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            part[2 * it] = sumsq_lanes(params + r * dim + c0, c1 - c0);
+            part[2 * it + 1] = sumsq_lanes(grad + r * dim + c0, c1 - c0);
+        }
+        /* 2. per peer and layer lr eta ||p|| / (||g|| + wd ||p|| + eps) */
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n_peers; r++)
+            trust_scales(r, n_seg, n_ck, ck, part, scale, coef[0], lars_ratio, coef);
+        /* 3. buf = mu buf + scale (g + wd p); p -= buf */
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < n_it; it++) {
+            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
+            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            float *restrict p = params + r * dim, *restrict b = buf ? buf + r * dim : NULL;
+            const float *restrict g = grad + r * dim;
+            const float sc = scale[r * n_seg + s];
+            const int64_t fr = frozen ? frozen[r] : 0;
+            const int64_t j0 = fr > c0 ? dl_min_i64(fr, c1) : c0;
+            if (use_mu)
+                for (int64_t j = c0; j < j0; j++) b[j] = 0.0f;
+            for (int64_t j = j0; j < c1; j++) {
+                float d = (p[j] * wd + g[j]) * sc;
+                if (use_mu) {
+                    d = b[j] * mu + d;
+                    b[j] = d;
+                }
+                p[j] = p[j] - d;
+            }
+        }
+    }
+    free(ck), free(part), free(scale);
     return DL_OK;
 }

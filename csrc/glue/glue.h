@@ -123,7 +123,7 @@ enum { E_NONE = 0, E_I0, E_POW2_I0, E_POW2M1_I0 }; /* the %d of a status message
 #define G_F32_OR_S8 (-1)
 #define G_NDIM_ANY (-1) /* an array of any number of dimensions (op->check relates the shapes) */
 #define GLUE_MAX_ARGS 12
-#define GLUE_MAX_ARRAYS 8
+#define GLUE_MAX_ARRAYS 10
 
 typedef struct {
     int kind;             /* G_* */

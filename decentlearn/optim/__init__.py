@@ -1,16 +1,17 @@
 """Optimizers that update every peer's parameters at once. The state of an optimizer for P peers is
-one ``(P, dim)`` array (the momentum buffer), so it can be averaged or reset by the simulator like
-the parameters themselves. For float32 one ``step`` is one pass of a C kernel over the whole matrix
-(``ops.sgd_step``, rows split over threads, frozen prefixes honoured, bit-identical to its NumPy
-reference in decentlearn/_reference/optim.py for any thread count); float64 runs a handful of in-place
-whole-matrix NumPy operations with a single reusable scratch array.
+one ``(P, dim)`` array per moment (the momentum buffer), so it can be averaged or reset by the
+simulator like the parameters themselves. For float32 one ``step`` is one C kernel over the whole
+matrix (``ops.sgd_step``, ``ops.adam_step``, ``ops.lamb_step``, ``ops.lars_step``: rows or column
+blocks split over threads, frozen prefixes honoured, bit-identical to their NumPy twins in
+decentlearn/_reference/optim.py for any thread count); float64 runs SGD's in-place whole-matrix
+NumPy operations and the other optimizers' twins.
 ``SGD`` follows PyTorch's ``torch.optim.SGD`` (dampening 0): ``g = grad + wd * params``;
 ``buf = momentum * buf + g``; ``g = g + momentum * buf`` with Nesterov, else ``g = buf``;
 ``params -= lr * g``.
 
 Beside SGD, ``Adam``/``AdamW`` (Kingma & Ba; Loshchilov & Hutter), ``LARS`` (You et al. 2017) and
 ``LAMB`` (You et al. 2019), the optimizers of large-batch training, update every peer's row at
-once with whole-matrix NumPy operations; their state is per peer — ``(P, D)`` moment arrays and a
+once; their state is per peer — ``(P, D)`` moment arrays and a
 ``(P,)`` step count (bias corrections are per row, so peers that step at different times under
 asynchrony or churn stay exact). LARS and LAMB scale each layer's update by a trust ratio computed
 per peer and per layer (``segments``: the parameter tensors of the model's layout). ``make``

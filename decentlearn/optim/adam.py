@@ -21,30 +21,19 @@ class Adam(Adaptive):
 
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
         params -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-    """
+
+    One pass of ``ops.adam_step`` for float32."""
 
     def __init__(self, config: OptimizerConfig, shape, dtype: Any = np.float32,
-                 segments=None) -> None:
-        super().__init__(config, shape, dtype, segments)
+                 segments=None, n_threads: int | None = None) -> None:
+        super().__init__(config, shape, dtype, segments, n_threads)
         if config.name not in ("adam", "adamw"):
             raise ValueError(f"Adam needs optimizer 'adam' or 'adamw', got {config.name!r}")
         self._state = {"exp_avg": np.zeros(self.shape, self.dtype),
                        "exp_avg_sq": np.zeros(self.shape, self.dtype)}
 
-    def step(self, params: np.ndarray, grad: np.ndarray, lr: float | None = None,
-             frozen: np.ndarray | None = None) -> None:
-        lr, mask = self._begin(params, grad, lr, frozen)
+    def _step(self, kernels, params, grad, lr, frozen) -> None:
         c = self.config
-        g = grad
-        if c.weight_decay != 0 and c.name == "adam":
-            g = np.multiply(params, c.weight_decay, out=self._scratch)
-            g += grad
-        m, v = self._moments(g, c.momentum, c.beta2)
-        denom = np.sqrt(v, out=self._scratch)
-        denom /= np.sqrt(self._bias(c.beta2)).astype(self.dtype)
-        denom += self.dtype.type(c.eps_value)
-        np.divide(m, denom, out=denom)
-        denom *= (lr / self._bias(c.momentum)).astype(self.dtype)
-        if c.weight_decay != 0 and c.name == "adamw":  # decoupled: params *= 1 - lr wd
-            denom += np.multiply(params, self.dtype.type(lr * c.weight_decay), out=self._work())
-        self._finish(params, denom, mask)
+        kernels.adam_step(params, grad, self._state["exp_avg"], self._state["exp_avg_sq"],
+                          self.steps, lr, c.momentum, c.beta2, c.eps_value, c.weight_decay,
+                          c.name == "adamw", frozen, n_threads=self.n_threads)

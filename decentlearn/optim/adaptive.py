@@ -1,9 +1,12 @@
 """What Adam, LARS and LAMB share: the ``Adaptive`` base (shape and dtype checks, per-peer state
-with a ``(P,)`` step count, frozen prefixes), layer ``segments`` and per-row norms.
+with a ``(P,)`` step count, frozen prefixes) and layer ``segments``.
 
 Their state is per peer — ``(P, D)`` moment arrays and a ``(P,)`` step count (bias corrections are
-per row, so peers that step at different times under asynchrony or churn stay exact) — and every
-step is a few whole-matrix NumPy operations over all peers' rows.
+per row, so peers that step at different times under asynchrony or churn stay exact). For float32
+one step is one C kernel over all peers' rows (``ops.adam_step``, ``ops.lamb_step``,
+``ops.lars_step``: rows or blocks of columns split over threads, the same bits for any thread
+count); float64, and operands the kernels do not take, run their NumPy twins
+(decentlearn/_reference/optim.py), which do the same operations in the same order.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from decentlearn import ops
+from decentlearn._reference import optim as reference
 from decentlearn.optim.base import (
     Optimizer,
     OptimizerConfig,
@@ -21,7 +26,7 @@ from decentlearn.optim.base import (
     frozen_groups,
 )
 
-__all__ = ["Adaptive", "check_segments", "row_norms"]
+__all__ = ["Adaptive", "check_segments"]
 
 
 def check_segments(segments, dim: int) -> tuple[tuple[int, int], ...]:
@@ -42,21 +47,20 @@ def check_segments(segments, dim: int) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def row_norms(a: np.ndarray) -> np.ndarray:
-    """Euclidean norm of each row, accumulated in float64."""
-    return np.sqrt(np.einsum("ij,ij->i", a, a, dtype=np.float64))
-
-
 class Adaptive(Optimizer):
     """Shared machinery of Adam, LARS and LAMB: shape/dtype checks, per-peer state, frozen
-    prefixes (their update and state stay zero, as in SGD)."""
+    prefixes (their update and state stay zero, as in SGD), the choice of kernels."""
 
     name = ""
-    #: Work arrays (``_tmp`` made on first use).
-    scratch = ("_scratch", "_tmp")
+
+    @classmethod
+    def from_config(cls, config: OptimizerConfig, shape: tuple[int, int], *,
+                    dtype: Any = np.float32, n_threads: int | None = None,
+                    segments=None) -> Adaptive:
+        return cls(config, shape, dtype=dtype, segments=segments, n_threads=n_threads)
 
     def __init__(self, config: OptimizerConfig, shape: tuple[int, int], dtype: Any = np.float32,
-                 segments=None) -> None:
+                 segments=None, n_threads: int | None = None) -> None:
         if not isinstance(config, OptimizerConfig):
             raise TypeError(f"config must be an OptimizerConfig, got {type(config).__name__}")
         dtype = check_dtype(dtype)
@@ -65,17 +69,14 @@ class Adaptive(Optimizer):
         self.name = config.name
         self.dtype: np.dtype = dtype
         self.segments = check_segments(segments, self.shape[1])
+        #: The layers' column bounds 0 = b[0] < ... < b[S] = D (LARS's and LAMB's trust ratios).
+        self.bounds = np.array([0] + [b for _, b in self.segments], dtype=np.int64)
+        #: Threads of the float32 step kernels (None: decentlearn's default).
+        self.n_threads = ops.resolve_threads(n_threads) if n_threads is not None else None
         self.lr = float(config.lr)
         #: Steps taken by each peer (bias corrections of Adam and LAMB are per row).
         self.steps = np.zeros(self.shape[0], dtype=np.int64)
         self._state: dict[str, np.ndarray] = {}
-        self._scratch = np.empty(self.shape, dtype=self.dtype)
-        self._tmp: np.ndarray | None = None  # a second (P, D) work array, made on first use
-
-    def _work(self) -> np.ndarray:
-        if self._tmp is None:
-            self._tmp = np.empty(self.shape, dtype=self.dtype)
-        return self._tmp
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         return {**self._state, "steps": self.steps}
@@ -108,7 +109,8 @@ class Adaptive(Optimizer):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r}, shape={self.shape}, dtype={self.dtype})"
 
-    def _begin(self, params, grad, lr, frozen):
+    def step(self, params: np.ndarray, grad: np.ndarray, lr: float | None = None,
+             frozen: np.ndarray | None = None) -> None:
         self._check(params, "params")
         self._check(grad, "grad")
         if not params.flags.writeable:
@@ -117,30 +119,16 @@ class Adaptive(Optimizer):
             lr = self.lr
         elif check_real(lr, "lr") <= 0:
             raise ValueError(f"lr must be > 0, got {lr}")
-        mask = frozen_groups(frozen, self.shape) if frozen is not None else []
+        if frozen is not None:
+            frozen_groups(frozen, self.shape)  # validates
+            frozen = np.asarray(frozen, dtype=np.int64)
         self.steps += 1
-        return float(lr), mask
+        fits = (self.dtype == np.float32 and not np.may_share_memory(params, grad)
+                and all(a.flags.c_contiguous and a.flags.aligned for a in (params, grad)))
+        self._step(ops if fits else reference, params, grad, float(lr), frozen)
 
-    def _finish(self, params: np.ndarray, update: np.ndarray, mask) -> None:
-        """params -= update, frozen prefixes (and their state) left at rest."""
-        for rows, cut in mask:
-            update[rows, :cut] = 0
-            for name, a in self._state.items():
-                a[rows, :cut] = 0
-        params -= update
-
-    def _moments(self, g: np.ndarray, beta1: float, beta2: float) -> tuple[np.ndarray, np.ndarray]:
-        """m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (in place); returns (m, v)."""
-        m, v = self._state["exp_avg"], self._state["exp_avg_sq"]
-        tmp = self._work()  # no (P, D) temporaries per step
-        m *= beta1
-        m += np.multiply(g, 1.0 - beta1, out=tmp)
-        v *= beta2
-        np.square(g, out=tmp)
-        tmp *= 1.0 - beta2
-        v += tmp
-        return m, v
-
-    def _bias(self, beta: float) -> np.ndarray:
-        """1 - beta^t per peer, as a (P, 1) column (t = that peer's step count)."""
-        return (1.0 - np.power(beta, self.steps.astype(np.float64)))[:, None]
+    def _step(self, kernels: Any, params: np.ndarray, grad: np.ndarray, lr: float,
+              frozen: np.ndarray | None) -> None:
+        """The step with ``kernels``: decentlearn.ops (float32) or its NumPy twins, which take
+        the same arguments."""
+        raise NotImplementedError

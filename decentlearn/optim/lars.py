@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from decentlearn.optim.adaptive import Adaptive, row_norms
+from decentlearn.optim.adaptive import Adaptive
 from decentlearn.optim.base import OptimizerConfig, register
 
 __all__ = ["LARS"]
@@ -19,35 +19,22 @@ class LARS(Adaptive):
 
         trust_l = eta ||x_l|| / (||g_l|| + wd ||x_l|| + eps)   (1 where ||x_l|| or ||g_l|| is 0)
         buf = momentum buf + lr trust_l (g + wd x);  x -= buf
-    """
+
+    ``ops.lars_step`` for float32: the layers' sums of squares in one pass, the update in a
+    second."""
 
     default_eps = 1e-9
     momentum_name = "momentum"
 
     def __init__(self, config: OptimizerConfig, shape, dtype: Any = np.float32,
-                 segments=None) -> None:
-        super().__init__(config, shape, dtype, segments)
+                 segments=None, n_threads: int | None = None) -> None:
+        super().__init__(config, shape, dtype, segments, n_threads)
         if config.name != "lars":
             raise ValueError(f"LARS needs optimizer 'lars', got {config.name!r}")
         self._state = {"momentum": np.zeros(self.shape, self.dtype)}
 
-    def step(self, params: np.ndarray, grad: np.ndarray, lr: float | None = None,
-             frozen: np.ndarray | None = None) -> None:
-        lr, mask = self._begin(params, grad, lr, frozen)
+    def _step(self, kernels, params, grad, lr, frozen) -> None:
         c = self.config
-        u = np.multiply(params, c.weight_decay, out=self._scratch)
-        u += grad
-        for a, b in self.segments:
-            wn, gn = row_norms(params[:, a:b]), row_norms(grad[:, a:b])
-            ok = (wn > 0) & (gn > 0)
-            trust = np.where(ok, c.trust_coefficient * wn
-                             / np.where(ok, gn + c.weight_decay * wn + c.eps_value, 1.0), 1.0)
-            u[:, a:b] *= (lr * trust).astype(self.dtype)[:, None]
-        if c.momentum != 0:
-            buf = self._state["momentum"]
-            buf *= self.dtype.type(c.momentum)
-            buf += u
-            for rows, cut in mask:
-                buf[rows, :cut] = 0
-            u[...] = buf
-        self._finish(params, u, mask)
+        kernels.lars_step(params, grad, self._state["momentum"], lr, c.momentum, c.weight_decay,
+                          c.trust_coefficient, c.eps_value, self.bounds, frozen,
+                          n_threads=self.n_threads)
