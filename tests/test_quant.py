@@ -58,7 +58,8 @@ def test_matches_reference_on_every_isa(isa, name, kw, dkw, dim):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8))  # bits, -0.0 included
     dec = getattr(ops, f"{name}_decode")(*got, **dkw(dim))
-    np.testing.assert_array_equal(dec, getattr(ref, f"{name}_decode")(*want, **dkw(dim)))
+    want_dec = getattr(ref, f"{name}_decode")(*want, **dkw(dim))
+    np.testing.assert_array_equal(dec.view(np.uint8), want_dec.view(np.uint8))  # -0.0 included
     assert dec.shape == (rows, dim) and np.isfinite(dec).all()
 
 
@@ -169,6 +170,21 @@ def test_sign_decodes_to_plus_minus_scale():
     scale = np.abs(x.astype(np.float64)).mean(axis=1).astype(np.float32)
     np.testing.assert_allclose(np.abs(dec), np.broadcast_to(scale[:, None], x.shape), rtol=1e-6)
     np.testing.assert_array_equal(dec < 0, x < 0)
+
+
+@pytest.mark.parametrize("dim", [1, 7, 8, 9, 16, 17, 1001])
+def test_sign_decode_bits_at_every_length(dim):
+    """Eight values per byte from a nibble table, then a bit-by-bit tail: every bit pattern and
+    a zero scale (-0.0 where the bit is set) give the reference's bits."""
+    rng = np.random.default_rng(dim)
+    packed = rng.integers(0, 256, (4, -(-dim // 8)), dtype=np.uint8)
+    packed[0, :] = np.arange(packed.shape[1]) % 256  # many byte values in one row
+    scale = np.array([0.5, 0.0, 3e38, 1e-45], np.float32)
+    got = ops.sign_decode(scale, packed, dim, n_threads=2)
+    want = ref.sign_decode(scale, packed, dim)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    bits = np.unpackbits(packed, axis=1, bitorder="little")[:, :dim].astype(bool)
+    np.testing.assert_array_equal(np.signbit(got), bits)
 
 
 def test_int8_codes_in_range_and_max_exact():
