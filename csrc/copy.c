@@ -236,3 +236,44 @@ int dl_shuffle_segments(int64_t n_list, const int64_t *peers, int64_t n_peers, c
     free(uoff);
     return status;
 }
+
+/* out = a x + b y, n float32 values: each product rounded, then their sum (no contraction), so
+ * with a = 1 or b = +-1 the products are exact and this is NumPy's x + b * y, x - y, ... bit for
+ * bit. out may be x or y itself (in place) but must not overlap them otherwise (the glue checks);
+ * elementwise, so any split over threads gives the same bits. */
+static void axpby_chunk(int64_t n, float a, const float *restrict x, float b,
+                        const float *restrict y, float *restrict out) {
+    for (int64_t i = 0; i < n; i++) out[i] = a * x[i] + b * y[i];
+}
+static void axpby_chunk_inplace(int64_t n, float a, float *restrict io, float b,
+                                const float *restrict y) { /* io = a io + b y */
+    for (int64_t i = 0; i < n; i++) io[i] = a * io[i] + b * y[i];
+}
+static void axpby_chunk_any(int64_t n, float a, const float *x, float b, const float *y,
+                            float *out) { /* x == y */
+    for (int64_t i = 0; i < n; i++) out[i] = a * x[i] + b * y[i];
+}
+
+int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, float *out,
+                 int n_threads) {
+    if (n < 0 || n_threads < 1) return DL_E_ARG;
+    const int64_t nc = dl_cdiv_i64(n, DL_COPY_CHUNK);
+    if (nc == 0) return DL_OK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_min_i64(n_threads, nc))
+#else
+    (void)n_threads;
+#endif
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * DL_COPY_CHUNK, len = dl_min_i64(DL_COPY_CHUNK, n - i0);
+        if (x == y)
+            axpby_chunk_any(len, a, x + i0, b, y + i0, out + i0);
+        else if (out == x)
+            axpby_chunk_inplace(len, a, out + i0, b, y + i0);
+        else if (out == y) /* b y + a x: the same sum */
+            axpby_chunk_inplace(len, b, out + i0, a, x + i0);
+        else
+            axpby_chunk(len, a, x + i0, b, y + i0, out + i0);
+    }
+    return DL_OK;
+}

@@ -667,6 +667,9 @@ int dl_gemm_s8_conv_wgrad_amx(const dl_gemm_s8_conv_wgrad_t *d, int n_threads);
 /* >>> section limits (copy.c, peak*.c): the machine's limits, measured by the benchmarks */
 /* dst[0:n) = src[0:n) with non-temporal stores (no overlap); any n_threads, same result. */
 int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
+/* out = a x + b y over n float32 values (products rounded, then summed; out may be x or y). */
+int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, float *out,
+                 int n_threads);
 /* *out = XOR of src's n words: a read-only pass (copy.c). */
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
 /* dst (P, B, A, K) = src (P, A, B, K) with axes 1 and 2 swapped (rows of K copied whole). */

@@ -39,6 +39,32 @@ static int call_read_f32(const glue_call_t *c, const dl_dispatch_t *d) {
     return dl_read_f32((int64_t)PyArray_SIZE(c->arr[0]), G_DATA(c, 0), G_DATA(c, 1), c->n_threads);
 }
 
+/* axpby(a, x, b, y, out, n_threads) is a table row: out = a x + b y, all C-contiguous float32 of
+ * one size. out is declared an input so that it may be x or y itself (in place); here it must be
+ * writable, and identical to x (y) or share no memory with it. */
+static int check_axpby(glue_call_t *c) {
+    PyArrayObject *x = c->arr[0], *y = c->arr[1], *out = c->arr[2];
+    if (PyArray_SIZE(y) != PyArray_SIZE(x) || PyArray_SIZE(out) != PyArray_SIZE(x)) {
+        PyErr_Format(PyExc_ValueError, "axpby: y and out must have x's size %zd, got %zd and %zd",
+                     (Py_ssize_t)PyArray_SIZE(x), (Py_ssize_t)PyArray_SIZE(y),
+                     (Py_ssize_t)PyArray_SIZE(out));
+        return -1;
+    }
+    if (check_aligned_writeable(out, "axpby", "out", 1)) return -1;
+    for (int i = 0; i < 2; i++)
+        if (PyArray_DATA(c->arr[i]) != PyArray_DATA(out) && overlaps(c->arr[i], out)) {
+            PyErr_Format(PyExc_ValueError, "axpby: out must be %s itself or share no memory with "
+                         "it", i ? "y" : "x");
+            return -1;
+        }
+    return 0;
+}
+static int call_axpby(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_axpby_f32((int64_t)PyArray_SIZE(c->arr[0]), c->flt[0], G_DATA(c, 0), c->flt[1],
+                        G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
+}
+
 /* swap_axes12(src, dst, n_threads) -> dst: src (P, A, B, K) and dst (P, B, A, K) float32,
  * C-contiguous: dst[p, j, i] = src[p, i, j]. */
 static int check_swap_axes12(glue_call_t *c) {
@@ -62,6 +88,11 @@ static int call_swap_axes12(const glue_call_t *c, const dl_dispatch_t *d) {
 }
 
 static const glue_op_t ops[] = {
+    {"axpby", "axpby(a, x, b, y, out, n_threads): out = a x + b y (float32).",
+     {G_F("a"), G_IN("x", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_F("b"),
+      G_IN("y", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
+      G_IN("out", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},
+     0, 0, check_axpby, NULL, call_axpby, {0}, 0, {0}},
     {"copy_f32", "copy_f32(src, dst, n_threads) -> dst: non-temporal streaming copy (float32).",
      {G_IN("src", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),
       G_OUT("dst", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_THREADS_ARG},

@@ -12,6 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | None = None,
+          n_threads: int | None = None) -> np.ndarray:
+    res = np.float32(a) * x + np.float32(b) * y
+    if out is None:
+        return res
+    out[...] = res.reshape(out.shape)
+    return out
+
+
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
     np.copyto(dst, src)
     return dst

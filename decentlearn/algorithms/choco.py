@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decentlearn import compress
+from decentlearn import compress, ops
 from decentlearn.algorithms.base import Algorithm, Sampler, option, register
 from decentlearn.state import row
 
@@ -65,10 +65,12 @@ class CHOCO(Algorithm):
         losses = np.zeros(self.comm.n_peers)
         for _ in range(self.local_steps):
             losses += self.local_step(sample)
-        payload = self.compress(np.subtract(self.params, self.x_hat, out=self._buf), t)
-        self.x_hat += self.comm.exchange(self.compressor, payload, t)
+        nt = self.comm.n_threads
+        payload = self.compress(ops.axpby(1, self.params, -1, self.x_hat, out=self._buf,
+                                          n_threads=nt), t)
+        received = self.comm.exchange(self.compressor, payload, t)
+        ops.axpby(1, self.x_hat, 1, received, out=self.x_hat, n_threads=nt)  # x_hat += q
         mixed = self.comm.combine(self.x_hat, t, out=self._buf)
-        mixed -= self.x_hat
-        mixed *= np.float32(self.gamma)
-        self.params += mixed
+        ops.axpby(1, mixed, -1, self.x_hat, out=mixed, n_threads=nt)  # W x_hat - x_hat
+        ops.axpby(1, self.params, self.gamma, mixed, out=self.params, n_threads=nt)
         return losses / self.local_steps

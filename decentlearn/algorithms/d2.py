@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from decentlearn import ops
 from decentlearn.algorithms.base import (Algorithm, Sampler, register, require_atc,
                                          require_one_step, require_unfrozen,
                                          require_uncompressed)
@@ -50,14 +51,17 @@ class D2(Algorithm):
         x, y = sample()
         losses, g = self.gradient(self.params, x, y)
         step = g * np.float32(self.optimizer.lr)
+        nt = self.comm.n_threads
         if self._x_prev is None:
-            z = self.params - step
-        else:
-            z = 2 * self.params - self._x_prev - step + self._step_prev
+            z = ops.axpby(1, self.params, -1, step, n_threads=nt)
+        else:  # ((2 x - x_prev) - step) + step_prev, NumPy's order
+            z = ops.axpby(2, self.params, -1, self._x_prev, n_threads=nt)
+            ops.axpby(1, z, -1, step, out=z, n_threads=nt)
+            ops.axpby(1, z, 1, self._step_prev, out=z, n_threads=nt)
         self._x_prev = self.params
         self._step_prev = step
         mixed = self.comm.mix(z, t)  # W z; then x_{t+1} = (z + W z) / 2 = W̄ z
-        x_next = z + mixed
+        x_next = ops.axpby(1, z, 1, mixed, n_threads=nt)
         x_next *= np.float32(0.5)
         self.params = x_next
         return losses

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from decentlearn import ops
 from decentlearn.algorithms.base import (Algorithm, Sampler, register, require_atc,
                                          require_one_step, require_unfrozen,
                                          require_uncompressed)
@@ -48,8 +49,9 @@ class DSGT(Algorithm):
         x, y = sample()
         losses, g = self.gradient(self.params, x, y)
         mixed = self.comm.mix(self.tracker, t)
-        mixed += g
-        mixed -= self._g_prev
+        nt = self.comm.n_threads
+        ops.axpby(1, mixed, 1, g, out=mixed, n_threads=nt)  # (W y + g) - g_prev, as NumPy
+        ops.axpby(1, mixed, -1, self._g_prev, out=mixed, n_threads=nt)
         self.tracker = mixed
-        self._g_prev[...] = g
+        ops.copy_f32(g, self._g_prev, n_threads=nt)
         return losses

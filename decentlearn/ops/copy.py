@@ -1,5 +1,6 @@
 """A streaming copy and a read-only pass (csrc/copy.c): the memory limits
-decentlearn.experiments.bench measures the machine with; ``take_rows``, the threaded gather of
+decentlearn.experiments.bench measures the machine with; ``axpby``, the threaded ``a x + b y`` the
+algorithms' whole-matrix updates use; ``take_rows``, the threaded gather of
 every peer's minibatch; ``batch_indices`` and ``shuffle_segments``, the peer sampler's index draw
 and reshuffle; and ``swap_axes12``, Flatten's threaded reorder between channel-major and
 sample-major.
@@ -11,14 +12,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from decentlearn._core import axpby as _core_axpby
 from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as _core_copy_f32,
                                read_f32 as _core_read_f32,
                                shuffle_segments as _core_shuffle_segments,
                                swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["batch_indices", "copy_f32", "read_f32", "shuffle_segments", "swap_axes12",
+__all__ = ["axpby", "batch_indices", "copy_f32", "read_f32", "shuffle_segments", "swap_axes12",
            "take_rows"]
+
+
+def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | None = None,
+          n_threads: int | None = None) -> np.ndarray:
+    """``out = a * x + b * y`` on the run's threads: float32 arrays of one size, C-contiguous;
+    ``a``, ``b`` rounded to float32; each product rounded, then the sum, so with a = 1 and
+    b = 1 or -1 it is NumPy's ``x + y`` or ``x - y`` bit for bit, with a = 1 ``x + b * y``.
+    ``out`` (default: a new array shaped as x) may be x or y itself (in place)."""
+    if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+        raise TypeError("axpby: x and y must be numpy arrays")
+    if out is None:
+        out = np.empty_like(x)
+    elif not isinstance(out, np.ndarray):
+        raise TypeError(f"axpby: out must be a numpy array, got {type(out).__name__}")
+    flat = [a_.reshape(-1) if a_.flags.c_contiguous else a_ for a_ in (x, y, out)]
+    _core_axpby(float(a), flat[0], float(b), flat[1], flat[2], resolve_threads(n_threads, x.size))
+    return out
 
 
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:

@@ -1,0 +1,77 @@
+"""ops.axpby, the threaded ``a x + b y`` of the algorithms' whole-matrix updates, against its NumPy
+twin and NumPy's own expressions bit for bit (in place, at several thread counts and sizes, with
+zeros, infinities and NaN), and its argument checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decentlearn import ops
+from decentlearn._reference import copy as ref_copy
+
+SIZES = [0, 1, 7, 1000, (1 << 16) * 3 + 5]
+
+
+def _data(n, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * np.exp(rng.uniform(-30, 30, n))).astype(np.float32)
+    if n >= 8:
+        x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e38, 3e38]
+    return x
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("a,b", [(1, 1), (1, -1), (1, 0.3), (2, -1), (0.5, 0.7), (-1.5, 0)])
+def test_matches_twin_in_place_and_at_any_thread_count(n, a, b):
+    x, y = _data(n, n), _data(n, n + 1)[::-1].copy()
+    with np.errstate(all="ignore"):
+        want = ref_copy.axpby(a, x, b, y)
+        for nt in (1, 2, 5):
+            np.testing.assert_array_equal(_bits(ops.axpby(a, x, b, y, n_threads=nt)), _bits(want))
+            xx, yy = x.copy(), y.copy()
+            assert ops.axpby(a, xx, b, y, out=xx, n_threads=nt) is xx
+            ops.axpby(a, x, b, yy, out=yy, n_threads=nt)
+            np.testing.assert_array_equal(_bits(xx), _bits(want))
+            np.testing.assert_array_equal(_bits(yy), _bits(want))
+            xx = x.copy()  # x and y one array: a x + b x
+            ops.axpby(a, xx, b, xx, out=xx, n_threads=nt)
+            np.testing.assert_array_equal(_bits(xx), _bits(ref_copy.axpby(a, x, b, x)))
+
+
+def test_equals_numpys_own_expressions():
+    """The forms the algorithms replaced: x + y, x - y, x + b y, 2 x - y (products with 1, 2 and
+    -1 are exact)."""
+    x, y = _data(5000, 1).reshape(50, 100), _data(5000, 2).reshape(50, 100)
+    b = np.float32(0.37)
+    with np.errstate(all="ignore"):
+        for got, want in ((ops.axpby(1, x, 1, y), x + y), (ops.axpby(1, x, -1, y), x - y),
+                          (ops.axpby(1, x, 0.37, y), x + b * y),
+                          (ops.axpby(2, x, -1, y), 2 * x - y)):
+            assert got.shape == x.shape and got.dtype == np.float32
+            np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_bad_arguments():
+    x = np.zeros((3, 4), np.float32)
+    with pytest.raises(TypeError, match="x must have dtype float32"):
+        ops.axpby(1, x.astype(np.float64), 1, x)
+    with pytest.raises(ValueError, match="y and out must have x's size 12, got 11"):
+        ops.axpby(1, x, 1, np.zeros(11, np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.axpby(1, x, 1, np.zeros((3, 8), np.float32)[:, ::2])
+    buf = np.zeros(20, np.float32)
+    with pytest.raises(ValueError, match="out must be x itself or share no memory with it"):
+        ops.axpby(1, buf[1:13], 1, x, out=buf[:12])
+    with pytest.raises(ValueError, match="out must be y itself or share no memory with it"):
+        ops.axpby(1, x, 1, buf[:12], out=buf[2:14])
+    ro = np.zeros((3, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be writeable"):
+        ops.axpby(1, x, 1, x, out=ro)
+    with pytest.raises(TypeError, match="numpy arrays"):
+        ops.axpby(1, [1.0], 1, x)
