@@ -4,7 +4,8 @@
 
 Cases (each a D-PSGD ring round on digits: sampling, loss_and_grad, momentum SGD, gossip): the MLP
 on 256 and on 1024 peers, the CNN on 64 peers (the default); and the 1024-peer MLP with Adam,
-LAMB or LARS instead of SGD (``--cases mlp-1024-adam,mlp-1024-lamb,mlp-1024-lars``). For every
+LAMB or LARS instead of SGD (``--cases mlp-1024-adam,mlp-1024-lamb,mlp-1024-lars``); the
+256-peer MLP round of every algorithm (``--cases algorithms``). For every
 thread count the kernels get that many threads (``RunConfig(threads=N)``) and numpy's BLAS the
 same (threadpoolctl); the time is the best of ``repeat`` blocks of rounds, in one process, and the
 speed-up is against 1 thread. The thread counts take their blocks in turn (one simulator per
@@ -37,6 +38,16 @@ CASES = {
     "mlp-1024-lamb": dict(peers=1024, model="mlp", optimizer="lamb", lr=0.002),
     "mlp-1024-lars": dict(peers=1024, model="mlp", optimizer="lars", lr=0.5),
 }
+#: The 256-peer MLP round of every algorithm (``--cases algorithms``), with the gate's options.
+ALGORITHM_OPTIONS = {
+    "allreduce": {}, "choco": dict(compress="topk:0.1", gamma=0.5),
+    "compngc": dict(compress="topk:0.1"), "d2": dict(momentum=0.0), "dacfl": {}, "dpsgd": {},
+    "dsgt": {}, "epidemic": dict(topology="epidemic:3"), "fedavg": dict(participation=0.5),
+    "fedhisyn": dict(categories=3), "ngc": {}, "pushsum": dict(topology="one-peer-exponential"),
+    "skewscout": {}, "stc-fl": dict(compress="stc:0.05", participation=0.5),
+}
+CASES.update({f"mlp-256-{name}": dict(peers=256, model="mlp", algorithm=name, **options)
+              for name, options in ALGORITHM_OPTIONS.items()})
 DEFAULT = ("mlp-256", "mlp-1024", "cnn-64")
 BASE = dict(dataset="digits", topology="ring", partition="iid", batch_size=32, lr=0.05,
             momentum=0.9, seed=0, rounds=1000)
@@ -94,7 +105,10 @@ def main() -> None:
     args = p.parse_args()
     counts = [int(x) for x in args.threads.split(",")]
     report = {"cpu": _cpu(), "threads": counts, "cases": {}}
-    for name in args.cases.split(","):
+    names = args.cases.split(",")
+    if names == ["algorithms"]:
+        names = [f"mlp-256-{name}" for name in ALGORITHM_OPTIONS]
+    for name in names:
         rows, ref = [], None
         for n, (seconds, params) in zip(counts, measure(CASES[name], counts, args.rounds,
                                                          args.repeat)):
