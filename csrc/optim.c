@@ -162,6 +162,40 @@ static int64_t *trust_chunks(const int64_t *bounds, int64_t n_seg, int64_t dim, 
     return ck;
 }
 
+/* The work of a trust-ratio step: the chunks of a row, their sums of squares per (row, chunk)
+ * (two values each), and the (row, layer) scales. */
+typedef struct {
+    int64_t n_ck, *ck;
+    double *part;
+    float *scale;
+} trust_plan_t;
+
+static void trust_plan_free(trust_plan_t *t) {
+    free(t->ck), free(t->part), free(t->scale);
+}
+
+static int trust_plan(trust_plan_t *t, int64_t n_peers, int64_t dim, const int64_t *bounds,
+                      int64_t n_seg) {
+    t->ck = trust_chunks(bounds, n_seg, dim, &t->n_ck);
+    t->part = NULL, t->scale = NULL;
+    if (t->ck == NULL) return t->n_ck < 0 ? DL_E_ARG : DL_E_NOMEM;
+    t->part = (double *)malloc(((size_t)(n_peers * t->n_ck) * 2 + 1) * sizeof(double));
+    t->scale = (float *)malloc(((size_t)(n_peers * n_seg) + 1) * sizeof(float));
+    if (t->part == NULL || t->scale == NULL) {
+        trust_plan_free(t);
+        return DL_E_NOMEM;
+    }
+    return DL_OK;
+}
+
+/* Item it of a pass over (row, chunk): its row, layer and columns [*c0, *c1). */
+static inline void trust_item(const trust_plan_t *t, const int64_t *bounds, int64_t it,
+                              int64_t *r, int64_t *s, int64_t *c0, int64_t *c1) {
+    const int64_t k = it % t->n_ck;
+    *r = it / t->n_ck, *s = t->ck[2 * k + 1], *c0 = t->ck[2 * k];
+    *c1 = dl_min_i64(bounds[*s + 1], *c0 + DL_TRUST_CHUNK);
+}
+
 /* scale[r, s] = (float)(lr * ratio) from the chunks' sums part[(r, k), 0..1] (x and y of the
  * layer): ratio = num(||x||, ||y||) when both norms are > 0, else 1. */
 typedef double (*trust_fn)(double xn, double yn, const double *coef);
@@ -195,28 +229,22 @@ int dl_optim_lamb_f32(int64_t n_peers, int64_t dim, float *params, const float *
                       const int64_t *bounds, int64_t n_seg, const int64_t *frozen, int n_threads) {
     if (n_peers < 0 || dim < 0 || n_threads < 1 || !frozen_ok(n_peers, dim, frozen))
         return DL_E_ARG;
-    int64_t n_ck;
-    int64_t *ck = trust_chunks(bounds, n_seg, dim, &n_ck);
-    if (ck == NULL) return n_ck < 0 ? DL_E_ARG : DL_E_NOMEM;
-    double *part = (double *)malloc(((size_t)(n_peers * n_ck) * 2 + 1) * sizeof(double));
-    float *scale = (float *)malloc(((size_t)(n_peers * n_seg) + 1) * sizeof(float));
-    if (part == NULL || scale == NULL) {
-        free(ck), free(part), free(scale);
-        return DL_E_NOMEM;
-    }
+    trust_plan_t t;
+    const int st = trust_plan(&t, n_peers, dim, bounds, n_seg);
+    if (st != DL_OK) return st;
     const float b1 = (float)coef[0], ob1 = (float)coef[1], b2 = (float)coef[2];
     const float ob2 = (float)coef[3], eps = (float)coef[4], wd = (float)coef[5];
     const int use_wd = coef[5] != 0.0; /* as NumPy: the float64 value */
     const double lr = coef[6];
     const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
-    const int64_t n_it = n_peers * n_ck;
+    const int64_t n_it = n_peers * t.n_ck;
 #pragma omp parallel num_threads(nt)
     {
         /* 1. m, v and the direction u (in work) with the layers' sums of squares of p and u */
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < n_it; it++) {
-            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
-            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            int64_t r, s, c0, c1;
+            trust_item(&t, bounds, it, &r, &s, &c0, &c1);
             float *restrict p = params + r * dim, *restrict mr = m + r * dim;
             float *restrict vr = v + r * dim, *restrict u = work + r * dim;
             const float *restrict g = grad + r * dim;
@@ -235,26 +263,26 @@ int dl_optim_lamb_f32(int64_t n_peers, int64_t dim, float *params, const float *
                 if (use_wd) d = d + p[j] * wd;
                 u[j] = d;
             }
-            part[2 * it] = sumsq_lanes(p + c0, c1 - c0);
-            part[2 * it + 1] = sumsq_lanes(u + c0, c1 - c0);
+            t.part[2 * it] = sumsq_lanes(p + c0, c1 - c0);
+            t.part[2 * it + 1] = sumsq_lanes(u + c0, c1 - c0);
         }
         /* 2. per peer and layer lr ||p|| / ||u|| */
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n_peers; r++)
-            trust_scales(r, n_seg, n_ck, ck, part, scale, lr, lamb_ratio, coef);
+            trust_scales(r, n_seg, t.n_ck, t.ck, t.part, t.scale, lr, lamb_ratio, coef);
         /* 3. p -= scale u */
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < n_it; it++) {
-            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
-            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            int64_t r, s, c0, c1;
+            trust_item(&t, bounds, it, &r, &s, &c0, &c1);
             float *restrict p = params + r * dim;
             const float *restrict u = work + r * dim;
-            const float sc = scale[r * n_seg + s];
+            const float sc = t.scale[r * n_seg + s];
             const int64_t fr = frozen ? frozen[r] : 0;
             for (int64_t j = fr > c0 ? dl_min_i64(fr, c1) : c0; j < c1; j++) p[j] = p[j] - u[j] * sc;
         }
     }
-    free(ck), free(part), free(scale);
+    trust_plan_free(&t);
     return DL_OK;
 }
 
@@ -266,39 +294,33 @@ int dl_optim_lars_f32(int64_t n_peers, int64_t dim, float *params, const float *
     const float mu = (float)coef[1], wd = (float)coef[2];
     const int use_mu = coef[1] != 0.0; /* the guards test the float64 values, as NumPy */
     if (use_mu && buf == NULL) return DL_E_ARG;
-    int64_t n_ck;
-    int64_t *ck = trust_chunks(bounds, n_seg, dim, &n_ck);
-    if (ck == NULL) return n_ck < 0 ? DL_E_ARG : DL_E_NOMEM;
-    double *part = (double *)malloc(((size_t)(n_peers * n_ck) * 2 + 1) * sizeof(double));
-    float *scale = (float *)malloc(((size_t)(n_peers * n_seg) + 1) * sizeof(float));
-    if (part == NULL || scale == NULL) {
-        free(ck), free(part), free(scale);
-        return DL_E_NOMEM;
-    }
+    trust_plan_t t;
+    const int st = trust_plan(&t, n_peers, dim, bounds, n_seg);
+    if (st != DL_OK) return st;
     const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
-    const int64_t n_it = n_peers * n_ck;
+    const int64_t n_it = n_peers * t.n_ck;
 #pragma omp parallel num_threads(nt)
     {
         /* 1. the layers' sums of squares of p and g */
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < n_it; it++) {
-            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
-            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
-            part[2 * it] = sumsq_lanes(params + r * dim + c0, c1 - c0);
-            part[2 * it + 1] = sumsq_lanes(grad + r * dim + c0, c1 - c0);
+            int64_t r, s, c0, c1;
+            trust_item(&t, bounds, it, &r, &s, &c0, &c1);
+            t.part[2 * it] = sumsq_lanes(params + r * dim + c0, c1 - c0);
+            t.part[2 * it + 1] = sumsq_lanes(grad + r * dim + c0, c1 - c0);
         }
         /* 2. per peer and layer lr eta ||p|| / (||g|| + wd ||p|| + eps) */
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n_peers; r++)
-            trust_scales(r, n_seg, n_ck, ck, part, scale, coef[0], lars_ratio, coef);
+            trust_scales(r, n_seg, t.n_ck, t.ck, t.part, t.scale, coef[0], lars_ratio, coef);
         /* 3. buf = mu buf + scale (g + wd p); p -= buf */
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < n_it; it++) {
-            const int64_t r = it / n_ck, k = it % n_ck, s = ck[2 * k + 1], c0 = ck[2 * k];
-            const int64_t c1 = dl_min_i64(bounds[s + 1], c0 + DL_TRUST_CHUNK);
+            int64_t r, s, c0, c1;
+            trust_item(&t, bounds, it, &r, &s, &c0, &c1);
             float *restrict p = params + r * dim, *restrict b = buf ? buf + r * dim : NULL;
             const float *restrict g = grad + r * dim;
-            const float sc = scale[r * n_seg + s];
+            const float sc = t.scale[r * n_seg + s];
             const int64_t fr = frozen ? frozen[r] : 0;
             const int64_t j0 = fr > c0 ? dl_min_i64(fr, c1) : c0;
             if (use_mu)
@@ -313,6 +335,6 @@ int dl_optim_lars_f32(int64_t n_peers, int64_t dim, float *params, const float *
             }
         }
     }
-    free(ck), free(part), free(scale);
+    trust_plan_free(&t);
     return DL_OK;
 }
