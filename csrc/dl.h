@@ -507,6 +507,10 @@ int dl_topk_threshold_count_f32(int64_t n_rows, int64_t dim, float v, const floa
                                 int64_t *chunk_counts, int n_threads);
 int dl_topk_threshold_f32(int64_t n_rows, int64_t dim, float v, const float *x,
                           const int64_t *chunk_counts, int32_t *idx, float *val, int n_threads);
+/* out (n_rows, dim) = 0 with out[r, idx[r, j]] = val[r, j] for j < k in order (a sparse message
+ * decoded); DL_E_INDEX (nothing written) unless every idx is in [0, dim). */
+int dl_topk_scatter_f32(int64_t n_rows, int64_t k, int64_t dim, const int32_t *idx,
+                        const float *val, float *out, int n_threads);
 /* <<< section topk */
 
 /* >>> section stc (stc.c) */

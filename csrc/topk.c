@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define DL_TK_CHUNK (1 << 14)  /* elements per fixed chunk of a row */
 #define DL_TK_SAMPLE (1 << 14) /* strided sample for the threshold guess */
@@ -689,4 +690,27 @@ int dl_topk_threshold_f32(int64_t n_rows, int64_t dim, float v, const float *x,
     }
     free(off);
     return bad ? DL_E_ARG : DL_OK;
+}
+
+int dl_topk_scatter_f32(int64_t n_rows, int64_t k, int64_t dim, const int32_t *idx,
+                        const float *val, float *out, int n_threads) {
+    if (n_rows < 0 || k < 0 || dim < 0 || n_threads < 1) return DL_E_ARG;
+    const int nt = (double)n_rows * (dim + k) < (double)(1 << 15) ? 1 : n_threads;
+    int bad = 0;
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static) reduction(| : bad)
+        for (int64_t i = 0; i < n_rows * k; i++) bad |= idx[i] < 0 || idx[i] >= dim;
+        if (!bad) { /* every thread reads the reduced flag after the barrier */
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n_rows; r++) {
+                float *o = out + r * dim;
+                const int32_t *ir = idx + r * k;
+                const float *vr = val + r * k;
+                memset(o, 0, (size_t)dim * sizeof(float));
+                for (int64_t j = 0; j < k; j++) o[ir[j]] = vr[j];
+            }
+        }
+    }
+    return bad ? DL_E_INDEX : DL_OK;
 }

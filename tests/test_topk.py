@@ -321,3 +321,41 @@ def test_candidates_beyond_the_kept_buffer_size():
     w = ref.topk(x, k)
     for t in (1, 2):
         assert_same(ops.topk(x, k, n_threads=t), w)
+
+
+@pytest.mark.parametrize("rows,k,dim", [(0, 3, 10), (3, 0, 10), (1, 0, 0), (5, 7, 7),
+                                        (64, 819, 8192), (3, 40, 100_000)])
+def test_scatter_matches_put_along_axis(rows, k, dim):
+    """ops.scatter (the sparse decoders' dense rows) against np.put_along_axis: unique sorted
+    indices as top-k sends them, and repeated ones in any order (the last value wins)."""
+    rng = np.random.default_rng(rows * k + dim)
+    val = rng.standard_normal((rows, k)).astype(np.float32)
+    uniq = np.sort(np.argsort(rng.random((rows, dim)), axis=1)[:, :k], axis=1).astype(np.int32)
+    rep = rng.integers(0, max(dim, 1), (rows, k)).astype(np.int32) if dim else uniq
+    for idx in (uniq, rep):
+        want = ref.scatter(idx, val, dim)
+        for nt in (1, 2, 5):
+            out = np.full((rows, dim), np.nan, np.float32)  # every entry written
+            got = ops.scatter(idx, val, dim, out=out, n_threads=nt)
+            assert got is out
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_scatter_refuses_indices_out_of_range_and_writes_nothing():
+    idx = np.array([[0, 3], [1, 4]], np.int32)
+    val = np.ones((2, 2), np.float32)
+    for bad in (4, -1):
+        idx2 = idx.copy()
+        idx2[1, 1] = bad
+        out = np.full((2, 4), 7.0, np.float32)
+        with pytest.raises(ValueError, match=r"scatter: idx must hold column indices in \[0, dim\)"):
+            ops.scatter(idx2, val, 4, out=out)
+        assert (out == 7.0).all()
+        with pytest.raises(ValueError, match="idx must hold column indices"):
+            ref.scatter(idx2, val, 4)
+    with pytest.raises(ValueError, match="val must have shape"):
+        ops.scatter(idx, np.ones((2, 1), np.float32), 4)
+    with pytest.raises(TypeError, match="idx must have dtype int32"):
+        ops.scatter(idx.astype(np.int64), val, 4)
+    with pytest.raises(ValueError, match="dim must be an int >= 0"):
+        ops.scatter(idx, val, -1)

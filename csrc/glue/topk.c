@@ -99,6 +99,18 @@ done:
     return result;
 }
 
+/* scatter(idx, val, out, n_threads) is a table row: idx (R, k) int32, val (R, k) float32, out
+ * (R, dim) float32. */
+static int check_scatter(glue_call_t *c) {
+    c->ext[0] = PyArray_DIM(c->arr[0], 1);
+    return 0;
+}
+static int call_scatter(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_topk_scatter_f32(c->rows, c->ext[0], c->dim, G_DATA(c, 0), G_DATA(c, 1),
+                               G_DATA(c, 2), c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"topk",
      "topk(x, k, out_idx, out_val, n_threads) -> (out_idx, out_val): k largest |x| per row.",
@@ -111,6 +123,13 @@ static const glue_op_t ops[] = {
       G_OUT("out_idx", NPY_INT32, 2, X_R, X_E0), G_OUT("out_val", NPY_FLOAT32, 2, X_R, X_E0),
       G_THREADS_ARG},
      0, 0, check_topk_k, NULL, call_randk, {0}, 2, {1, 2}},
+    {"scatter", "scatter(idx, val, out, n_threads) -> out: zeros with out[r, idx[r, j]] = "
+     "val[r, j].",
+     {G_IN("idx", NPY_INT32, 2, X_R, X_ANY), G_IN("val", NPY_FLOAT32, 2, X_R, X_E0),
+      G_OUT("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 2, check_scatter, NULL, call_scatter,
+     {DL_E_INDEX, &PyExc_ValueError, "%s: idx must hold column indices in [0, dim)", E_NONE}, 1,
+     {2}},
 };
 
 static PyMethodDef methods[] = {

@@ -66,3 +66,16 @@ def threshold(x: np.ndarray, v: float, n_threads=None):
     counts = keep.sum(axis=1).astype(np.int64)
     r, c = np.nonzero(keep)
     return counts, c.astype(np.int32), rows[r, c].astype(np.float32)
+
+
+def scatter(idx: np.ndarray, val: np.ndarray, dim: int, out=None, n_threads=None) -> np.ndarray:
+    idx = np.asarray(idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= dim):
+        raise ValueError("scatter: idx must hold column indices in [0, dim)")
+    res = np.zeros((idx.shape[0], dim), np.float32)
+    if idx.size:
+        np.put_along_axis(res, idx.astype(np.intp), val, axis=1)
+    if out is None:
+        return res
+    out[...] = res
+    return out

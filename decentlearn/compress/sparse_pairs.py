@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from decentlearn import ops
 from decentlearn.compress.base import Compressor
 from decentlearn.compress.wire import Reader
 
@@ -61,11 +62,13 @@ def read_pairs(reader: Reader, count: int, dim: int, spec: str) -> tuple[np.ndar
     return idx.astype(np.int32), val
 
 
-def scatter_pairs(n_rows: int, dim: int, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
-    out = np.zeros((n_rows, dim), dtype=np.float32)
-    if idx.size:
-        np.put_along_axis(out, idx.astype(np.intp), val, axis=1)
-    return out
+def scatter_pairs(n_rows: int, dim: int, idx: np.ndarray, val: np.ndarray,
+                  n_threads: int | None = None) -> np.ndarray:
+    """Dense (n_rows, dim) rows from each row's (index, value) pairs (ops.scatter)."""
+    idx = np.ascontiguousarray(idx, dtype=np.int32)  # (n_rows, k); dim < 2**31
+    val = np.ascontiguousarray(val, dtype=np.float32)
+    out = np.empty((n_rows, dim), np.float32)
+    return ops.scatter(idx, val, dim, out=out, n_threads=n_threads)
 
 
 class FixedK(Compressor):
@@ -85,7 +88,7 @@ class FixedK(Compressor):
 
     def _decompress(self, payload, n_threads):
         a = payload.arrays
-        return scatter_pairs(payload.n_rows, payload.dim, a["idx"], a["val"])
+        return scatter_pairs(payload.n_rows, payload.dim, a["idx"], a["val"], n_threads)
 
     def _row_to_bytes(self, payload, row):
         return (payload.arrays["idx"][row].astype("<u4").tobytes()

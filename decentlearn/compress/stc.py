@@ -13,7 +13,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.compress.base import Compressor, parse_ratio, register
-from decentlearn.compress.sparse_pairs import SPARSE_MAX_DIM, sparse_k
+from decentlearn.compress.sparse_pairs import SPARSE_MAX_DIM, scatter_pairs, sparse_k
 from decentlearn.compress.wire import Reader
 
 _HEADER = struct.Struct("<IfI")
@@ -105,12 +105,9 @@ class STC(Compressor):
 
     def _decompress(self, payload, n_threads):
         a = payload.arrays
-        out = np.zeros((payload.n_rows, payload.dim), np.float32)
-        if a["positions"].size:
-            mu = a["mu"][:, None]
-            signed = np.where(a["negative"] != 0, -mu, mu)
-            np.put_along_axis(out, a["positions"].astype(np.intp), signed, axis=1)
-        return out
+        mu = a["mu"][:, None]
+        signed = np.where(a["negative"] != 0, -mu, mu).astype(np.float32, copy=False)
+        return scatter_pairs(payload.n_rows, payload.dim, a["positions"], signed, n_threads)
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

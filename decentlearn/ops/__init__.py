@@ -32,7 +32,7 @@ from decentlearn.ops.bitpack import bitpack, bitunpack
 from decentlearn.ops.natural import (
     check_dither_p, check_dither_s, dither_decode, dither_encode, natural_decode, natural_encode,
 )
-from decentlearn.ops.topk import randk, threshold, topk
+from decentlearn.ops.topk import randk, scatter, threshold, topk
 from decentlearn.ops.stc import (
     GOLOMB_MAX_B, golomb_decode, golomb_encode, golomb_max_bytes, golomb_param, stc_ternary,
 )
@@ -65,7 +65,7 @@ __all__ = [
     "SEED_MAX", "as_rows", "check_int", "check_seed", "empty_aligned", "f32_operand", "as_csr",
     "gossip",
     "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p", "check_dither_s",
-    "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "threshold",
+    "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "scatter", "threshold",
     "topk", "GOLOMB_MAX_B", "golomb_decode", "golomb_encode", "golomb_max_bytes", "golomb_param",
     "stc_ternary", "bucket_decode", "bucket_encode", "int8_decode", "int8_encode", "qsgd_bits", "qsgd_decode",
     "qsgd_encode", "sign_decode", "sign_encode", "GEMM_S8_MAX_K", "absmax_scale", "DenseCodes",

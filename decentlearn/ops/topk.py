@@ -1,4 +1,5 @@
-"""Exact top-k by magnitude, random-k and magnitude thresholding of each row (csrc/topk.c).
+"""Exact top-k by magnitude, random-k and magnitude thresholding of each row, and the scatter that
+decodes such (index, value) pairs into dense rows (csrc/topk.c).
 
 NumPy twin: decentlearn/_reference/topk.py.
 """
@@ -8,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn._core import randk as _core_randk, threshold as _core_threshold, topk as _core_topk
+from decentlearn._core import scatter as _core_scatter
 from decentlearn.ops.args import as_rows, check_seed
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["topk", "randk", "threshold"]
+__all__ = ["topk", "randk", "threshold", "scatter"]
 
 
 def _k_out(name: str, out, rows: np.ndarray, k: int, dtype) -> np.ndarray:
@@ -82,3 +84,16 @@ def threshold(x: np.ndarray, v: float,
     with np.errstate(over="ignore"):  # beyond float32's range: infinity, as documented
         v32 = float(np.float32(v))
     return _core_threshold(rows, v32, resolve_threads(n_threads, rows.size))
+
+
+def scatter(idx: np.ndarray, val: np.ndarray, dim: int, out: np.ndarray | None = None,
+            n_threads: int | None = None) -> np.ndarray:
+    """Dense rows from (index, value) pairs: ``out`` (n_rows, dim) float32 zeros with
+    ``out[r, idx[r, j]] = val[r, j]`` in order of j (a repeated index keeps its last value), as
+    ``np.put_along_axis``; idx (n_rows, k) int32, val (n_rows, k) float32. ValueError (nothing
+    written) unless every index is in [0, dim)."""
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) or dim < 0:
+        raise ValueError(f"dim must be an int >= 0, got {dim!r}")
+    if out is None:
+        out = np.empty((np.shape(idx)[0] if np.ndim(idx) else 0, int(dim)), np.float32)
+    return _core_scatter(idx, val, out, resolve_threads(n_threads, out.size))
