@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from decentlearn import ops
 from decentlearn.compress.base import Compressor, Payload, register_wrapper
 
 
@@ -40,9 +41,17 @@ class ErrorFeedback:
     def compress(self, x: np.ndarray, **kwargs) -> Payload:
         if self.error is None or self.error.shape != x.shape:
             self.error = np.zeros_like(x)
-        corrected = x + self.error
+        nt = kwargs.get("n_threads")
+        fast = (x.dtype == np.float32 and x.flags.c_contiguous and self.error.dtype == np.float32
+                and self.error.flags.c_contiguous)
+        # x + e and (x + e) - decompress(...) on the run's threads, NumPy's bits (ops.axpby)
+        corrected = ops.axpby(1, x, 1, self.error, n_threads=nt) if fast else x + self.error
         payload = self.compressor.compress(corrected, **kwargs)
-        np.subtract(corrected, self.compressor.decompress(payload), out=self.error)
+        decoded = self.compressor.decompress(payload, n_threads=nt)
+        if fast and decoded.dtype == np.float32 and decoded.flags.c_contiguous:
+            ops.axpby(1, corrected, -1, decoded, out=self.error, n_threads=nt)
+        else:
+            np.subtract(corrected, decoded, out=self.error)
         return payload
 
     def decompress(self, payload: Payload, **kwargs) -> np.ndarray:
