@@ -136,3 +136,71 @@ __attribute__((optimize("fp-contract=off"))) int dl_consensus_distance_f32(int64
     *out = total / n;
     return DL_OK;
 }
+
+/* mean[c] = (sum_i X_ic in row order) / P in float64, NumPy's X.mean(axis=0, dtype=float64) bit
+ * for bit (0 / 0 for P == 0): the column means of dl_consensus_distance_f32 without the distance
+ * (the exact all-reduce, FedAvg's server average). Chunks of DL_CONS_EXACT_CHUNK columns on the
+ * threads, 8 columns' sums in registers over the rows. */
+int dl_column_mean_f32(int64_t P, int64_t D, const float *X, double *mean, int n_threads) {
+    if (P < 0 || D < 0 || n_threads < 1) return DL_E_ARG;
+    const double n = (double)P;
+    if (P == 0) {
+        for (int64_t c = 0; c < D; c++) mean[c] = 0.0 / n;
+        return DL_OK;
+    }
+    const int64_t nc = dl_cdiv_i64(D, DL_CONS_EXACT_CHUNK);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_max_i64(1, dl_min_i64(n_threads, nc)))
+#else
+    (void)n_threads;
+#endif
+    for (int64_t k = 0; k < nc; k++) {
+        const int64_t c0 = k * DL_CONS_EXACT_CHUNK;
+        const int64_t w = dl_min_i64(DL_CONS_EXACT_CHUNK, D - c0);
+        for (int64_t g = 0; g < w; g += 8) {
+            const int64_t gw = dl_min_i64(8, w - g);
+            const float *col = X + c0 + g;
+            double m[8] = {0};
+            if (gw == 8) {
+                for (int64_t i = 0; i < P; i++)
+                    for (int j = 0; j < 8; j++) m[j] += (double)col[i * D + j];
+            } else {
+                for (int64_t i = 0; i < P; i++)
+                    for (int64_t j = 0; j < gw; j++) m[j] += (double)col[i * D + j];
+            }
+            for (int64_t j = 0; j < gw; j++) mean[c0 + g + j] = m[j] / n;
+        }
+    }
+    return DL_OK;
+}
+
+/* out[c] = sum_k w[k] X_kc in float64, the rows in order (from 0, each product added in turn; no
+ * contraction): NumPy's np.add.reduce(w[:, None] * X.astype(float64), axis=0)
+ * bit for bit (0 for P == 0). FedAvg-style servers' weighted average. */
+__attribute__((optimize("fp-contract=off"))) int dl_weighted_column_sum_f32(
+    int64_t P, int64_t D, const float *X, const double *w, double *out, int n_threads) {
+    if (P < 0 || D < 0 || n_threads < 1) return DL_E_ARG;
+    if (P == 0) {
+        for (int64_t c = 0; c < D; c++) out[c] = 0.0;
+        return DL_OK;
+    }
+    const int64_t nc = dl_cdiv_i64(D, DL_CONS_EXACT_CHUNK);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads((int)dl_max_i64(1, dl_min_i64(n_threads, nc)))
+#else
+    (void)n_threads;
+#endif
+    for (int64_t k = 0; k < nc; k++) {
+        const int64_t c0 = k * DL_CONS_EXACT_CHUNK;
+        const int64_t wd = dl_min_i64(DL_CONS_EXACT_CHUNK, D - c0);
+        double acc[DL_CONS_EXACT_CHUNK];
+        for (int64_t c = 0; c < wd; c++) acc[c] = 0.0;
+        for (int64_t i = 0; i < P; i++) {
+            const float *row = X + i * D + c0;
+            const double wi = w[i];
+            for (int64_t c = 0; c < wd; c++) acc[c] += wi * (double)row[c];
+        }
+        for (int64_t c = 0; c < wd; c++) out[c0 + c] = acc[c];
+    }
+    return DL_OK;
+}

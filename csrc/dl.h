@@ -699,6 +699,11 @@ int dl_consensus_sums_f32(int64_t P, int64_t D, const float *X, double *out, int
  * values, or NULL) gets m. */
 int dl_consensus_distance_f32(int64_t P, int64_t D, const float *X, double *out, double *mean,
                               int n_threads);
+/* mean[c] = (sum_i X_ic in row order) / P, float64: NumPy's X.mean(axis=0, dtype=float64). */
+int dl_column_mean_f32(int64_t P, int64_t D, const float *X, double *mean, int n_threads);
+/* out[c] = sum_k w[k] X_kc, float64, rows in order (NumPy's add.reduce of the products). */
+int dl_weighted_column_sum_f32(int64_t P, int64_t D, const float *X, const double *w, double *out,
+                               int n_threads);
 /* The int8 multiply-add peak loop of one instruction (peak_impl.h): *ops operations (2 per
  * multiply-add) done by reps iterations on each of n_threads threads; *check a checksum. */
 int dl_peak_s8_generic(int64_t reps, int n_threads, int64_t *ops, int64_t *check);

@@ -4,6 +4,8 @@ metrics.consensus_distance built on them against a plain float64 computation."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -180,3 +182,45 @@ def test_distance_mean_bad_input():
     mean = np.zeros(4)
     with pytest.raises(ValueError):  # an output that overlaps the input
         ops.consensus_distance(X, out=mean[:1], mean=mean)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (1, 1), (3, 7), (16, 513), (256, 9610)])
+def test_column_mean_and_weighted_sum_are_numpys_bits(shape):
+    """ops.column_mean is NumPy's X.mean(axis=0, dtype=float64) and ops.weighted_column_sum its
+    add.reduce of the float64 products, bit for bit (signed zeros, a column of -0.0 included) at
+    1, 2 and 5 threads; their twins are those NumPy expressions, and a plain loop agrees."""
+    rng = np.random.default_rng(shape[0] * 7 + shape[1])
+    X = (rng.standard_normal(shape) * np.exp(rng.uniform(-20, 20, shape))).astype(np.float32)
+    if shape[0] > 2 and shape[1] > 2:
+        X[:, 1] = -0.0
+    w = rng.random(shape[0])
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the mean of no rows: NaN
+        mean = X.mean(axis=0, dtype=np.float64)
+    wsum = np.add.reduce(w[:, None] * X.astype(np.float64), axis=0) if shape[0] else \
+        np.zeros(shape[1])
+    np.testing.assert_array_equal(ref.column_mean(X).view(np.uint64), mean.view(np.uint64))
+    np.testing.assert_array_equal(ref.weighted_column_sum(X, w).view(np.uint64),
+                                  wsum.view(np.uint64))
+    for nt in (1, 2, 5):
+        np.testing.assert_array_equal(ops.column_mean(X, n_threads=nt).view(np.uint64),
+                                      mean.view(np.uint64))
+        np.testing.assert_array_equal(ops.weighted_column_sum(X, w, n_threads=nt).view(np.uint64),
+                                      wsum.view(np.uint64))
+    if 0 < shape[0] <= 16:  # the stated order, as a loop
+        acc = np.zeros(shape[1])
+        for k in range(shape[0]):
+            acc = acc + w[k] * X[k].astype(np.float64)
+        np.testing.assert_array_equal(acc.view(np.uint64), wsum.view(np.uint64))
+
+
+def test_column_sums_check_their_arguments():
+    X = np.ones((3, 4), np.float32)
+    with pytest.raises(TypeError, match="X must have dtype float32"):
+        ops.column_mean(X.astype(np.float64))
+    with pytest.raises(ValueError, match="mean must have shape"):
+        ops.column_mean(X, out=np.empty(3))
+    with pytest.raises(ValueError, match="w must have shape"):
+        ops.weighted_column_sum(X, np.ones(2))
+    with pytest.raises(TypeError, match="w must have dtype float64"):
+        ops.weighted_column_sum(X, np.ones(3, np.float32))

@@ -1,5 +1,5 @@
-/* consensus.c: glue of the consensus distance kernels (csrc/consensus.c): consensus_sums and
- * consensus_distance, one glue_op_t row each. decentlearn/ops/consensus.py is the Python side.
+/* consensus.c: glue of the consensus distance kernels (csrc/consensus.c): consensus_sums,
+ * consensus_distance, column_mean and weighted_column_sum, one glue_op_t row each. decentlearn/ops/consensus.py is the Python side.
  */
 #include "glue.h"
 
@@ -36,6 +36,20 @@ static int call_consensus_distance(const glue_call_t *c, const dl_dispatch_t *d)
                                      G_DATA(c, 1), G_DATA_OR_NULL(c, 2), c->n_threads);
 }
 
+/* column_mean is a table row: mean (D,) float64 gets X.mean(axis=0, dtype=float64). */
+static int call_column_mean(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_column_mean_f32((int64_t)c->rows, (int64_t)c->dim, G_DATA(c, 0), G_DATA(c, 1),
+                              c->n_threads);
+}
+
+/* weighted_column_sum is a table row: w (P,) float64, out (D,) float64. */
+static int call_weighted_column_sum(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_weighted_column_sum_f32((int64_t)c->rows, (int64_t)c->dim, G_DATA(c, 0),
+                                      G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
+}
+
 static const glue_op_t ops[] = {
     {"consensus_sums", "consensus_sums(X, out, n_threads) -> out: (sum of X^2, sum over columns "
      "of the squared column sums), float64, one pass over the (P, D) float32 X.",
@@ -49,6 +63,16 @@ static const glue_op_t ops[] = {
       G_OUT("out", NPY_FLOAT64, 1, X_ANY, X_ANY), G_OPT_OUT("mean", NPY_FLOAT64, 1, X_D, X_ANY),
       G_THREADS_ARG},
      0, 0, check_distance_out, NULL, call_consensus_distance, {0}, 1, {1}},
+    {"column_mean", "column_mean(X, mean, n_threads) -> mean: the column means of the (P, D) "
+     "float32 X in float64, summed in row order (NumPy's X.mean(axis=0, dtype=float64)).",
+     {G_IN("X", NPY_FLOAT32, 2, X_R, X_D), G_OUT("mean", NPY_FLOAT64, 1, X_D, X_ANY),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_column_mean, {0}, 1, {1}},
+    {"weighted_column_sum", "weighted_column_sum(X, w, out, n_threads) -> out: sum_k w[k] X[k] "
+     "in float64, the rows of the (P, D) float32 X in order.",
+     {G_IN("X", NPY_FLOAT32, 2, X_R, X_D), G_IN("w", NPY_FLOAT64, 1, X_R, X_ANY),
+      G_OUT("out", NPY_FLOAT64, 1, X_D, X_ANY), G_THREADS_ARG},
+     0, 0, NULL, NULL, call_weighted_column_sum, {0}, 1, {2}},
 };
 
 GLUE_FAMILY(consensus, ops, NULL);

@@ -46,3 +46,23 @@ def consensus_distance(X, out=None, mean=None, n_threads=None) -> np.ndarray:
         return res
     out[...] = res
     return out
+
+
+def column_mean(X, out=None, n_threads=None) -> np.ndarray:
+    x = np.asarray(X, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        res = np.add.reduce(x, axis=0) / x.shape[0]  # axis 0: the rows added in order
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
+def weighted_column_sum(X, w, out=None, n_threads=None) -> np.ndarray:
+    x = np.asarray(X, dtype=np.float64)
+    products = np.asarray(w, dtype=np.float64)[:, None] * x
+    res = np.add.reduce(products, axis=0) if x.shape[0] else np.zeros(x.shape[1])
+    if out is None:
+        return res
+    out[...] = res
+    return out

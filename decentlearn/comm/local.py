@@ -309,10 +309,15 @@ class SimComm(CommState):
         another, 2(n-1)/n of the row on average, 2(n-1)·dim·4 bytes in all; nothing for n = 1.
         """
         n, dim = X.shape
-        mean = X.mean(axis=0, dtype=np.float64).astype(np.float32)
         if out is None:
             out = np.empty_like(X)
-        out[...] = mean
+        if X.dtype == np.float32 and X.flags.c_contiguous and out.flags.c_contiguous:
+            # the mean (NumPy's, bit for bit) and its copy into every row, on the run's threads
+            mean = ops.column_mean(X, n_threads=self.n_threads).astype(np.float32)
+            ops.take_rows(mean.reshape(1, -1), np.zeros(n, np.int64), out=out,
+                          n_threads=self.n_threads)
+        else:
+            out[...] = X.mean(axis=0, dtype=np.float64).astype(np.float32)
         if n > 1:
             chunk = np.array([len(c) for c in np.array_split(np.empty(dim, np.int8), n)],
                              dtype=np.int64)

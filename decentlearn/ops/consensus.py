@@ -1,5 +1,7 @@
 """The consensus distance over the peers' rows (csrc/consensus.c): its two sums in one pass (the
-per-round divergence check) and the exact centred distance (what evaluations report).
+per-round divergence check) and the exact centred distance (what evaluations report); and the
+exact column means alone and weighted column sums (the all-reduce's average, a server's
+weighted average).
 
 NumPy twin: decentlearn/_reference/consensus.py.
 """
@@ -9,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn._core import consensus_distance as _core_consensus_distance
+from decentlearn._core import column_mean as _core_column_mean
 from decentlearn._core import consensus_sums as _core_consensus_sums
+from decentlearn._core import weighted_column_sum as _core_weighted_column_sum
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["consensus_sums", "consensus_distance"]
+__all__ = ["column_mean", "consensus_sums", "consensus_distance", "weighted_column_sum"]
 
 
 def consensus_sums(X: np.ndarray, out: np.ndarray | None = None,
@@ -44,3 +48,30 @@ def consensus_distance(X: np.ndarray, out: np.ndarray | None = None,
     if out is None:
         out = np.empty(1, dtype=np.float64)
     return _core_consensus_distance(X, out, mean, resolve_threads(n_threads, 2 * X.size))
+
+
+def column_mean(X: np.ndarray, out: np.ndarray | None = None,
+                n_threads: int | None = None) -> np.ndarray:
+    """The column means of the C-contiguous (P, D) float32 ``X`` as a (D,) float64 array, each
+    column summed over the rows in row order and divided by P: NumPy's
+    ``X.mean(axis=0, dtype=np.float64)`` bit for bit, on ``n_threads`` threads (blocks of
+    columns). NumPy reference: decentlearn._reference.consensus.column_mean."""
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"column_mean: X must be a numpy array, got {type(X).__name__}")
+    if out is None:
+        out = np.empty(X.shape[1] if X.ndim == 2 else 0, dtype=np.float64)
+    return _core_column_mean(X, out, resolve_threads(n_threads, X.size))
+
+
+def weighted_column_sum(X: np.ndarray, w: np.ndarray, out: np.ndarray | None = None,
+                        n_threads: int | None = None) -> np.ndarray:
+    """``sum_k w[k] X[k]`` as a (D,) float64 array for the C-contiguous (P, D) float32 ``X`` and
+    (P,) float64 ``w``: each column's products ``w[k] X[k, c]`` (float64) added in row order,
+    NumPy's ``np.add.reduce(w[:, None] * X.astype(np.float64), axis=0)`` bit for bit, on
+    ``n_threads`` threads (blocks of columns). NumPy reference:
+    decentlearn._reference.consensus.weighted_column_sum."""
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"weighted_column_sum: X must be a numpy array, got {type(X).__name__}")
+    if out is None:
+        out = np.empty(X.shape[1] if X.ndim == 2 else 0, dtype=np.float64)
+    return _core_weighted_column_sum(X, w, out, resolve_threads(n_threads, X.size))

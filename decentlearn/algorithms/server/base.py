@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decentlearn import compress
+from decentlearn import compress, ops
 from decentlearn.algorithms.base import (Algorithm, Sampler, check_fraction, option,
                                          require_unfrozen)
 from decentlearn.state import replicated
@@ -84,11 +84,15 @@ class ServerAlgorithm(Algorithm):
     def aggregate(self, rows: np.ndarray, clients: np.ndarray) -> np.ndarray:
         """The weighted average (1, dim) float32 of ``rows`` (one per client of ``clients``, in
         order): sum_k w_k rows_k with ``client_weights``, accumulated in float64 in client order
-        (whatever the thread count). Uniform weights give the plain mean."""
+        (whatever the thread count: ops.column_mean, ops.weighted_column_sum on the run's
+        threads). Uniform weights give the plain mean."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        nt = self.comm.n_threads
         if self.weighting == "uniform" or self.sample_counts is None:
-            return rows.mean(axis=0, dtype=np.float64, keepdims=True).astype(np.float32)
-        w = self.client_weights(clients)
-        return (w @ rows.astype(np.float64)).reshape(1, -1).astype(np.float32)
+            avg = ops.column_mean(rows, n_threads=nt)
+        else:
+            avg = ops.weighted_column_sum(rows, self.client_weights(clients), n_threads=nt)
+        return avg.reshape(1, -1).astype(np.float32)
 
     def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
         """``comm.upload`` of this process's clients' messages; every client's decoded row. The
@@ -148,7 +152,9 @@ class ServerAlgorithm(Algorithm):
 
     def set_server(self, model: np.ndarray) -> None:
         self.server[...] = model
-        self.params[...] = self.server
+        # the server's row into every peer's, on the run's threads
+        ops.take_rows(self.server, np.zeros(self.params.shape[0], np.int64), out=self.params,
+                      n_threads=self.comm.n_threads)
 
     def report(self) -> dict:
         """Clients per round, the weighting, and the bytes the server sent to its clients and
