@@ -132,7 +132,7 @@ class FedHiSyn(ServerAlgorithm):
             passing = hops > hop + 1
             if passing.any():
                 src = np.where(passing, source, np.arange(n))
-                self.params[...] = self.comm.shift(self.params, t, src)
+                self.params = self.comm.shift(self.params, t, src)
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
         uploaded = self.upload(self._identity, self._identity.compress(self.params[rows]), t,
