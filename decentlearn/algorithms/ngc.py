@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from decentlearn import compress
+from decentlearn import compress, ops
 from decentlearn.algorithms.base import (Algorithm, Sampler, check_fraction, option, register,
                                          require_one_step, require_uncompressed,
                                          require_unfrozen)
@@ -130,10 +130,10 @@ class NGC(Algorithm):
         """Step 2: x + gamma (W_t x - x) from the replicas received in step 1 (no traffic); W_t x
         itself when gamma = 1."""
         mixed = self.comm.combine(X, t)
-        if self.gamma != 1.0:
-            mixed -= X
-            mixed *= np.float32(self.gamma)
-            mixed += X
+        if self.gamma != 1.0:  # (W x - x) gamma + x in NumPy's roundings, on the run's threads
+            nt = self.comm.n_threads
+            ops.axpby(1, mixed, -1, X, out=mixed, n_threads=nt)
+            ops.axpby(self.gamma, mixed, 1, X, out=mixed, n_threads=nt)
         return mixed
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
@@ -179,10 +179,12 @@ class NGC(Algorithm):
             received, local = self._exchange_cross(cross, t, e0)  # step 4
             if self.alpha != 1.0:  # at i: (1 - alpha) sum_j pi_ij g_ji
                 mv = sp.csr_array((w_in, (r_in, np.arange(e1 - e0))), shape=(n, e1 - e0))
-                g_tilde += (1.0 - self.alpha) * (mv @ local)
+                ops.axpby(1, g_tilde, 1.0 - self.alpha, mv @ local, out=g_tilde,
+                          n_threads=self.comm.n_threads)
             dv = sp.csr_array((w_out, (send[out] - lo, np.arange(out.size))),
                               shape=(n, out.size))  # at j: alpha sum_i pi_ji g_ji (= grad f_i(x_j))
-            g_tilde += self.alpha * (dv @ received)
+            ops.axpby(1, g_tilde, self.alpha, dv @ received, out=g_tilde,
+                      n_threads=self.comm.n_threads)
         if self.self_gradient != "mixed":  # step 2 after the gradients (no further traffic)
             self.params = self._gossip(start, t)
         self.apply(self.params, np.ascontiguousarray(g_tilde, dtype=np.float32))  # step 6
