@@ -550,6 +550,136 @@ static int tk_has_nan(const dl_dispatch_t *d, const float *x, int64_t n, int nt)
     return nan > 0;
 }
 
+/* The r-th largest (1 <= r <= n) of a[0, n), reordering a: a radix select, three levels of
+ * 11, 11 and 10 bits (tk_shift, tk_bins), each a histogram of the survivors (the values whose
+ * higher bits match the chosen prefix, compacted to the front of a) and a walk from the top bin.
+ * Integer counts: exact, O(n) with small histograms. Always DL_OK (the status keeps the callers'
+ * shape). */
+static int tk_nth_largest(uint32_t *a, int64_t n, int64_t r, uint32_t *out) {
+    uint32_t h[2048];
+    uint32_t prefix = 0;
+    int64_t above = 0; /* values above the prefix's bin at the previous levels */
+    for (int lv = 0; lv < 3; lv++) {
+        const int sh = tk_shift[lv];
+        const uint32_t nb = tk_bins[lv];
+        memset(h, 0, nb * sizeof(uint32_t));
+        uint32_t top = 0; /* the highest bin used: the walk starts there */
+        for (int64_t j = 0; j < n; j++) {
+            const uint32_t bin = (a[j] >> sh) & (nb - 1);
+            h[bin]++;
+            top = bin > top ? bin : top;
+        }
+        uint32_t b = top;
+        while (above + h[b] < r) above += h[b--];
+        prefix |= b << sh;
+        int64_t m = 0; /* keep the values of bin b */
+        for (int64_t j = 0; j < n; j++) {
+            const uint32_t v = a[j];
+            a[m] = v;
+            m += ((v >> sh) & (nb - 1)) == b;
+        }
+        n = m;
+    }
+    *out = prefix;
+    return DL_OK;
+}
+
+#define DL_TK_SMALL_SAMPLE_LOG2 9
+#define DL_TK_SMALL_SAMPLE (1 << DL_TK_SMALL_SAMPLE_LOG2) /* strided sample of a short row */
+#define DL_TK_SMALL_MIN 512    /* shorter rows take the direct select */
+
+/* Top-k by magnitude of a row of DL_TK_SMALL_MIN .. DL_TK_SMALL elements on the calling thread:
+ * the r-th largest of a strided sample (r a little above the sample's expected share of k) as
+ * the threshold t, one vectorized filter pass collecting the candidates >= t in index order
+ * (dl_topk_filter_f32, per-thread buffers), the k-th largest candidate T by quickselect on a copy
+ * of their scores, then every candidate above T and the first ones equal to T. All elements >= T
+ * are candidates (at least k are >= t), so this is the exact selection of tk_kth_direct; NaN
+ * always passes the filter (its score is the highest) and is refused. DL_TK_FALLBACK when the
+ * guess fails (fewer than k or too many candidates). */
+static int tk_small_row(const dl_dispatch_t *d, const float *x, int64_t n, int64_t k, int32_t *idx,
+                        float *val) {
+    uint32_t sample[DL_TK_SMALL_SAMPLE];
+    const int64_t m = DL_TK_SMALL_SAMPLE;
+    for (int64_t j = 0; j < m; j++) { /* element j n / m (m a power of two) */
+        uint32_t b;
+        memcpy(&b, x + ((j * n) >> DL_TK_SMALL_SAMPLE_LOG2), 4);
+        sample[j] = b & 0x7fffffffu;
+    }
+    const double mu = (double)k * (double)m / (double)n;
+    const int64_t r = (int64_t)ceil(mu + 4.0 * sqrt(mu) + 4.0);
+    if (r > m) return DL_TK_FALLBACK;
+    uint32_t t;
+    if (tk_nth_largest(sample, m, r, &t) != DL_OK) return DL_TK_FALLBACK;
+    if (t == 0) return DL_TK_FALLBACK; /* every element would pass */
+    if (t > DL_TK_NAN) return DL_E_NONFINITE; /* the sample holds a NaN */
+    const int64_t cap = dl_min_i64(n, (int64_t)(2.0 * (double)n * (double)r / (double)m) + 64);
+    int own;
+    uint32_t *buf = tk_scratch(3 * (size_t)cap, &own);
+    if (buf == NULL) return DL_E_NOMEM;
+    int32_t *ci = (int32_t *)buf;
+    uint32_t *cs = buf + cap, *work = buf + 2 * cap;
+    const int64_t c = d->topk_filter_f32(x, 0, n, t, cap, ci, cs, NULL);
+    int status = DL_OK;
+    if (c > cap || c < k) {
+        status = DL_TK_FALLBACK;
+        goto done;
+    }
+    for (int64_t j = 0; j < c; j++) {
+        work[j] = cs[j] & 0x7fffffffu;
+        if (work[j] > DL_TK_NAN) {
+            status = DL_E_NONFINITE;
+            goto done;
+        }
+    }
+    uint32_t T;
+    if (tk_nth_largest(work, c, k, &T) != DL_OK) {
+        status = DL_TK_FALLBACK;
+        goto done;
+    }
+    int64_t n_gt = 0;
+    for (int64_t j = 0; j < c; j++) n_gt += (cs[j] & 0x7fffffffu) > T;
+    int64_t need_eq = k - n_gt, o = 0;
+    for (int64_t j = 0; j < c && o < k; j++) { /* without a branch: write, then keep or not */
+        const uint32_t sc = cs[j] & 0x7fffffffu;
+        const int eq = sc == T, take = (sc > T) | (eq & (need_eq > 0));
+        idx[o] = ci[j];
+        memcpy(&val[o], &cs[j], 4);
+        o += take;
+        need_eq -= take & eq;
+    }
+done:
+    if (own) free(buf);
+    return status;
+}
+
+/* Top-k by magnitude of a row shorter than DL_TK_SMALL_MIN: its scores on the stack, the k-th
+ * largest T by tk_nth_largest on a copy, then every element above T and the first ones equal to
+ * T (the selection of tk_kth_direct without its per-row histograms). */
+static int tk_tiny_row(const float *x, int64_t n, int64_t k, int32_t *idx, float *val) {
+    uint32_t sc[DL_TK_SMALL_MIN], work[DL_TK_SMALL_MIN];
+    uint32_t mx = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t b;
+        memcpy(&b, x + j, 4);
+        sc[j] = work[j] = b & 0x7fffffffu;
+        mx = sc[j] > mx ? sc[j] : mx;
+    }
+    if (mx > DL_TK_NAN) return DL_E_NONFINITE;
+    uint32_t T;
+    tk_nth_largest(work, n, k, &T);
+    int64_t n_gt = 0;
+    for (int64_t j = 0; j < n; j++) n_gt += sc[j] > T;
+    int64_t need_eq = k - n_gt, o = 0;
+    for (int64_t j = 0; j < n && o < k; j++) {
+        const int eq = sc[j] == T, take = (sc[j] > T) | (eq & (need_eq > 0));
+        idx[o] = (int32_t)j;
+        val[o] = x[j];
+        o += take;
+        need_eq -= take & eq;
+    }
+    return DL_OK;
+}
+
 /* The k highest scores of one row (ties to the lowest indices), ascending indices, val = x[idx]. */
 static int tk_select_row(const tk_src_t *src, int64_t n, int64_t k, int nt, int32_t *idx,
                          float *val) {
@@ -565,6 +695,11 @@ static int tk_select_row(const tk_src_t *src, int64_t n, int64_t k, int nt, int3
         if (status != DL_TK_FALLBACK) return status;
     } else {
         nt = 1;
+        if (src->mode == TK_MAG && n < DL_TK_SMALL_MIN) return tk_tiny_row(src->x, n, k, idx, val);
+        if (src->mode == TK_MAG) {
+            const int status = tk_small_row(d, src->x, n, k, idx, val);
+            if (status != DL_TK_FALLBACK) return status;
+        }
     }
     uint32_t T;
     int64_t n_gt;

@@ -359,3 +359,50 @@ def test_scatter_refuses_indices_out_of_range_and_writes_nothing():
         ops.scatter(idx.astype(np.int64), val, 4)
     with pytest.raises(ValueError, match="dim must be an int >= 0"):
         ops.scatter(idx, val, -1)
+
+
+def _short_rows(kind, rows, dim, seed):
+    """Rows for the short-row paths (tiny: < 512 elements, small: a sampled threshold, one
+    filter pass, a radix select of the candidates; the per-row radix select when that fails)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, dim), dtype=np.float32)
+    if kind == "ties":  # few distinct magnitudes: the k-th value shared by many
+        x = np.round(x).astype(np.float32)
+    elif kind == "equal":  # every magnitude equal, signs mixed, -0.0 and 0.0 among them
+        x = np.where(rng.random((rows, dim)) < 0.5, -1.0, 1.0).astype(np.float32)
+    elif kind == "zeros":  # mostly zeros: the sampled threshold is 0, the guess gives up
+        x[rng.random((rows, dim)) < 0.97] = 0.0
+        x[:, ::7] = -0.0
+    elif kind == "spikes":  # a few huge values the sample misses
+        x[:, rng.integers(0, dim, 3)] = 1e30
+    elif kind == "infs":
+        x[:, ::97] = np.inf
+        x[:, 5::101] = -np.inf
+    elif kind == "wide":  # magnitudes over the whole float range
+        x = (x * np.exp(rng.uniform(-80, 80, (rows, dim)))).astype(np.float32)
+    return x
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "equal", "zeros", "spikes", "infs", "wide"])
+@pytest.mark.parametrize("dim", [1, 9, 300, 511, 512, 513, 4096, 9610, 65536])
+def test_short_rows_match_reference(isa, kind, dim):
+    x = _short_rows(kind, 4, dim, dim)
+    for k in sorted({0, 1, max(1, dim // 100), dim // 10, dim // 2, dim - 1, dim} - {-1}):
+        if not 0 <= k <= dim:
+            continue
+        want = ref.topk(x, k)
+        for nt in (1, 3):
+            assert_same(ops.topk(x, k, n_threads=nt), want)
+
+
+@pytest.mark.parametrize("dim", [300, 5000])
+def test_short_rows_refuse_nan_wherever_it_is(isa, dim):
+    """A NaN the sample sees, one it misses (it passes the filter: its score is the highest),
+    and one in a tiny row: ValueError, as the reference."""
+    for pos in (0, 1, dim // 2, dim - 1):
+        x = _short_rows("normal", 2, dim, pos)
+        x[1, pos] = np.nan
+        with pytest.raises(ValueError, match="NaN"):
+            ops.topk(x, dim // 10)
+        with pytest.raises(ValueError, match="NaN"):
+            ref.topk(x, dim // 10)
