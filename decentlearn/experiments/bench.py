@@ -417,8 +417,21 @@ def bench_topk(n: int = 25_000_000, ratios: tuple = (0.001, 0.01), repeat: int =
             "kernel": lambda: ops.threshold(x, v, n_threads=threads),
             "np.flatnonzero(|x| >= v)": (lambda: np.flatnonzero(np.abs(x) >= v), slow_repeat)},
             repeat), lim, moved=x.nbytes, n=n))
+    # Many short rows, as the simulator compresses them (one row per peer or edge and tensor):
+    # up to 512 rows of 8,192 values, against np.argpartition along the rows.
+    xs = np.random.default_rng(1).standard_normal((max(1, min(512, n // 8192)), 8192),
+                                                  dtype=np.float32)
+    for ratio in (0.1, 0.01):
+        k = max(1, int(round(ratio * xs.shape[1])))
+        rows.append(kernel_row(
+            f"per-row top-k {xs.shape[0]}x{xs.shape[1]:,} k={k:,}", best_of({
+                "kernel": lambda: ops.topk(xs, k, n_threads=threads),
+                "np.argpartition(|x|, axis=1)": (
+                    lambda: np.argpartition(np.abs(xs), -k, axis=1), slow_repeat)},
+                repeat), lim, moved=xs.nbytes, n=xs.size, k=k, ratio=ratio))
     return _report("topk", f"top-k, random-k and threshold on one row of {n:,} float32 values, "
-                   f"{threads} threads", lim, rows, n=n, threads=threads,
+                   f"and top-k of many short rows, {threads} threads", lim, rows, n=n,
+                   threads=threads,
                    notes=["  random-k rate counts its output only (it reads x at k positions)"])
 
 
