@@ -44,6 +44,20 @@ int dl_bitpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *codes, u
 }
 
 /* codes (n_rows x dim) from packed (n_rows x row_bytes). */
+/* dim codes of `bits` (1, 2 or 4: a constant where inlined) bits, 8 / bits a byte, low bits
+ * first: the bytes' fields in registers, no bit reader. */
+static inline __attribute__((always_inline)) void unpack_whole(const uint8_t *in, uint8_t *c,
+                                                               int64_t dim, int bits) {
+    const int per = 8 / bits;
+    const uint32_t mask = (1u << bits) - 1u;
+    int64_t j = 0;
+    for (; j + per <= dim; j += per) {
+        const uint32_t byte = in[j / per];
+        for (int f = 0; f < per; f++) c[j + f] = (uint8_t)((byte >> (f * bits)) & mask);
+    }
+    for (int f = 0; j < dim; j++, f++) c[j] = (uint8_t)((in[j / per] >> (f * bits)) & mask);
+}
+
 int dl_bitunpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *packed, uint8_t *codes,
                     int n_threads) {
     if (n_rows < 0 || dim < 0 || bits < 1 || bits > 8 || n_threads < 1) return DL_E_ARG;
@@ -55,6 +69,15 @@ int dl_bitunpack_u8(int64_t n_rows, int64_t dim, int bits, const uint8_t *packed
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *in = packed + r * rb;
         uint8_t *c = codes + r * dim;
+        if (bits == 1 || bits == 2 || bits == 4) { /* whole fields a byte, low bits first */
+            if (bits == 4)
+                unpack_whole(in, c, dim, 4);
+            else if (bits == 2)
+                unpack_whole(in, c, dim, 2);
+            else
+                unpack_whole(in, c, dim, 1);
+            continue;
+        }
         uint32_t acc = 0;
         int fill = 0;
         int64_t i = 0;

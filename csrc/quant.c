@@ -84,11 +84,15 @@ int dl_bucket_decode_f32(int64_t n_rows, int64_t dim, int bits, int64_t bucket, 
         float *o = out + r * dim + j0;
         if (bits == 8) {
             for (int64_t k = 0; k < len; k++) o[k] = l + (float)row[j0 + k] * s;
-        } else {
-            for (int64_t k = 0; k < len; k++) {
-                const int64_t j = j0 + k;
-                o[k] = l + (float)((row[j >> 1] >> ((j & 1) * 4)) & 15) * s;
+        } else { /* two codes a byte, low nibble first: whole bytes, an odd start and end alone */
+            int64_t k = 0;
+            if ((j0 & 1) && len > 0) o[k++] = l + (float)(row[j0 >> 1] >> 4) * s;
+            const uint8_t *pb = row + ((j0 + k) >> 1);
+            for (; k + 2 <= len; k += 2, pb++) {
+                o[k] = l + (float)(*pb & 15) * s;
+                o[k + 1] = l + (float)(*pb >> 4) * s;
             }
+            if (k < len) o[k] = l + (float)(*pb & 15) * s;
         }
     }
     return bad ? DL_E_FORMAT : DL_OK;
