@@ -277,3 +277,30 @@ int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, fl
     }
     return DL_OK;
 }
+
+/* out[r, :] = x[r, :] * s[r] (divide: / s[r]) over rows of dim float32 values, each one IEEE
+ * operation: NumPy's x * s[:, None] (x / s[:, None]) bit for bit. out may be x itself. Rows, or
+ * with fewer rows than threads blocks of DL_COPY_CHUNK columns of each. */
+int dl_scale_rows_f32(int64_t n_rows, int64_t dim, const float *x, const float *s, int divide,
+                      float *out, int n_threads) {
+    if (n_rows < 0 || dim < 0 || n_threads < 1) return DL_E_ARG;
+    const int64_t n_cb = n_rows >= n_threads ? 1 : dl_max_i64(1, dl_cdiv_i64(dim, DL_COPY_CHUNK));
+    const int64_t cbw = n_cb == 1 ? dim : DL_COPY_CHUNK, n_it = n_rows * n_cb;
+    const int nt = (double)n_rows * dim < (double)(1 << 15) ? 1 : n_threads;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t it = 0; it < n_it; it++) {
+        const int64_t r = it / n_cb, c0 = (it % n_cb) * cbw, c1 = dl_min_i64(dim, c0 + cbw);
+        const float f = s[r];
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        if (divide)
+            for (int64_t j = c0; j < c1; j++) o[j] = xr[j] / f;
+        else
+            for (int64_t j = c0; j < c1; j++) o[j] = xr[j] * f;
+    }
+    return DL_OK;
+}

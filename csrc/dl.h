@@ -674,6 +674,9 @@ int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 /* out = a x + b y over n float32 values (products rounded, then summed; out may be x or y). */
 int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, float *out,
                  int n_threads);
+/* out[r] = x[r] * s[r] (divide: x[r] / s[r]) per row (NumPy's broadcasting; out may be x). */
+int dl_scale_rows_f32(int64_t n_rows, int64_t dim, const float *x, const float *s, int divide,
+                      float *out, int n_threads);
 /* *out = XOR of src's n words: a read-only pass (copy.c). */
 int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads);
 /* dst (P, B, A, K) = src (P, A, B, K) with axes 1 and 2 swapped (rows of K copied whole). */

@@ -1,6 +1,6 @@
-"""ops.axpby, the threaded ``a x + b y`` of the algorithms' whole-matrix updates, against its NumPy
-twin and NumPy's own expressions bit for bit (in place, at several thread counts and sizes, with
-zeros, infinities and NaN), and its argument checks."""
+"""ops.axpby and ops.scale_rows, the threaded ``a x + b y`` and row scaling of the algorithms'
+whole-matrix updates, against their NumPy twins and NumPy's own expressions bit for bit (in place,
+at several thread counts and sizes, with zeros, infinities and NaN), and their argument checks."""
 
 from __future__ import annotations
 
@@ -75,3 +75,35 @@ def test_bad_arguments():
         ops.axpby(1, x, 1, x, out=ro)
     with pytest.raises(TypeError, match="numpy arrays"):
         ops.axpby(1, [1.0], 1, x)
+
+
+@pytest.mark.parametrize("rows,dim", [(0, 5), (1, 70_000), (3, 7), (256, 9610)])
+@pytest.mark.parametrize("divide", [False, True])
+def test_scale_rows_is_numpys_broadcast(rows, dim, divide):
+    """ops.scale_rows: x * s[:, None] or x / s[:, None], bit for bit, in place too, with zeros,
+    infinities and NaN among x and s; few rows split into column blocks."""
+    rng = np.random.default_rng(rows + dim)
+    x = _data(rows * dim, rows).reshape(rows, dim)
+    s = rng.standard_normal(rows).astype(np.float32)
+    if rows >= 3:
+        s[:3] = [0.0, -np.inf, np.nan]
+    with np.errstate(all="ignore"):
+        want = x / s[:, None] if divide else x * s[:, None]
+        np.testing.assert_array_equal(_bits(ref_copy.scale_rows(x, s, divide)), _bits(want))
+        for nt in (1, 2, 5):
+            np.testing.assert_array_equal(_bits(ops.scale_rows(x, s, divide, n_threads=nt)),
+                                          _bits(want))
+            y = x.copy()
+            assert ops.scale_rows(y, s, divide, out=y, n_threads=nt) is y
+            np.testing.assert_array_equal(_bits(y), _bits(want))
+
+
+def test_scale_rows_bad_arguments():
+    x = np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match="s must have shape"):
+        ops.scale_rows(x, np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="s must have dtype float32"):
+        ops.scale_rows(x, np.ones(3))
+    buf = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="out must be x itself or share no memory with it"):
+        ops.scale_rows(buf[:3], np.ones(3, np.float32), out=buf[1:])

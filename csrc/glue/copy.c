@@ -65,6 +65,25 @@ static int call_axpby(const glue_call_t *c, const dl_dispatch_t *d) {
                         G_DATA(c, 1), G_DATA(c, 2), c->n_threads);
 }
 
+/* scale_rows(x, s, divide, out, n_threads) is a table row: x and out (R, D) float32, s (R,)
+ * float32. out is declared an input so that it may be x itself; here it must be writable, and x
+ * itself or disjoint from it. */
+static int check_scale_rows(glue_call_t *c) {
+    PyArrayObject *x = c->arr[0], *out = c->arr[2];
+    if (check_aligned_writeable(out, "scale_rows", "out", 1)) return -1;
+    if (PyArray_DATA(x) != PyArray_DATA(out) && overlaps(x, out)) {
+        PyErr_SetString(PyExc_ValueError, "scale_rows: out must be x itself or share no memory "
+                                          "with it");
+        return -1;
+    }
+    return 0;
+}
+static int call_scale_rows(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_scale_rows_f32(c->rows, c->dim, G_DATA(c, 0), G_DATA(c, 1), c->ints[0],
+                             G_DATA(c, 2), c->n_threads);
+}
+
 /* swap_axes12(src, dst, n_threads) -> dst: src (P, A, B, K) and dst (P, B, A, K) float32,
  * C-contiguous: dst[p, j, i] = src[p, i, j]. */
 static int check_swap_axes12(glue_call_t *c) {
@@ -88,6 +107,10 @@ static int call_swap_axes12(const glue_call_t *c, const dl_dispatch_t *d) {
 }
 
 static const glue_op_t ops[] = {
+    {"scale_rows", "scale_rows(x, s, divide, out, n_threads): out[r] = x[r] * s[r] (or / s[r]).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_IN("s", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_BOOL_ARG("divide"), G_IN("out", NPY_FLOAT32, 2, X_R, X_D), G_THREADS_ARG},
+     0, 0, NULL, check_scale_rows, call_scale_rows, {0}, 0, {0}},
     {"axpby", "axpby(a, x, b, y, out, n_threads): out = a x + b y (float32).",
      {G_F("a"), G_IN("x", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY), G_F("b"),
       G_IN("y", NPY_FLOAT32, G_NDIM_ANY, X_ANY, X_ANY),

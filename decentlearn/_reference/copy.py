@@ -21,6 +21,15 @@ def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | No
     return out
 
 
+def scale_rows(x: np.ndarray, s: np.ndarray, divide: bool = False, out: np.ndarray | None = None,
+               n_threads: int | None = None) -> np.ndarray:
+    res = x / s[:, None] if divide else x * s[:, None]
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
     np.copyto(dst, src)
     return dst

@@ -162,7 +162,9 @@ class NGC(Algorithm):
             losses, g_self = self.gradient(self.params, x, y)
         else:
             losses, g_self = self.gradient(start, x, y)
-        g_tilde = self._self_term(g_self, t, e) * w_self[:, None]  # step 5, pi_ii g_ii
+        g_tilde = ops.scale_rows(self._self_term(g_self, t, e),  # step 5, pi_ii g_ii
+                                 np.ascontiguousarray(w_self, dtype=np.float32),
+                                 n_threads=self.comm.n_threads)
         if e:
             r_in = recv[e0:e1] - lo
             if e1 > e0:

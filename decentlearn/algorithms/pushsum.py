@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from decentlearn import ops
 from decentlearn.algorithms.base import Algorithm, Sampler, register
 from decentlearn.state import row
 
@@ -32,7 +33,9 @@ class PushSum(Algorithm):
         self.weights = np.ones(self.comm.n_peers)
 
     def _debias(self) -> None:
-        np.divide(self.numerators, self.weights[:, None].astype(np.float32), out=self.params)
+        # numerators / weights row by row (NumPy's division), on the run's threads
+        ops.scale_rows(self.numerators, self.weights.astype(np.float32), divide=True,
+                       out=self.params, n_threads=self.comm.n_threads)
 
     def mix_weights(self, w: np.ndarray, t: int) -> np.ndarray:
         """P_t w in float64 with the float32 weights the gossip kernel uses for the numerators.

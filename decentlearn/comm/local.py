@@ -381,6 +381,8 @@ class SimComm(CommState):
         its in-edges only (receivers hosted here: a contiguous range of the CSR order)."""
         _, senders, _ = self.edges(t)
         self.count(t, X.shape[1] * FLOAT32_BYTES)
+        if X.dtype == np.float32 and X.flags.c_contiguous:
+            return ops.take_rows(X, senders, n_threads=self.n_threads)  # X[senders], threaded
         return X[senders]
 
     def reply(self, compressor, payload, t: int) -> np.ndarray:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn._core import axpby as _core_axpby
+from decentlearn._core import scale_rows as _core_scale_rows
 from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as _core_copy_f32,
                                read_f32 as _core_read_f32,
                                shuffle_segments as _core_shuffle_segments,
                                swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["axpby", "batch_indices", "copy_f32", "read_f32", "shuffle_segments", "swap_axes12",
-           "take_rows"]
+__all__ = ["axpby", "batch_indices", "copy_f32", "read_f32", "scale_rows", "shuffle_segments",
+           "swap_axes12", "take_rows"]
 
 
 def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | None = None,
@@ -37,6 +38,19 @@ def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | No
         raise TypeError(f"axpby: out must be a numpy array, got {type(out).__name__}")
     flat = [a_.reshape(-1) if a_.flags.c_contiguous else a_ for a_ in (x, y, out)]
     _core_axpby(float(a), flat[0], float(b), flat[1], flat[2], resolve_threads(n_threads, x.size))
+    return out
+
+
+def scale_rows(x: np.ndarray, s: np.ndarray, divide: bool = False, out: np.ndarray | None = None,
+               n_threads: int | None = None) -> np.ndarray:
+    """``out[r] = x[r] * s[r]`` (``divide``: ``x[r] / s[r]``) for the (R, D) float32 ``x`` and
+    (R,) float32 ``s`` on the run's threads: NumPy's ``x * s[:, None]`` (``x / s[:, None]``) bit
+    for bit. ``out`` (default: a new array) may be x itself."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"scale_rows: x must be a numpy array, got {type(x).__name__}")
+    if out is None:
+        out = np.empty_like(x)
+    _core_scale_rows(x, s, bool(divide), out, resolve_threads(n_threads, x.size))
     return out
 
 
