@@ -652,6 +652,50 @@ done:
     return status;
 }
 
+/* Random-k of a row of at most DL_TK_SMALL elements on the calling thread: the scores are uniform,
+ * so an analytic threshold t keeps about k + 4 sqrt(k) + 16 of them; one vectorized pass
+ * (dl_topk_randfilter_u32) writes those candidates and their scores in index order, then the k-th
+ * largest score T by tk_nth_largest on a copy, and every candidate above T plus the first ones
+ * equal to T: the selection of tk_kth_direct with each score computed once, not four times.
+ * DL_TK_FALLBACK when fewer than k or too many candidates pass. */
+static int tk_small_rand_row(const dl_dispatch_t *d, const tk_src_t *src, int64_t n, int64_t k,
+                             int32_t *idx, float *val) {
+    const double p = ((double)k + 4.0 * sqrt((double)k) + 16.0) / (double)n;
+    uint32_t t = 0;
+    if (p < 1.0) {
+        const double tt = ldexp(1.0 - p, 32);
+        t = tt >= 4294967295.0 ? 0xffffffffu : (uint32_t)tt;
+    }
+    const int64_t cap = dl_min_i64(n, (int64_t)(2.0 * p * (double)n) + 64);
+    int own;
+    uint32_t *buf = tk_scratch(3 * (size_t)cap, &own);
+    if (buf == NULL) return DL_E_NOMEM;
+    int32_t *ci = (int32_t *)buf;
+    uint32_t *cs = buf + cap, *work = buf + 2 * cap;
+    const int64_t c = d->topk_randfilter_u32(src->key, 0, n, t, cap, ci, cs);
+    int status = DL_OK;
+    if (c > cap || c < k) {
+        status = DL_TK_FALLBACK;
+        goto done;
+    }
+    memcpy(work, cs, (size_t)c * sizeof(uint32_t));
+    uint32_t T;
+    tk_nth_largest(work, c, k, &T);
+    int64_t n_gt = 0;
+    for (int64_t j = 0; j < c; j++) n_gt += cs[j] > T;
+    int64_t need_eq = k - n_gt, o = 0;
+    for (int64_t j = 0; j < c && o < k; j++) {
+        const int eq = cs[j] == T, take = (cs[j] > T) | (eq & (need_eq > 0));
+        idx[o] = ci[j];
+        val[o] = src->x[ci[j]];
+        o += take;
+        need_eq -= take & eq;
+    }
+done:
+    if (own) free(buf);
+    return status;
+}
+
 /* Top-k by magnitude of a row shorter than DL_TK_SMALL_MIN: its scores on the stack, the k-th
  * largest T by tk_nth_largest on a copy, then every element above T and the first ones equal to
  * T (the selection of tk_kth_direct without its per-row histograms). */
@@ -696,10 +740,9 @@ static int tk_select_row(const tk_src_t *src, int64_t n, int64_t k, int nt, int3
     } else {
         nt = 1;
         if (src->mode == TK_MAG && n < DL_TK_SMALL_MIN) return tk_tiny_row(src->x, n, k, idx, val);
-        if (src->mode == TK_MAG) {
-            const int status = tk_small_row(d, src->x, n, k, idx, val);
-            if (status != DL_TK_FALLBACK) return status;
-        }
+        const int status = src->mode == TK_MAG ? tk_small_row(d, src->x, n, k, idx, val)
+                                               : tk_small_rand_row(d, src, n, k, idx, val);
+        if (status != DL_TK_FALLBACK) return status;
     }
     uint32_t T;
     int64_t n_gt;

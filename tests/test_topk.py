@@ -406,3 +406,17 @@ def test_short_rows_refuse_nan_wherever_it_is(isa, dim):
             ops.topk(x, dim // 10)
         with pytest.raises(ValueError, match="NaN"):
             ref.topk(x, dim // 10)
+
+
+@pytest.mark.parametrize("dim", [1, 9, 300, 511, 512, 4096, 9610, 65536])
+def test_short_rows_randk_matches_reference(isa, dim):
+    """Random-k of short rows (an analytic threshold, one vectorized pass of the counter
+    generator, a radix select of the candidates) picks the reference's indices, whatever the
+    thread count; k from 0 to dim (every score passing when k is close to dim)."""
+    x = _short_rows("normal", 5, dim, dim)
+    for k in sorted({0, 1, max(1, dim // 100), dim // 10, dim // 2, dim - 1, dim}):
+        if not 0 <= k <= dim:
+            continue
+        want = ref.randk(x, k, seed=3, step=7, peer0=11)
+        for nt in (1, 3):
+            assert_same(ops.randk(x, k, seed=3, step=7, peer0=11, n_threads=nt), want)
