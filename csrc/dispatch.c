@@ -52,7 +52,9 @@ static const char *const isa_names[DL_ISA_COUNT] = {"generic", "avx2", "avx512",
     .qsgd_encode_f32 = W(dl_qsgd_encode_f32_##isa),                                               \
     .bucket_encode_f32 = W(dl_bucket_encode_f32_##isa),                                           \
     .sign_encode_f32 = W(dl_sign_encode_f32_##isa),                                               \
-    .int8_encode_f32 = W(dl_int8_encode_f32_##isa)
+    .int8_encode_f32 = W(dl_int8_encode_f32_##isa),                                               \
+    .optim_adam_span = W(dl_optim_adam_span_##isa),                                               \
+    .optim_lamb_span = W(dl_optim_lamb_span_##isa), .optim_sumsq = W(dl_optim_sumsq_##isa)
 
 /* The float32 GEMMs of the layers (nn_impl.h): a portable, an AVX2 and an AVX-512 build. */
 #define DL_NN_KERNELS(isa, W)                                                                      \

@@ -330,6 +330,20 @@ typedef int (*dl_nn_dgrad_f32_fn)(const dl_nn_dgrad_t *d, int n_threads);
 typedef int (*dl_nn_wgrad_f32_fn)(const dl_nn_wgrad_t *w, int n_threads);
 typedef int (*dl_nn_dense_f32_fn)(const dl_nn_dense_t *d, int n_threads);
 /* <<< dispatch-types nn */
+/* >>> dispatch-types optim */
+/* The float32 constants of an Adam or LAMB step (NumPy's roundings of the float64 values) and
+ * whether the weight decay terms apply (tested on the float64 values, as NumPy's code does). */
+typedef struct {
+    float b1, ob1, b2, ob2, eps, wd, decay; /* beta1, 1 - beta1, beta2, 1 - beta2, eps, wd, lr wd */
+    int use_wd, use_decay;
+} dl_optim_coef_t;
+typedef void (*dl_optim_adam_span_fn)(int64_t n, float *p, const float *g, float *m, float *v,
+                                      const dl_optim_coef_t *c, float lr_t, float root2);
+typedef void (*dl_optim_lamb_span_fn)(int64_t n, const float *p, const float *g, float *m,
+                                      float *v, float *u, const dl_optim_coef_t *c, float bias1,
+                                      float bias2);
+typedef double (*dl_optim_sumsq_fn)(const float *x, int64_t n);
+/* <<< dispatch-types optim */
 
 /* One entry per kernel that has ISA-specific builds. A family adds its members in its section. */
 typedef struct {
@@ -379,6 +393,11 @@ typedef struct {
     dl_nn_wgrad_f32_fn nn_conv_wgrad_f32;
     dl_nn_dgrad_f32_fn nn_conv_dgrad_f32;
     /* <<< dispatch-members nn */
+    /* >>> dispatch-members optim */
+    dl_optim_adam_span_fn optim_adam_span;
+    dl_optim_lamb_span_fn optim_lamb_span;
+    dl_optim_sumsq_fn optim_sumsq;
+    /* <<< dispatch-members optim */
 } dl_dispatch_t;
 
 /* dispatch.c */
@@ -734,6 +753,17 @@ DL_DECLARE_ISA(dl_nn_conv_dgrad_f32, int, (const dl_nn_dgrad_t *d, int n_threads
 int dl_optim_sgd_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *buf,
                      float lr, float momentum, float weight_decay, int nesterov,
                      const int64_t *frozen, int n_threads);
+/* The elementwise spans of the Adam and LAMB steps and the lane-ordered sum of squares
+ * (optim_impl.h), one build per ISA. */
+#define DL_DECLARE_OPTIM(isa)                                                                      \
+    void dl_optim_adam_span_##isa(int64_t n, float *p, const float *g, float *m, float *v,         \
+                                  const dl_optim_coef_t *c, float lr_t, float root2);              \
+    void dl_optim_lamb_span_##isa(int64_t n, const float *p, const float *g, float *m, float *v,   \
+                                  float *u, const dl_optim_coef_t *c, float bias1, float bias2);   \
+    double dl_optim_sumsq_##isa(const float *x, int64_t n);
+DL_DECLARE_OPTIM(generic)
+DL_DECLARE_OPTIM(avx2)
+DL_DECLARE_OPTIM(avx512)
 /* One Adam/AdamW step over P rows of dim: rowc (P, 2) float64 = per row lr / (1 - b1^t) and
  * sqrt(1 - b2^t); coef[7] = b1, 1 - b1, b2, 1 - b2, eps, L2 weight decay (added to the gradient),
  * decoupled decay (lr wd, AdamW), each used as float32 (see optim.c). */

@@ -16,6 +16,9 @@
  * with the portable flags only (no FMA contraction), so decentlearn/_reference/optim.py
  * reproduces every kernel exactly.
  */
+#define DL_SUFFIX generic
+#include "optim_impl.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -77,64 +80,38 @@ static int frozen_ok(int64_t n_peers, int64_t dim, const int64_t *frozen) {
     return 1;
 }
 
+/* The float32 constants of coef[7] = b1, 1 - b1, b2, 1 - b2, eps, wd, decay. */
+static dl_optim_coef_t optim_coef(const double *coef) {
+    dl_optim_coef_t c = {(float)coef[0], (float)coef[1], (float)coef[2], (float)coef[3],
+                         (float)coef[4], (float)coef[5], (float)coef[6], coef[5] != 0.0,
+                         coef[6] != 0.0};
+    return c;
+}
+
 int dl_optim_adam_f32(int64_t n_peers, int64_t dim, float *params, const float *grad, float *m,
                       float *v, const double *rowc, const double *coef, const int64_t *frozen,
                       int n_threads) {
     if (n_peers < 0 || dim < 0 || n_threads < 1 || !frozen_ok(n_peers, dim, frozen))
         return DL_E_ARG;
-    const float b1 = (float)coef[0], ob1 = (float)coef[1], b2 = (float)coef[2];
-    const float ob2 = (float)coef[3], eps = (float)coef[4], l2 = (float)coef[5];
-    const float decay = (float)coef[6];
-    const int use_l2 = coef[5] != 0.0, use_decay = coef[6] != 0.0; /* as NumPy: the float64 values */
+    const dl_optim_coef_t oc = optim_coef(coef);
+    const dl_optim_adam_span_fn span = dl_dispatch()->optim_adam_span;
     const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
     const int64_t n_cb = column_blocks(n_peers, dim, nt);
     const int64_t cbw = n_cb == 1 ? dim : DL_SGD_BLOCK;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t it = 0; it < n_peers * n_cb; it++) {
         const int64_t r = it / n_cb, c0 = (it % n_cb) * cbw, c1 = dl_min_i64(dim, c0 + cbw);
-        float *restrict p = params + r * dim, *restrict mr = m + r * dim;
-        float *restrict vr = v + r * dim;
-        const float *restrict g = grad + r * dim;
-        const float lr_t = (float)rowc[2 * r], root2 = (float)rowc[2 * r + 1];
         const int64_t fr = frozen ? frozen[r] : 0;
         const int64_t j0 = fr > c0 ? dl_min_i64(fr, c1) : c0; /* first updated entry */
+        float *mr = m + r * dim, *vr = v + r * dim;
         for (int64_t j = c0; j < j0; j++) mr[j] = vr[j] = 0.0f;
-        for (int64_t j = j0; j < c1; j++) {
-            float gj = g[j];
-            if (use_l2) gj = p[j] * l2 + gj;
-            const float mj = mr[j] * b1 + gj * ob1;
-            const float vj = vr[j] * b2 + gj * gj * ob2;
-            mr[j] = mj;
-            vr[j] = vj;
-            float d = sqrtf(vj) / root2 + eps;
-            d = mj / d * lr_t;
-            if (use_decay) d = d + p[j] * decay;
-            p[j] = p[j] - d;
-        }
+        span(c1 - j0, params + r * dim + j0, grad + r * dim + j0, mr + j0, vr + j0, &oc,
+             (float)rowc[2 * r], (float)rowc[2 * r + 1]);
     }
     return DL_OK;
 }
 
 #define DL_TRUST_CHUNK 4096 /* columns per chunk of a layer's sum of squares */
-#define DL_TRUST_LANES 16
-
-/* sum_j x[j]^2 in float64: x[j] into lane j mod 16 in order, the lanes added in order. */
-static double sumsq_lanes(const float *x, int64_t n) {
-    double acc[DL_TRUST_LANES] = {0};
-    int64_t j = 0;
-    for (; j + DL_TRUST_LANES <= n; j += DL_TRUST_LANES)
-        for (int l = 0; l < DL_TRUST_LANES; l++) {
-            const double t = x[j + l];
-            acc[l] += t * t;
-        }
-    for (int l = 0; j + l < n; l++) {
-        const double t = x[j + l];
-        acc[l] += t * t;
-    }
-    double s = 0.0;
-    for (int l = 0; l < DL_TRUST_LANES; l++) s += acc[l];
-    return s;
-}
 
 /* The chunks of a row: layer s = [bounds[s], bounds[s + 1]) cut every DL_TRUST_CHUNK columns;
  * chunk k starts at start[k] and belongs to layer seg[k]. NULL when bounds do not tile [0, dim)
@@ -232,10 +209,9 @@ int dl_optim_lamb_f32(int64_t n_peers, int64_t dim, float *params, const float *
     trust_plan_t t;
     const int st = trust_plan(&t, n_peers, dim, bounds, n_seg);
     if (st != DL_OK) return st;
-    const float b1 = (float)coef[0], ob1 = (float)coef[1], b2 = (float)coef[2];
-    const float ob2 = (float)coef[3], eps = (float)coef[4], wd = (float)coef[5];
-    const int use_wd = coef[5] != 0.0; /* as NumPy: the float64 value */
+    const dl_optim_coef_t oc = optim_coef(coef); /* its decay (coef[6], lr) is unused */
     const double lr = coef[6];
+    const dl_dispatch_t *d = dl_dispatch();
     const int nt = (double)n_peers * dim < (double)(1 << 16) ? 1 : n_threads;
     const int64_t n_it = n_peers * t.n_ck;
 #pragma omp parallel num_threads(nt)
@@ -245,26 +221,15 @@ int dl_optim_lamb_f32(int64_t n_peers, int64_t dim, float *params, const float *
         for (int64_t it = 0; it < n_it; it++) {
             int64_t r, s, c0, c1;
             trust_item(&t, bounds, it, &r, &s, &c0, &c1);
-            float *restrict p = params + r * dim, *restrict mr = m + r * dim;
-            float *restrict vr = v + r * dim, *restrict u = work + r * dim;
-            const float *restrict g = grad + r * dim;
-            const float bias1 = (float)rowc[2 * r], bias2 = (float)rowc[2 * r + 1];
+            const float *p = params + r * dim;
+            float *mr = m + r * dim, *vr = v + r * dim, *u = work + r * dim;
             const int64_t fr = frozen ? frozen[r] : 0;
             const int64_t j0 = fr > c0 ? dl_min_i64(fr, c1) : c0;
             for (int64_t j = c0; j < j0; j++) mr[j] = vr[j] = u[j] = 0.0f;
-            for (int64_t j = j0; j < c1; j++) {
-                const float gj = g[j];
-                const float mj = mr[j] * b1 + gj * ob1;
-                const float vj = vr[j] * b2 + gj * gj * ob2;
-                mr[j] = mj;
-                vr[j] = vj;
-                float d = sqrtf(vj / bias2) + eps;
-                d = mj / d / bias1;
-                if (use_wd) d = d + p[j] * wd;
-                u[j] = d;
-            }
-            t.part[2 * it] = sumsq_lanes(p + c0, c1 - c0);
-            t.part[2 * it + 1] = sumsq_lanes(u + c0, c1 - c0);
+            d->optim_lamb_span(c1 - j0, p + j0, grad + r * dim + j0, mr + j0, vr + j0, u + j0,
+                               &oc, (float)rowc[2 * r], (float)rowc[2 * r + 1]);
+            t.part[2 * it] = d->optim_sumsq(p + c0, c1 - c0);
+            t.part[2 * it + 1] = d->optim_sumsq(u + c0, c1 - c0);
         }
         /* 2. per peer and layer lr ||p|| / ||u|| */
 #pragma omp for schedule(static)
@@ -294,6 +259,7 @@ int dl_optim_lars_f32(int64_t n_peers, int64_t dim, float *params, const float *
     const float mu = (float)coef[1], wd = (float)coef[2];
     const int use_mu = coef[1] != 0.0; /* the guards test the float64 values, as NumPy */
     if (use_mu && buf == NULL) return DL_E_ARG;
+    const dl_optim_sumsq_fn sumsq = dl_dispatch()->optim_sumsq;
     trust_plan_t t;
     const int st = trust_plan(&t, n_peers, dim, bounds, n_seg);
     if (st != DL_OK) return st;
@@ -306,8 +272,8 @@ int dl_optim_lars_f32(int64_t n_peers, int64_t dim, float *params, const float *
         for (int64_t it = 0; it < n_it; it++) {
             int64_t r, s, c0, c1;
             trust_item(&t, bounds, it, &r, &s, &c0, &c1);
-            t.part[2 * it] = sumsq_lanes(params + r * dim + c0, c1 - c0);
-            t.part[2 * it + 1] = sumsq_lanes(grad + r * dim + c0, c1 - c0);
+            t.part[2 * it] = sumsq(params + r * dim + c0, c1 - c0);
+            t.part[2 * it + 1] = sumsq(grad + r * dim + c0, c1 - c0);
         }
         /* 2. per peer and layer lr eta ||p|| / (||g|| + wd ||p|| + eps) */
 #pragma omp for schedule(static)

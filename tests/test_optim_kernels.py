@@ -1,5 +1,6 @@
 """The Adam/AdamW, LAMB and LARS step kernels (csrc/optim.c through decentlearn.ops) against their
-NumPy twins (decentlearn/_reference/optim.py) bit for bit at several thread counts; the twins'
+NumPy twins (decentlearn/_reference/optim.py) bit for bit at several thread counts, on every ISA
+path (their spans have portable, AVX2 and AVX-512 builds, none with FMA contraction); the twins'
 Adam against the NumPy form the optimizer ran before the kernel (so runs keep their bits) and
 their layer sums against plain loops; bad arguments; and the optimizer classes' two paths (the
 kernels, and the twins for float64 and strided operands) agreeing."""
@@ -46,7 +47,7 @@ def _problem(P, D, seed):
 @pytest.mark.parametrize("P,D,bounds", SHAPES)
 @pytest.mark.parametrize("decoupled,wd", [(False, 0.0), (False, 0.01), (True, 0.1)])
 @pytest.mark.parametrize("with_frozen", [False, True])
-def test_adam_step_matches_twin_bitwise(P, D, bounds, decoupled, wd, with_frozen):
+def test_adam_step_matches_twin_bitwise(isa, P, D, bounds, decoupled, wd, with_frozen):
     x, g, m, v, steps, frozen = _problem(P, D, P * D)
     frozen = frozen if with_frozen else None
     want = [x.copy(), m.copy(), v.copy()]
@@ -66,7 +67,7 @@ def test_adam_step_matches_twin_bitwise(P, D, bounds, decoupled, wd, with_frozen
 @pytest.mark.parametrize("P,D,bounds", SHAPES)
 @pytest.mark.parametrize("wd", [0.0, 0.01])
 @pytest.mark.parametrize("with_frozen", [False, True])
-def test_lamb_step_matches_twin_bitwise(P, D, bounds, wd, with_frozen):
+def test_lamb_step_matches_twin_bitwise(isa, P, D, bounds, wd, with_frozen):
     x, g, m, v, steps, frozen = _problem(P, D, P + D)
     frozen = frozen if with_frozen else None
     bounds = np.array(bounds)
@@ -84,7 +85,7 @@ def test_lamb_step_matches_twin_bitwise(P, D, bounds, wd, with_frozen):
 @pytest.mark.parametrize("P,D,bounds", SHAPES)
 @pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 1e-3)])
 @pytest.mark.parametrize("with_frozen", [False, True])
-def test_lars_step_matches_twin_bitwise(P, D, bounds, momentum, wd, with_frozen):
+def test_lars_step_matches_twin_bitwise(isa, P, D, bounds, momentum, wd, with_frozen):
     x, g, m, _, _, frozen = _problem(P, D, 3 * P + D)
     frozen = frozen if with_frozen else None
     bounds = np.array(bounds)
