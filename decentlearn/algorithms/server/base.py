@@ -138,8 +138,8 @@ class ServerAlgorithm(Algorithm):
                     peer0 = self.model.peer0
                     self.model.peer0 = first
                     try:
-                        step_losses, g = self.model.loss_and_grad(self.params[rows], x[rows],
-                                                                  y[rows])
+                        step_losses, g = self.model.loss_and_grad(
+                            self.rows_of(self.params, rows), self.rows_of(x, rows), y[rows])
                     finally:
                         self.model.peer0 = peer0
                     grad[rows] = g
@@ -149,6 +149,13 @@ class ServerAlgorithm(Algorithm):
             # Inactive rows are frozen: they keep their values and a zero momentum buffer.
             self.optimizer.step(self.params, grad, frozen=cut)
         return losses
+
+    def rows_of(self, a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``a[rows]`` (rows of the hosted peers' matrices or minibatches), gathered on the run's
+        threads when ``a`` is C-contiguous (ops.take_rows)."""
+        if a.flags.c_contiguous and a.dtype != object:
+            return ops.take_rows(a, rows, n_threads=self.comm.n_threads)
+        return a[rows]
 
     def set_server(self, model: np.ndarray) -> None:
         self.server[...] = model

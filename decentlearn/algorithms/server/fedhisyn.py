@@ -135,8 +135,8 @@ class FedHiSyn(ServerAlgorithm):
                 self.params = self.comm.shift(self.params, t, src)
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
-        uploaded = self.upload(self._identity, self._identity.compress(self.params[rows]), t,
-                               clients)
+        payload = self._identity.compress(self.rows_of(self.params, rows))
+        uploaded = self.upload(self._identity, payload, t, clients)
         self.set_server(self.aggregate(uploaded, clients))
         per_step = losses / np.maximum(hops[mine], 1) / self.local_steps
         return fill_inactive(self.comm, per_step, local, clients)

@@ -118,7 +118,9 @@ class STCFL(ServerAlgorithm):
         active, rows, first = self.mine(clients)
         self._download(rows, t)
         losses = self.train(sample, active, self.local_steps, first)
-        acc = self.client_error[rows] + (self.params[rows] - self.server)
+        delta = self.rows_of(self.params, rows)
+        delta -= self.server
+        acc = self.client_error[rows] + delta
         up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first,
                                       n_threads=self.comm.n_threads)
         decoded = self.upload(self.compressor, up, t, clients)
