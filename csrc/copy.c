@@ -304,3 +304,20 @@ int dl_scale_rows_f32(int64_t n_rows, int64_t dim, const float *x, const float *
     }
     return DL_OK;
 }
+
+/* dst rows = src rows: n_rows rows of w float32 values, src's lying lds apart and dst's ldd apart
+ * (column blocks of wider matrices), one memcpy per row, rows split over threads. */
+int dl_copy2d_f32(int64_t n_rows, int64_t w, const float *src, int64_t lds, float *dst,
+                  int64_t ldd, int n_threads) {
+    if (n_rows < 0 || w < 0 || lds < w || ldd < w || n_threads < 1) return DL_E_ARG;
+    if (w == 0) return DL_OK;
+    const int nt = n_rows * w < (1 << 15) ? 1 : (int)dl_max_i64(1, dl_min_i64(n_threads, n_rows));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < n_rows; r++)
+        memcpy(dst + r * ldd, src + r * lds, (size_t)w * sizeof(float));
+    return DL_OK;
+}

@@ -107,3 +107,25 @@ def test_scale_rows_bad_arguments():
     buf = np.ones((4, 4), np.float32)
     with pytest.raises(ValueError, match="out must be x itself or share no memory with it"):
         ops.scale_rows(buf[:3], np.ones(3, np.float32), out=buf[1:])
+
+
+def test_copy2d_copies_column_blocks_both_ways():
+    """ops.copy2d: a column block of a wider matrix out (a new C-contiguous array) and back in,
+    np.copyto's values; nothing outside the block written; overlap and shapes refused."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((300, 1000)).astype(np.float32)
+    for nt in (1, 3):
+        block = ops.copy2d(X[:, 123:877], n_threads=nt)
+        assert block.flags.c_contiguous
+        np.testing.assert_array_equal(block, X[:, 123:877])
+        np.testing.assert_array_equal(block, ref_copy.copy2d(X[:, 123:877]))
+        Y = np.full_like(X, 7.0)
+        assert ops.copy2d(block, Y[:, 123:877], n_threads=nt).base is Y
+        np.testing.assert_array_equal(Y[:, 123:877], block)
+        assert (Y[:, :123] == 7).all() and (Y[:, 877:] == 7).all()
+    with pytest.raises(ValueError, match="dst must not overlap src"):
+        ops.copy2d(X[:, 0:100], X[:, 50:150])
+    with pytest.raises(ValueError, match=r"dst must have src's shape \(300, 10\), got \(300, 11\)"):
+        ops.copy2d(X[:, :10], np.empty((300, 11), np.float32))
+    with pytest.raises(ValueError, match="contiguous rows"):
+        ops.copy2d(X[:, ::2], np.empty((300, 500), np.float32))

@@ -285,7 +285,42 @@ static PyObject *py_shuffle_segments(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* copy2d(src, dst, n_threads) -> dst: 2-D float32 views of one shape whose rows are each
+ * contiguous (column blocks of wider matrices), not overlapping. */
+static PyObject *py_copy2d(PyObject *self, PyObject *args) {
+    PyArrayObject *src, *dst;
+    int n_threads, status;
+    npy_intp lds, ldd;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O&:copy2d", &PyArray_Type, &src, &PyArray_Type, &dst,
+                          conv_threads, &n_threads))
+        return NULL;
+    if (check_rows(src, "copy2d", "src", &lds) || check_rows(dst, "copy2d", "dst", &ldd) ||
+        check_aligned_writeable(dst, "copy2d", "dst", 1) || check_threads("copy2d", n_threads))
+        return NULL;
+    if (PyArray_DIM(src, 0) != PyArray_DIM(dst, 0) || PyArray_DIM(src, 1) != PyArray_DIM(dst, 1)) {
+        PyErr_Format(PyExc_ValueError, "copy2d: dst must have src's shape (%zd, %zd), got (%zd, %zd)",
+                     (Py_ssize_t)PyArray_DIM(src, 0), (Py_ssize_t)PyArray_DIM(src, 1),
+                     (Py_ssize_t)PyArray_DIM(dst, 0), (Py_ssize_t)PyArray_DIM(dst, 1));
+        return NULL;
+    }
+    if (!rows_disjoint(dst, src)) {
+        PyErr_SetString(PyExc_ValueError, "copy2d: dst must not overlap src");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_copy2d_f32(PyArray_DIM(src, 0), PyArray_DIM(src, 1), PyArray_DATA(src), lds,
+                           PyArray_DATA(dst), ldd, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("copy2d", status);
+    Py_INCREF(dst);
+    return (PyObject *)dst;
+}
+
 static PyMethodDef methods[] = {
+    {"copy2d", py_copy2d, METH_VARARGS,
+     "copy2d(src, dst, n_threads) -> dst: dst[...] = src for 2-D float32 views with contiguous "
+     "rows (column blocks of wider matrices)."},
     {"take_rows", py_take_rows, METH_VARARGS,
      "take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]] (any dtype)."},
     {"batch_indices", py_batch_indices, METH_VARARGS,

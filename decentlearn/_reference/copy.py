@@ -30,6 +30,13 @@ def scale_rows(x: np.ndarray, s: np.ndarray, divide: bool = False, out: np.ndarr
     return out
 
 
+def copy2d(src: np.ndarray, dst: np.ndarray | None = None, n_threads: int | None = None):
+    if dst is None:
+        return np.array(src, dtype=np.float32)
+    np.copyto(dst, src)
+    return dst
+
+
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
     np.copyto(dst, src)
     return dst

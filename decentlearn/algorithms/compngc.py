@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decentlearn import compress
+from decentlearn import compress, ops
 from decentlearn.algorithms.base import option, register
 from decentlearn.algorithms.ngc import NGC, _check_choice
 from decentlearn.state import nest, subtree
@@ -116,17 +116,19 @@ class CompNGC(NGC):
                                                                                np.ndarray]:
         received = None
         local = np.empty_like(cross) if self.compress_local else cross
+        nt = self.comm.n_threads
         for sl, ef in zip(self.tensor_slices, self._memories):  # a few tensors, not peers
-            part = np.ascontiguousarray(cross[:, sl])
-            payload = ef.compress(part, seed=self.seed, step=t, peer0=first,
-                                  n_threads=self.comm.n_threads)
+            # the tensor's columns in and out of the (edges, dim) matrices on the run's threads
+            part = ops.copy2d(cross[:, sl], n_threads=nt)
+            payload = ef.compress(part, seed=self.seed, step=t, peer0=first, n_threads=nt)
             self.cross_bytes += self.comm.total(payload.nbytes)
             got = self.comm.reply(self._decoder, payload, t)
             if received is None:  # the out-edges' rows (all edges in one process)
                 received = np.empty((got.shape[0], cross.shape[1]), dtype=np.float32)
-            received[:, sl] = got
+            ops.copy2d(got, received[:, sl], n_threads=nt)
             if self.compress_local:  # the sender's copy of what it sent
-                local[:, sl] = self._codec.decompress(payload, n_threads=self.comm.n_threads)
+                ops.copy2d(self._codec.decompress(payload, n_threads=nt), local[:, sl],
+                           n_threads=nt)
         return received, local
 
     def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
@@ -137,8 +139,9 @@ class CompNGC(NGC):
             return g_self
         out = np.empty_like(g_self)
         peer0 = n_edges + self.comm.peer0
+        nt = self.comm.n_threads
         for sl, ef in zip(self.tensor_slices, self._self_memories):
-            payload = ef.compress(np.ascontiguousarray(g_self[:, sl]), seed=self.seed, step=t,
-                                  peer0=peer0, n_threads=self.comm.n_threads)
-            out[:, sl] = self._codec.decompress(payload, n_threads=self.comm.n_threads)
+            payload = ef.compress(ops.copy2d(g_self[:, sl], n_threads=nt), seed=self.seed,
+                                  step=t, peer0=peer0, n_threads=nt)
+            ops.copy2d(self._codec.decompress(payload, n_threads=nt), out[:, sl], n_threads=nt)
         return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn._core import axpby as _core_axpby
+from decentlearn._core import copy2d as _core_copy2d
 from decentlearn._core import scale_rows as _core_scale_rows
 from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as _core_copy_f32,
                                read_f32 as _core_read_f32,
@@ -20,8 +21,8 @@ from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as
                                swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["axpby", "batch_indices", "copy_f32", "read_f32", "scale_rows", "shuffle_segments",
-           "swap_axes12", "take_rows"]
+__all__ = ["axpby", "batch_indices", "copy2d", "copy_f32", "read_f32", "scale_rows",
+           "shuffle_segments", "swap_axes12", "take_rows"]
 
 
 def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | None = None,
@@ -52,6 +53,19 @@ def scale_rows(x: np.ndarray, s: np.ndarray, divide: bool = False, out: np.ndarr
         out = np.empty_like(x)
     _core_scale_rows(x, s, bool(divide), out, resolve_threads(n_threads, x.size))
     return out
+
+
+def copy2d(src: np.ndarray, dst: np.ndarray | None = None,
+           n_threads: int | None = None) -> np.ndarray:
+    """``dst[...] = src`` for 2-D float32 arrays whose rows are each contiguous but may lie apart
+    (a column block ``X[:, a:b]`` of a wider matrix, on either side), rows on the run's threads;
+    ``dst`` (default: a new C-contiguous array) must not overlap ``src``. NumPy reference:
+    ``np.copyto(dst, src)``."""
+    if not isinstance(src, np.ndarray):
+        raise TypeError(f"copy2d: src must be a numpy array, got {type(src).__name__}")
+    if dst is None:
+        dst = np.empty(src.shape, np.float32)
+    return _core_copy2d(src, dst, resolve_threads(n_threads, src.size))
 
 
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
