@@ -584,6 +584,25 @@ static int tk_nth_largest(uint32_t *a, int64_t n, int64_t r, uint32_t *out) {
     return DL_OK;
 }
 
+/* The selection from c candidates in index order (their indices ci, or 0..c-1 when ci is NULL, and
+ * scores sc[j] & mask) given the k-th largest score T: every candidate above T and the first ones
+ * equal to T, written to idx and val = x[index] without a branch. */
+static void tk_emit_above(const int32_t *ci, const uint32_t *sc, uint32_t mask, int64_t c,
+                          uint32_t T, int64_t k, const float *x, int32_t *idx, float *val) {
+    int64_t n_gt = 0;
+    for (int64_t j = 0; j < c; j++) n_gt += (sc[j] & mask) > T;
+    int64_t need_eq = k - n_gt, o = 0;
+    for (int64_t j = 0; j < c && o < k; j++) { /* write, then keep or not */
+        const uint32_t s = sc[j] & mask;
+        const int eq = s == T, take = (s > T) | (eq & (need_eq > 0));
+        const int32_t i = ci != NULL ? ci[j] : (int32_t)j;
+        idx[o] = i;
+        val[o] = x[i];
+        o += take;
+        need_eq -= take & eq;
+    }
+}
+
 #define DL_TK_SMALL_SAMPLE_LOG2 9
 #define DL_TK_SMALL_SAMPLE (1 << DL_TK_SMALL_SAMPLE_LOG2) /* strided sample of a short row */
 #define DL_TK_SMALL_MIN 512    /* shorter rows take the direct select */
@@ -636,17 +655,7 @@ static int tk_small_row(const dl_dispatch_t *d, const float *x, int64_t n, int64
         status = DL_TK_FALLBACK;
         goto done;
     }
-    int64_t n_gt = 0;
-    for (int64_t j = 0; j < c; j++) n_gt += (cs[j] & 0x7fffffffu) > T;
-    int64_t need_eq = k - n_gt, o = 0;
-    for (int64_t j = 0; j < c && o < k; j++) { /* without a branch: write, then keep or not */
-        const uint32_t sc = cs[j] & 0x7fffffffu;
-        const int eq = sc == T, take = (sc > T) | (eq & (need_eq > 0));
-        idx[o] = ci[j];
-        memcpy(&val[o], &cs[j], 4);
-        o += take;
-        need_eq -= take & eq;
-    }
+    tk_emit_above(ci, cs, 0x7fffffffu, c, T, k, x, idx, val);
 done:
     if (own) free(buf);
     return status;
@@ -681,16 +690,7 @@ static int tk_small_rand_row(const dl_dispatch_t *d, const tk_src_t *src, int64_
     memcpy(work, cs, (size_t)c * sizeof(uint32_t));
     uint32_t T;
     tk_nth_largest(work, c, k, &T);
-    int64_t n_gt = 0;
-    for (int64_t j = 0; j < c; j++) n_gt += cs[j] > T;
-    int64_t need_eq = k - n_gt, o = 0;
-    for (int64_t j = 0; j < c && o < k; j++) {
-        const int eq = cs[j] == T, take = (cs[j] > T) | (eq & (need_eq > 0));
-        idx[o] = ci[j];
-        val[o] = src->x[ci[j]];
-        o += take;
-        need_eq -= take & eq;
-    }
+    tk_emit_above(ci, cs, 0xffffffffu, c, T, k, src->x, idx, val);
 done:
     if (own) free(buf);
     return status;
@@ -711,16 +711,7 @@ static int tk_tiny_row(const float *x, int64_t n, int64_t k, int32_t *idx, float
     if (mx > DL_TK_NAN) return DL_E_NONFINITE;
     uint32_t T;
     tk_nth_largest(work, n, k, &T);
-    int64_t n_gt = 0;
-    for (int64_t j = 0; j < n; j++) n_gt += sc[j] > T;
-    int64_t need_eq = k - n_gt, o = 0;
-    for (int64_t j = 0; j < n && o < k; j++) {
-        const int eq = sc[j] == T, take = (sc[j] > T) | (eq & (need_eq > 0));
-        idx[o] = (int32_t)j;
-        val[o] = x[j];
-        o += take;
-        need_eq -= take & eq;
-    }
+    tk_emit_above(NULL, sc, 0xffffffffu, n, T, k, x, idx, val);
     return DL_OK;
 }
 
