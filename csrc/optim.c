@@ -12,9 +12,10 @@
  * (column c0 + j into lane j mod 16, in column order) and its lanes added in lane order, the
  * chunks of a layer in chunk order. Entries j < frozen[r] of row r (CoCoFL's frozen layers) keep
  * p and get a zero optimizer state. Elementwise or per fixed chunk, so any split over threads
- * gives the same bits (rows, and column blocks when the rows are fewer than the threads); built
- * with the portable flags only (no FMA contraction), so decentlearn/_reference/optim.py
- * reproduces every kernel exactly.
+ * gives the same bits (rows, and column blocks when the rows are fewer than the threads). The
+ * elementwise spans of Adam and LAMB and the sums of squares are optim_impl.h's, built per ISA
+ * (this file holds the portable build) without FMA contraction, like everything here, so
+ * decentlearn/_reference/optim.py reproduces every kernel exactly on every path.
  */
 #define DL_SUFFIX generic
 #include "optim_impl.h"

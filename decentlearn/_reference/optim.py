@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 CHUNK = 4096  # csrc/optim.c's DL_TRUST_CHUNK
-LANES = 16  # and DL_TRUST_LANES
+LANES = 16  # the lanes of csrc/optim_impl.h's dl_optim_sumsq
 
 
 def sgd_step(params, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False, frozen=None,
