@@ -209,6 +209,19 @@ def test_bad_arguments_raise_naming_them(name):
                 fn(*bad)
 
 
+@pytest.mark.parametrize("name", ["adam", "lamb"])
+def test_step_counts_are_checked(name):
+    fn, args = _args(name)
+    pos = 4 if name == "adam" else 5
+    for bad, match in ((np.array([1, 2]), "steps must be a \\(3,\\) integer array"),
+                       (np.array([1.0, 2.0, 3.0]), "integer array"),
+                       (np.array([1, 0, 2]), "steps must be >= 1")):
+        a = list(args)
+        a[pos] = bad
+        with pytest.raises(ValueError, match=match):
+            fn(*a)
+
+
 def test_lars_needs_its_buffer_with_momentum():
     fn, args = _args("lars")
     args[2] = None

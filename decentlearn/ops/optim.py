@@ -33,6 +33,18 @@ def _bias(beta: float, steps: np.ndarray) -> np.ndarray:
     return 1.0 - np.power(float(beta), np.asarray(steps).astype(np.float64))
 
 
+def _check_steps(steps, params) -> np.ndarray:
+    """The (P,) step counts, integers >= 1 (a count of 0 would divide by 1 - beta**0 = 0)."""
+    steps = np.asarray(steps)
+    n = params.shape[0] if isinstance(params, np.ndarray) and params.ndim == 2 else None
+    if steps.dtype.kind not in "iu" or steps.ndim != 1 or (n is not None and steps.size != n):
+        raise ValueError(f"steps must be a ({n},) integer array of per-peer step counts, got "
+                         f"{steps.dtype} of shape {steps.shape}")
+    if steps.size and steps.min() < 1:
+        raise ValueError(f"steps must be >= 1 (counts including this step), got {steps.min()}")
+    return steps
+
+
 def adam_step(params: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg_sq: np.ndarray,
               steps: np.ndarray, lr: float, beta1: float, beta2: float, eps: float,
               weight_decay: float = 0.0, decoupled: bool = False,
@@ -43,6 +55,7 @@ def adam_step(params: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg
     ``p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`` ``+ lr wd p`` (AdamW), with
     t = ``steps`` (P,), each peer's count including this step. ``frozen`` as in sgd_step (the
     moments zeroed there)."""
+    steps = _check_steps(steps, params)
     rowc = np.empty((params.shape[0], 2))
     rowc[:, 0] = float(lr) / _bias(beta1, steps)
     rowc[:, 1] = np.sqrt(_bias(beta2, steps))
@@ -61,6 +74,7 @@ def lamb_step(params: np.ndarray, grad: np.ndarray, exp_avg: np.ndarray, exp_avg
     ``u = m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p`` (into ``work``, zero in frozen
     prefixes); per peer and layer l = [bounds[l], bounds[l + 1]),
     ``p_l -= lr ||p_l|| / ||u_l|| u_l`` (ratio 1 where a norm is 0)."""
+    steps = _check_steps(steps, params)
     rowc = np.empty((params.shape[0], 2))
     rowc[:, 0] = _bias(beta1, steps)
     rowc[:, 1] = _bias(beta2, steps)
