@@ -321,3 +321,28 @@ int dl_copy2d_f32(int64_t n_rows, int64_t w, const float *src, int64_t lds, floa
         memcpy(dst + r * ldd, src + r * lds, (size_t)w * sizeof(float));
     return DL_OK;
 }
+
+/* dst row p = src row inv[p] (inv[p] in [0, n_src)), or zeros where inv[p] == -1: rows of
+ * row_bytes bytes, rows split over threads. DL_E_INDEX (nothing written) for any other inv. */
+int dl_place_rows(int64_t n_dst, int64_t row_bytes, void *dst, const int64_t *inv, int64_t n_src,
+                  const void *src, int n_threads) {
+    if (n_dst < 0 || row_bytes < 0 || n_src < 0 || n_threads < 1) return DL_E_ARG;
+    int bad = 0;
+    for (int64_t p = 0; p < n_dst; p++) bad |= inv[p] < -1 || inv[p] >= n_src;
+    if (bad) return DL_E_INDEX;
+    if (row_bytes == 0) return DL_OK;
+    const int nt = n_dst * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_dst);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t p = 0; p < n_dst; p++) {
+        char *d = (char *)dst + p * row_bytes;
+        if (inv[p] < 0)
+            memset(d, 0, (size_t)row_bytes);
+        else
+            memcpy(d, (const char *)src + inv[p] * row_bytes, (size_t)row_bytes);
+    }
+    return DL_OK;
+}

@@ -693,6 +693,9 @@ int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 /* out = a x + b y over n float32 values (products rounded, then summed; out may be x or y). */
 int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, float *out,
                  int n_threads);
+/* dst row p = src row inv[p], or zeros where inv[p] == -1 (rows of row_bytes bytes). */
+int dl_place_rows(int64_t n_dst, int64_t row_bytes, void *dst, const int64_t *inv, int64_t n_src,
+                  const void *src, int n_threads);
 /* dst rows = src rows (n_rows x w float32; rows lds and ldd values apart). */
 int dl_copy2d_f32(int64_t n_rows, int64_t w, const float *src, int64_t lds, float *dst,
                   int64_t ldd, int n_threads);

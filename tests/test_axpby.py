@@ -129,3 +129,28 @@ def test_copy2d_copies_column_blocks_both_ways():
         ops.copy2d(X[:, :10], np.empty((300, 11), np.float32))
     with pytest.raises(ValueError, match="contiguous rows"):
         ops.copy2d(X[:, ::2], np.empty((300, 500), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+def test_place_rows_is_zeros_then_assignment(dtype):
+    """ops.place_rows: out[rows[i]] = src[i], zero rows elsewhere (every row written, whatever out
+    held), any plain dtype and row shape; bad rows refused before anything is written."""
+    rng = np.random.default_rng(5)
+    src = rng.integers(1, 100, (40, 3, 7)).astype(dtype)
+    rows = rng.permutation(100)[:40]
+    want = np.zeros((100, 3, 7), dtype)
+    want[rows] = src
+    np.testing.assert_array_equal(ref_copy.place_rows(src, rows, 100), want)
+    for nt in (1, 3):
+        out = np.full((100, 3, 7), 9, dtype)
+        assert ops.place_rows(src, rows, 100, out=out, n_threads=nt) is out
+        np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(ops.place_rows(src[:0], rows[:0], 5), np.zeros((5, 3, 7), dtype))
+    out = np.full((100, 3, 7), 9, dtype)
+    for bad, match in ((np.r_[rows[:39], rows[0]], "distinct"), (np.r_[rows[:39], 100], r"\[0, 100\)"),
+                       (np.r_[rows[:39], -1], r"\[0, 100\)"), (rows[:10], "one row index per row")):
+        with pytest.raises(ValueError, match=match):
+            ops.place_rows(src, bad, 100, out=out)
+        assert (out == 9).all()
+    with pytest.raises(ValueError, match="out must have shape"):
+        ops.place_rows(src, rows, 100, out=np.zeros((100, 3, 6), dtype))

@@ -317,10 +317,62 @@ static PyObject *py_copy2d(PyObject *self, PyObject *args) {
     return (PyObject *)dst;
 }
 
+/* place_rows(src, inv, out, n_threads) -> out: out[p] = src[inv[p]], zeros where inv[p] == -1;
+ * src and out of one plain dtype with the same row shape, inv (len(out),) int64. */
+static PyObject *py_place_rows(PyObject *self, PyObject *args) {
+    PyArrayObject *src, *inv, *out;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:place_rows", &PyArray_Type, &src, &PyArray_Type, &inv,
+                          &PyArray_Type, &out, conv_threads, &n_threads))
+        return NULL;
+    const int nd = PyArray_NDIM(src);
+    if (PyDataType_REFCHK(PyArray_DESCR(src))) {
+        PyErr_SetString(PyExc_TypeError, "place_rows: src must hold plain values, not Python "
+                                         "objects");
+        return NULL;
+    }
+    if (nd < 1) {
+        PyErr_SetString(PyExc_ValueError, "place_rows: src must have at least 1 dimension, got 0");
+        return NULL;
+    }
+    if (check_array(src, "place_rows", "src", PyArray_TYPE(src), nd, 0) ||
+        check_array(inv, "place_rows", "inv", NPY_INT64, 1, 0) ||
+        check_array(out, "place_rows", "out", PyArray_TYPE(src), nd, 1) ||
+        check_threads("place_rows", n_threads))
+        return NULL;
+    int ok = PyArray_DIM(inv, 0) == PyArray_DIM(out, 0);
+    for (int a = 1; ok && a < nd; a++) ok = PyArray_DIM(out, a) == PyArray_DIM(src, a);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "place_rows: out must have shape (len(inv),) + "
+                                          "src.shape[1:]");
+        return NULL;
+    }
+    if (check_disjoint("place_rows", 1, 3, out, "out", src, "src", inv, "inv")) return NULL;
+    int64_t row_bytes = (int64_t)PyArray_ITEMSIZE(src);
+    for (int a = 1; a < nd; a++) row_bytes *= (int64_t)PyArray_DIM(src, a);
+    const int64_t n_src = PyArray_DIM(src, 0);
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_place_rows(PyArray_DIM(out, 0), row_bytes, PyArray_DATA(out), PyArray_DATA(inv),
+                           n_src, PyArray_DATA(src), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_INDEX) {
+        PyErr_Format(PyExc_IndexError, "place_rows: every inv must be -1 or lie in [0, %lld) "
+                     "(src's rows)", (long long)n_src);
+        return NULL;
+    }
+    if (status != DL_OK) return raise_status("place_rows", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
 static PyMethodDef methods[] = {
     {"copy2d", py_copy2d, METH_VARARGS,
      "copy2d(src, dst, n_threads) -> dst: dst[...] = src for 2-D float32 views with contiguous "
      "rows (column blocks of wider matrices)."},
+    {"place_rows", py_place_rows, METH_VARARGS,
+     "place_rows(src, inv, out, n_threads) -> out: out[p] = src[inv[p]], zeros where inv[p] == -1 "
+     "(any plain dtype)."},
     {"take_rows", py_take_rows, METH_VARARGS,
      "take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]] (any dtype)."},
     {"batch_indices", py_batch_indices, METH_VARARGS,

@@ -37,6 +37,19 @@ def copy2d(src: np.ndarray, dst: np.ndarray | None = None, n_threads: int | None
     return dst
 
 
+def place_rows(src: np.ndarray, rows: np.ndarray, n_rows: int, out: np.ndarray | None = None,
+               n_threads: int | None = None) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if rows.size and (rows.min() < 0 or rows.max() >= n_rows or np.unique(rows).size != rows.size):
+        raise ValueError("place_rows: rows must be distinct and lie in [0, n_rows)")
+    res = np.zeros((n_rows,) + src.shape[1:], dtype=src.dtype)
+    res[rows] = src
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
 def copy_f32(src: np.ndarray, dst: np.ndarray, n_threads: int | None = None) -> np.ndarray:
     np.copyto(dst, src)
     return dst

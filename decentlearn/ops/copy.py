@@ -14,6 +14,7 @@ import numpy as np
 
 from decentlearn._core import axpby as _core_axpby
 from decentlearn._core import copy2d as _core_copy2d
+from decentlearn._core import place_rows as _core_place_rows
 from decentlearn._core import scale_rows as _core_scale_rows
 from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as _core_copy_f32,
                                read_f32 as _core_read_f32,
@@ -21,7 +22,7 @@ from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as
                                swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["axpby", "batch_indices", "copy2d", "copy_f32", "read_f32", "scale_rows",
+__all__ = ["axpby", "batch_indices", "copy2d", "copy_f32", "place_rows", "read_f32", "scale_rows",
            "shuffle_segments", "swap_axes12", "take_rows"]
 
 
@@ -110,6 +111,31 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
         out = np.empty(idx.shape + src.shape[1:], dtype=src.dtype)
     work = idx.size * (src.size // len(src) if src.ndim and len(src) else 0)
     return _core_take_rows(src, idx, out, resolve_threads(n_threads, work))
+
+
+def place_rows(src: np.ndarray, rows: np.ndarray, n_rows: int, out: np.ndarray | None = None,
+               n_threads: int | None = None) -> np.ndarray:
+    """The inverse of take_rows with zeros elsewhere: ``out`` (n_rows,) + src.shape[1:] with
+    ``out[rows[i]] = src[i]`` and zero rows where no i lands, on threads (the C-contiguous ``src``
+    of any plain dtype). ``rows`` must be distinct and lie in [0, n_rows) (ValueError, nothing
+    written). NumPy reference: ``out[...] = 0; out[rows] = src``."""
+    if not isinstance(src, np.ndarray):
+        raise TypeError(f"place_rows: src must be a numpy.ndarray, got {type(src).__name__}")
+    rows = _int64("place_rows: rows", rows).reshape(-1)
+    if rows.size != (len(src) if src.ndim else 0):
+        raise ValueError(f"place_rows: rows must hold one row index per row of src ({len(src)}), "
+                         f"got {rows.size}")
+    if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
+        raise ValueError(f"place_rows: rows must lie in [0, {n_rows}), got {rows.min()}.."
+                         f"{rows.max()}")
+    inv = np.full(n_rows, -1, np.int64)
+    inv[rows] = np.arange(rows.size)
+    if rows.size and np.count_nonzero(inv >= 0) != rows.size:
+        raise ValueError("place_rows: rows must be distinct")
+    if out is None:
+        out = np.empty((n_rows,) + src.shape[1:], dtype=src.dtype)
+    work = n_rows * (src.size // len(src) if src.ndim and len(src) else 0)
+    return _core_place_rows(src, inv, out, resolve_threads(n_threads, work))
 
 
 def swap_axes12(src: np.ndarray, out: np.ndarray | None = None,

@@ -133,7 +133,6 @@ class ServerAlgorithm(Algorithm):
                 losses += step_losses
             else:
                 grad = self._grad
-                grad[~active] = 0
                 if rows.size:
                     peer0 = self.model.peer0
                     self.model.peer0 = first
@@ -142,9 +141,11 @@ class ServerAlgorithm(Algorithm):
                             self.rows_of(self.params, rows), self.rows_of(x, rows), y[rows])
                     finally:
                         self.model.peer0 = peer0
-                    grad[rows] = g
+                    # the clients' rows in place, zeros elsewhere, on the run's threads
+                    ops.place_rows(g, rows, grad.shape[0], out=grad, n_threads=self.comm.n_threads)
                     losses[rows] += step_losses
                 else:  # no client here: step as a process whose peers train would
+                    grad[...] = 0
                     self.model.steps += 1
             # Inactive rows are frozen: they keep their values and a zero momentum buffer.
             self.optimizer.step(self.params, grad, frozen=cut)
