@@ -11,6 +11,7 @@ count); float64, and operands the kernels do not take, run their NumPy twins
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import numpy as np
@@ -127,8 +128,8 @@ class Adaptive(Optimizer):
                 and all(a.flags.c_contiguous and a.flags.aligned for a in (params, grad)))
         self._step(ops if fits else reference, params, grad, float(lr), frozen)
 
+    @abstractmethod
     def _step(self, kernels: Any, params: np.ndarray, grad: np.ndarray, lr: float,
               frozen: np.ndarray | None) -> None:
         """The step with ``kernels``: decentlearn.ops (float32) or its NumPy twins, which take
-        the same arguments."""
-        raise NotImplementedError
+        the same arguments (each optimizer calls its own kernel)."""
