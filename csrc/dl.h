@@ -408,6 +408,8 @@ const char *dl_isa_name(dl_isa_t isa);
 
 /* gossip.c (ISA independent) */
 int dl_csr_check(const dl_csr_f32_t *w);
+/* Y = W X in float32 arithmetic, scipy.sparse's order: +0, then each row's terms in stored order. */
+int dl_spmm_csr_f32(const dl_csr_f32_t *w, int64_t dim, const float *x, float *y, int n_threads);
 
 #define DL_DECLARE_ISA(fn, ret, args)                                                              \
     ret fn##_generic args;                                                                         \

@@ -21,8 +21,8 @@ class KeepHalf(Compressor):
         kept[:, 1::2] = 0
         return {"x": kept}, np.full(x.shape[0], 4 * ((x.shape[1] + 1) // 2))
 
-    def _decompress(self, payload, n_threads):
-        return payload.arrays["x"].copy()
+    def _decompress(self, payload, n_threads, out):
+        np.copyto(out, payload.arrays["x"])
 
     def _row_to_bytes(self, payload, row):
         return payload.arrays["x"][row, ::2].astype("<f4").tobytes()

@@ -136,3 +136,56 @@ def test_compress_input_checks():
         c.compress(np.zeros(4, np.float32), seed=-1)
     with pytest.raises(ValueError, match="was not made by"):
         compress.make("none").decompress("not a payload")
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("shape", [(3, 1001), (1001,), (2, 1)])
+def test_decompress_into_out_is_the_fresh_decode(spec, shape):
+    """decompress(payload, out=buf) fills every value of buf (NaN before) with the bits of a fresh
+    decode and returns buf itself: runs decoding every round reuse their buffers."""
+    c = compress.make(spec)
+    x = data(*((1,) + shape if len(shape) == 1 else shape)).reshape(shape)
+    p = c.compress(x, seed=4, step=1)
+    fresh = c.decompress(p)
+    buf = np.full(shape, np.nan, dtype=np.float32)
+    got = c.decompress(p, out=buf)
+    assert got is buf
+    assert got.tobytes() == fresh.tobytes()
+
+
+@pytest.mark.parametrize("out, what", [
+    (np.zeros((3, 100), np.float64), "float64"),
+    (np.zeros((3, 99), np.float32), r"\(3, 99\)"),
+    (np.zeros((100, 3), np.float32).T, "not C-contiguous"),
+    (np.zeros(300, np.float32), r"\(300,\)"),
+    ([[0.0] * 100] * 3, "list"),
+])
+def test_decompress_refuses_a_wrong_out(out, what):
+    c = compress.make("sign")
+    p = c.compress(data(3, 100))
+    with pytest.raises(ValueError, match=rf"out must be .*\(3, 100\).*{what}"):
+        c.decompress(p, out=out)
+    ro = np.zeros((3, 100), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be a writeable.*read-only"):
+        c.decompress(p, out=ro)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_error_feedback_keeps_the_decoded_message_in_reused_buffers(spec):
+    """ef.decoded is decompress(message) bit for bit; x + e and the decoded message go into the
+    same arrays every call (no fresh pages per round), and the residual is what it was before the
+    buffers were kept: (x + e) - decoded, in NumPy's float32."""
+    ef = compress.ErrorFeedback(compress.make(spec))
+    e = np.zeros((2, 300), np.float32)
+    kept = None
+    for t in range(3):
+        x = data(2, 300, seed=20 + t)
+        corrected = x + e
+        p = ef.compress(x, seed=2, step=t)
+        np.testing.assert_array_equal(ef.decoded, ef.decompress(p))
+        e = corrected - ef.decompress(p)
+        assert ef.error.tobytes() == e.tobytes()
+        if kept is not None:
+            assert ef.decoded is kept[0] and ef._corrected is kept[1]
+        kept = (ef.decoded, ef._corrected)

@@ -43,3 +43,22 @@ def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | Non
         return y
     out[...] = y
     return out
+
+
+def spmm(W, X: np.ndarray, out: np.ndarray | None = None,
+         n_threads: int | None = None) -> np.ndarray:
+    """Same contract as ``decentlearn.ops.spmm``: every row's terms added into float32 zeros in
+    W's stored order, each product and sum rounded by NumPy's float32 arithmetic."""
+    if isinstance(W, tuple) and len(W) == 4:
+        indptr, indices, data, _ = W
+    else:
+        S = W.tocsr()
+        indptr, indices, data = S.indptr, S.indices, S.data
+    y = np.zeros((len(indptr) - 1, X.shape[1]), np.float32)
+    for i in range(len(indptr) - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            y[i] += np.float32(data[p]) * X[indices[p]]
+    if out is None:
+        return y
+    out[...] = y
+    return out

@@ -39,6 +39,10 @@ class CompNGC(NGC):
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
     simulated_time = False
+    #: Work arrays: each tensor's columns of the cross- and self-gradients (the compressors'
+    #: contiguous input), each tensor's received rows, the assembled received, local and
+    #: self-gradient matrices.
+    scratch = ("_parts", "_got", "_self_parts", "_local", "_self_out")
 
     @dataclass(frozen=True)
     class Options(NGC.Options):
@@ -74,6 +78,9 @@ class CompNGC(NGC):
         self._self_memories = [compress.ErrorFeedback(codec) for _ in self.tensor_slices]
         self._codec = codec
         self._decoder = self.compressor
+        n = len(self.tensor_slices)
+        self._parts, self._got, self._self_parts = [None] * n, [None] * n, [None] * n
+        self._local = self._self_out = None
 
     def state_kinds(self) -> dict[str, str]:
         """The error memories hold one row per edge of the static graph (CSR order), not per
@@ -114,21 +121,22 @@ class CompNGC(NGC):
 
     def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> tuple[np.ndarray,
                                                                                np.ndarray]:
-        received = None
-        local = np.empty_like(cross) if self.compress_local else cross
         nt = self.comm.n_threads
-        for sl, ef in zip(self.tensor_slices, self._memories):  # a few tensors, not peers
+        n_out = self._n_out_edges(t)
+        received = self._kept("_received", (n_out, cross.shape[1]))
+        local = self._kept("_local", cross.shape) if self.compress_local else cross
+        for k, (sl, ef) in enumerate(zip(self.tensor_slices, self._memories)):  # a few tensors
             # the tensor's columns in and out of the (edges, dim) matrices on the run's threads
-            part = ops.copy2d(cross[:, sl], n_threads=nt)
+            width = sl.stop - sl.start
+            part = ops.copy2d(cross[:, sl], self._kept("_parts", (cross.shape[0], width), k),
+                              n_threads=nt)
             payload = ef.compress(part, seed=self.seed, step=t, peer0=first, n_threads=nt)
             self.cross_bytes += self.comm.total(payload.nbytes)
-            got = self.comm.reply(self._decoder, payload, t)
-            if received is None:  # the out-edges' rows (all edges in one process)
-                received = np.empty((got.shape[0], cross.shape[1]), dtype=np.float32)
+            got = self.comm.reply(self._decoder, payload, t,
+                                  out=self._kept("_got", (n_out, width), k))
             ops.copy2d(got, received[:, sl], n_threads=nt)
-            if self.compress_local:  # the sender's copy of what it sent
-                ops.copy2d(self._codec.decompress(payload, n_threads=nt), local[:, sl],
-                           n_threads=nt)
+            if self.compress_local:  # the sender's copy of what it sent, as ef decoded it
+                ops.copy2d(ef.decoded, local[:, sl], n_threads=nt)
         return received, local
 
     def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
@@ -137,11 +145,21 @@ class CompNGC(NGC):
         apart from those of the round's edge messages (keys 0 .. n_edges - 1)."""
         if not self.compress_local:
             return g_self
-        out = np.empty_like(g_self)
+        out = self._kept("_self_out", g_self.shape)
         peer0 = n_edges + self.comm.peer0
         nt = self.comm.n_threads
-        for sl, ef in zip(self.tensor_slices, self._self_memories):
-            payload = ef.compress(ops.copy2d(g_self[:, sl], n_threads=nt), seed=self.seed,
-                                  step=t, peer0=peer0, n_threads=nt)
-            ops.copy2d(self._codec.decompress(payload, n_threads=nt), out[:, sl], n_threads=nt)
+        for k, (sl, ef) in enumerate(zip(self.tensor_slices, self._self_memories)):
+            part = ops.copy2d(g_self[:, sl],
+                              self._kept("_self_parts", (g_self.shape[0], sl.stop - sl.start), k),
+                              n_threads=nt)
+            ef.compress(part, seed=self.seed, step=t, peer0=peer0, n_threads=nt)
+            ops.copy2d(ef.decoded, out[:, sl], n_threads=nt)
+        return out
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        out = super().scratch_arrays()
+        for name, memories in (("memories", self._memories),
+                               ("self_memories", self._self_memories)):
+            for k, ef in enumerate(memories):
+                out.update(nest(f"{name}.{k}", ef.scratch_arrays()))
         return out

@@ -31,6 +31,17 @@ def _check_choice(value, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _rows_of(rows: np.ndarray, weights: np.ndarray, n: int) -> tuple:
+    """CSR arrays of the (n, len(rows)) matrix with weights[k] at (rows[k], k): the sparse sum
+    over the edges of each peer (ops.spmm), each row's edges in increasing order as scipy.sparse
+    stores the same matrix built from coordinates."""
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return (indptr, order.astype(np.int32), np.ascontiguousarray(weights[order], np.float32),
+            len(rows))
+
+
 @register("ngc")
 class NGC(Algorithm):
     """Neighborhood Gradient Clustering (Aketi, Kodge and Roy).
@@ -71,6 +82,9 @@ class NGC(Algorithm):
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
     simulated_time = False
     state = replicated("cross_bytes")
+    #: Work arrays kept from round to round: the gossip's output (the round's x^t becomes the
+    #: next round's, as comm.mix does) and g~.
+    scratch = ("_spare", "_g_tilde", "_neighbours", "_cross", "_received", "_sums")
 
     @dataclass(frozen=True)
     class Options:
@@ -105,6 +119,8 @@ class NGC(Algorithm):
         self._setup_compressor()
         #: Bytes of cross-gradient messages sent so far (all peers).
         self.cross_bytes = 0
+        self._spare = self._g_tilde = self._neighbours = self._cross = self._received = None
+        self._sums = None
 
     def _setup_compressor(self) -> None:
         require_uncompressed(self)
@@ -119,7 +135,28 @@ class NGC(Algorithm):
         process's first in-edge)."""
         payload = self._identity.compress(cross)
         self.cross_bytes += self.comm.total(payload.nbytes)
-        return self.comm.reply(self._identity, payload, t), cross
+        received = self._kept("_received", (self._n_out_edges(t), cross.shape[1]))
+        return self.comm.reply(self._identity, payload, t, out=received), cross
+
+    def _n_out_edges(self, t: int) -> int:
+        """How many of round t's edges have their sender hosted here (rows ``reply`` returns)."""
+        _, send, _ = self.comm.edges(t)
+        lo = self.comm.peer0
+        return int(np.count_nonzero((send >= lo) & (send < lo + self.comm.n_peers)))
+
+    def _kept(self, name: str, shape: tuple[int, ...], k: int | None = None) -> np.ndarray:
+        """The float32 work array ``self.<name>`` (its entry ``k`` when it is a list) of
+        ``shape``, made on first use and reused from round to round, so that no round faults in
+        the pages of fresh arrays."""
+        held = getattr(self, name)
+        buf = held if k is None else held[k]
+        if buf is None or buf.shape != shape:
+            buf = np.empty(shape, dtype=np.float32)
+            if k is None:
+                setattr(self, name, buf)
+            else:
+                held[k] = buf
+        return buf
 
     def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
         """The self-gradient as it enters g~ (CompNGC may compress it); ``n_edges``: the
@@ -129,7 +166,10 @@ class NGC(Algorithm):
     def _gossip(self, X: np.ndarray, t: int) -> np.ndarray:
         """Step 2: x + gamma (W_t x - x) from the replicas received in step 1 (no traffic); W_t x
         itself when gamma = 1."""
-        mixed = self.comm.combine(X, t)
+        spare = self._spare
+        if spare is None or spare.shape != X.shape or spare is X:
+            spare = np.empty_like(X)
+        mixed = self.comm.combine(X, t, out=spare)
         if self.gamma != 1.0:  # (W x - x) gamma + x in NumPy's roundings, on the run's threads
             nt = self.comm.n_threads
             ops.axpby(1, mixed, -1, X, out=mixed, n_threads=nt)
@@ -154,7 +194,8 @@ class NGC(Algorithm):
         else:
             w_self, w_in, w_out = self.comm.self_weights(t), w[e0:e1], w[out]
         # Step 1: x_j^t of every in-edge (i, j).
-        neighbours = self.comm.neighbor_rows(self.params, t)
+        neighbours = self.comm.neighbor_rows(
+            self.params, t, out=self._kept("_neighbours", (e1 - e0, self.params.shape[1])))
         x, y = sample()
         start = self.params
         if self.self_gradient == "mixed":  # steps 2-3 in the authors' order: gossip first
@@ -164,6 +205,7 @@ class NGC(Algorithm):
             losses, g_self = self.gradient(start, x, y)
         g_tilde = ops.scale_rows(self._self_term(g_self, t, e),  # step 5, pi_ii g_ii
                                  np.ascontiguousarray(w_self, dtype=np.float32),
+                                 out=self._kept("_g_tilde", g_self.shape),
                                  n_threads=self.comm.n_threads)
         if e:
             r_in = recv[e0:e1] - lo
@@ -172,24 +214,27 @@ class NGC(Algorithm):
                 # process computes the cross-gradient.
                 peer0, self.model.peer0 = self.model.peer0, e0
                 try:  # step 3: g_ji = grad f_i(x_j^t)
-                    _, cross = self.model.loss_and_grad(neighbours, x[r_in], y[r_in])
+                    _, cross = self.model.loss_and_grad(
+                        neighbours, x[r_in], y[r_in],
+                        grad=self._kept("_cross", (e1 - e0, self.params.shape[1])))
                 finally:
                     self.model.peer0 = peer0
             else:
                 cross = np.zeros((0, self.model.dim), dtype=np.float32)
                 self.model.steps += 1  # as a process whose peers have edges
             received, local = self._exchange_cross(cross, t, e0)  # step 4
+            nt, sums = self.comm.n_threads, self._kept("_sums", g_tilde.shape)
             if self.alpha != 1.0:  # at i: (1 - alpha) sum_j pi_ij g_ji
-                mv = sp.csr_array((w_in, (r_in, np.arange(e1 - e0))), shape=(n, e1 - e0))
-                ops.axpby(1, g_tilde, 1.0 - self.alpha, mv @ local, out=g_tilde,
-                          n_threads=self.comm.n_threads)
-            dv = sp.csr_array((w_out, (send[out] - lo, np.arange(out.size))),
-                              shape=(n, out.size))  # at j: alpha sum_i pi_ji g_ji (= grad f_i(x_j))
-            ops.axpby(1, g_tilde, self.alpha, dv @ received, out=g_tilde,
-                      n_threads=self.comm.n_threads)
+                ops.spmm(_rows_of(r_in, w_in, n), local, out=sums, n_threads=nt)
+                ops.axpby(1, g_tilde, 1.0 - self.alpha, sums, out=g_tilde, n_threads=nt)
+            # at j: alpha sum_i pi_ji g_ji (= grad f_i(x_j))
+            ops.spmm(_rows_of(send[out] - lo, w_out, n), received, out=sums, n_threads=nt)
+            ops.axpby(1, g_tilde, self.alpha, sums, out=g_tilde, n_threads=nt)
         if self.self_gradient != "mixed":  # step 2 after the gradients (no further traffic)
             self.params = self._gossip(start, t)
         self.apply(self.params, np.ascontiguousarray(g_tilde, dtype=np.float32))  # step 6
+        if self.params is not start:  # x^t is not needed any more: the next gossip's output
+            self._spare = start
         return losses
 
     def report(self) -> dict:

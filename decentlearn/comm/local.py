@@ -374,29 +374,31 @@ class SimComm(CommState):
         """w_ii of round t for the hosted peers, float32 (n_peers,)."""
         return self.mixing.mixing_matrix(t).diagonal().astype(np.float32)
 
-    def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
+    def neighbor_rows(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """Each peer sends its row to its out-neighbours and keeps what it receives: returns the
         (E, dim) matrix whose row e is X[sender(e)] for edge e of ``edges(t)`` (as ``mix``, but
-        the received rows are kept apart). Bytes as ``mix``. A block of peers gets the rows of
-        its in-edges only (receivers hosted here: a contiguous range of the CSR order)."""
+        the received rows are kept apart), into ``out`` when given. Bytes as ``mix``. A block of
+        peers gets the rows of its in-edges only (receivers hosted here: a contiguous range of
+        the CSR order)."""
         _, senders, _ = self.edges(t)
         self.count(t, X.shape[1] * FLOAT32_BYTES)
         if X.dtype == np.float32 and X.flags.c_contiguous:
-            return ops.take_rows(X, senders, n_threads=self.n_threads)  # X[senders], threaded
-        return X[senders]
+            return ops.take_rows(X, senders, out=out, n_threads=self.n_threads)  # X[senders]
+        return X[senders] if out is None else np.take(X, senders, axis=0, out=out)
 
-    def reply(self, compressor, payload, t: int) -> np.ndarray:
+    def reply(self, compressor, payload, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """The reverse of ``neighbor_rows``: for every edge e = (i, j) of ``edges(t)``, peer i
-        sends payload row e back to peer j; returns the decoded (E, dim) rows. Peer i's bytes
-        are the sum of its edges' row_nbytes. A block of peers sends the rows of its in-edges
-        and gets those of its out-edges (senders hosted here), in edge order."""
+        sends payload row e back to peer j; returns the decoded (E, dim) rows (into ``out``, a
+        C-contiguous float32 (E, dim) array, when given). Peer i's bytes are the sum of its
+        edges' row_nbytes. A block of peers sends the rows of its in-edges and gets those of its
+        out-edges (senders hosted here), in edge order."""
         receivers, _, _ = self.edges(t)
         if payload.n_rows != receivers.size:
             raise ValueError(f"payload must have one row per edge ({receivers.size}), "
                              f"got {payload.n_rows}")
         self.bytes_sent += np.bincount(receivers, weights=payload.row_nbytes,
                                        minlength=self.n_peers).astype(np.int64)
-        return compressor.decompress(payload, n_threads=self.n_threads)
+        return compressor.decompress(payload, n_threads=self.n_threads, out=out)
 
     def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
         """Point-to-point: peer p receives the row of peer ``source[p]`` (a permutation; source[p]

@@ -96,12 +96,14 @@ class Communicator(Protocol):
         """w_ii of round t for the hosted peers, float32 (n_peers,)."""
         ...
 
-    def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
-        """Each peer sends its row to its out-neighbours; one received row per in-edge."""
+    def neighbor_rows(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Each peer sends its row to its out-neighbours; one received row per in-edge (into
+        ``out`` when given)."""
         ...
 
-    def reply(self, compressor, payload, t: int) -> np.ndarray:
-        """The reverse of ``neighbor_rows``: one message per edge back to its sender."""
+    def reply(self, compressor, payload, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The reverse of ``neighbor_rows``: one message per edge back to its sender (decoded
+        into ``out`` when given)."""
         ...
 
     def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:

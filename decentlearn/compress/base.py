@@ -119,6 +119,14 @@ class Payload:
                 f"{self.nbytes / max(1, 4 * self.n_rows * self.dim):.4f} of float32)")
 
 
+def _describe(a: object) -> str:
+    if not isinstance(a, np.ndarray):
+        return type(a).__name__
+    layout = "C-contiguous" if a.flags.c_contiguous else "not C-contiguous"
+    ro = "" if a.flags.writeable else ", read-only"
+    return f"{a.dtype} array of shape {a.shape} ({layout}{ro})"
+
+
 def _shape_rows(shape) -> tuple[tuple[int, ...], int, int]:
     shape = tuple(int(s) for s in np.atleast_1d(shape))
     if len(shape) not in (1, 2) or any(s < 0 for s in shape):
@@ -167,12 +175,23 @@ class Compressor(ABC):
         arrays, row_nbytes = self._compress(rows, seed, step, peer0, n_threads)
         return Payload(self, x.shape, arrays, np.asarray(row_nbytes, dtype=np.int64))
 
-    def decompress(self, payload: Payload, n_threads: int | None = None) -> np.ndarray:
-        """The decoded float32 array, of the shape that was compressed."""
+    def decompress(self, payload: Payload, n_threads: int | None = None,
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """The decoded float32 array, of the shape that was compressed. ``out``: a C-contiguous
+        float32 array of that shape to decode into (and return), so that code decoding every
+        round reuses its buffer rather than faulting in the pages of a fresh one."""
         if not isinstance(payload, Payload) or payload.compressor.spec != self.spec:
             raise ValueError(f"payload was not made by {self.spec!r}")
-        out = self._decompress(payload, n_threads)
-        return out.reshape(payload.shape)
+        if out is None:
+            out = np.empty(payload.shape, dtype=np.float32)
+        elif not (isinstance(out, np.ndarray) and out.dtype == np.float32
+                  and out.shape == tuple(payload.shape) and out.flags.c_contiguous
+                  and out.flags.writeable):
+            raise ValueError(f"out must be a writeable C-contiguous float32 array of the "
+                             f"payload's shape {tuple(payload.shape)}, got "
+                             f"{_describe(out)}")
+        self._decompress(payload, n_threads, out.reshape(payload.n_rows, payload.dim))
+        return out
 
     def from_bytes(self, data: bytes | bytearray | memoryview, shape) -> Payload:
         """Parses ``n_rows`` consecutive messages (untrusted) into a Payload; ValueError if the
@@ -208,8 +227,9 @@ class Compressor(ABC):
         """(arrays, row_nbytes) for the (n_rows, dim) float32 matrix x."""
 
     @abstractmethod
-    def _decompress(self, payload: Payload, n_threads: int | None) -> np.ndarray:
-        """(n_rows, dim) float32."""
+    def _decompress(self, payload: Payload, n_threads: int | None, out: np.ndarray) -> None:
+        """Writes the decoded rows into ``out``, a C-contiguous (n_rows, dim) float32 array
+        (every value: it is not zeroed)."""
 
     @abstractmethod
     def _row_to_bytes(self, payload: Payload, row: int) -> bytes:

@@ -73,10 +73,10 @@ class Bucket(Quantizer):
                                               n_threads=n_threads)
         return {"lo": lo, "scale": scale, "packed": packed}, self._sizes(*x.shape)
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
-        return ops.bucket_decode(a["lo"], a["scale"], a["packed"], self.bits, self.bucket,
-                                 payload.dim, n_threads=n_threads)
+        ops.bucket_decode(a["lo"], a["scale"], a["packed"], self.bits, self.bucket, payload.dim,
+                          out=out, n_threads=n_threads)
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

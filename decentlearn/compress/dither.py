@@ -78,10 +78,10 @@ class NaturalDithering(Compressor):
         return ({"norms": norms, "packed": packed},
                 np.full(x.shape[0], 4 + self._packed_bytes(x.shape[1])))
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         codes = ops.bitunpack(payload.arrays["packed"], self.bits, payload.dim,
                               n_threads=n_threads)
-        return ops.dither_decode(payload.arrays["norms"], codes, self.s, n_threads=n_threads)
+        ops.dither_decode(payload.arrays["norms"], codes, self.s, out=out, n_threads=n_threads)
 
     def _row_to_bytes(self, payload, row):
         return (payload.arrays["norms"][row:row + 1].astype("<f4").tobytes()

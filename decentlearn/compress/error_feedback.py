@@ -7,6 +7,7 @@ import numpy as np
 
 from decentlearn import ops
 from decentlearn.compress.base import Compressor, Payload, register_wrapper
+from decentlearn.state import declared_scratch
 
 
 class ErrorFeedback:
@@ -16,11 +17,18 @@ class ErrorFeedback:
     what a biased compressor drops is sent later instead of lost.
     """
 
+    #: Work arrays reused from message to message (x + e and the decoded message), not state.
+    scratch = ("_corrected", "decoded")
+
     def __init__(self, compressor: Compressor) -> None:
         if not isinstance(compressor, Compressor):
             raise TypeError(f"compressor must be a Compressor, got {type(compressor).__name__}")
         self.compressor = compressor
         self.error: np.ndarray | None = None
+        #: The last message as its receiver decodes it, decompress(C(x + e)) (None before the
+        #: first); overwritten by the next compress() (its buffer is reused, as is x + e's).
+        self.decoded: np.ndarray | None = None
+        self._corrected: np.ndarray | None = None
 
     @property
     def spec(self) -> str:
@@ -44,13 +52,21 @@ class ErrorFeedback:
         nt = kwargs.get("n_threads")
         fast = (x.dtype == np.float32 and x.flags.c_contiguous and self.error.dtype == np.float32
                 and self.error.flags.c_contiguous)
-        # x + e and (x + e) - decompress(...) on the run's threads, NumPy's bits (ops.axpby)
-        corrected = ops.axpby(1, x, 1, self.error, n_threads=nt) if fast else x + self.error
+        if fast:
+            # x + e and (x + e) - decompress(...) on the run's threads, NumPy's bits (ops.axpby),
+            # into buffers kept from round to round (no fresh pages to fault in every round)
+            if self._corrected is None or self._corrected.shape != x.shape:
+                self._corrected = np.empty_like(x)
+                self.decoded = np.empty_like(x)
+            corrected = ops.axpby(1, x, 1, self.error, out=self._corrected, n_threads=nt)
+        else:
+            corrected = x + self.error
         payload = self.compressor.compress(corrected, **kwargs)
-        decoded = self.compressor.decompress(payload, n_threads=nt)
-        if fast and decoded.dtype == np.float32 and decoded.flags.c_contiguous:
+        if fast:
+            decoded = self.compressor.decompress(payload, n_threads=nt, out=self.decoded)
             ops.axpby(1, corrected, -1, decoded, out=self.error, n_threads=nt)
         else:
+            self.decoded = decoded = self.compressor.decompress(payload, n_threads=nt)
             np.subtract(corrected, decoded, out=self.error)
         return payload
 
@@ -58,12 +74,15 @@ class ErrorFeedback:
         return self.compressor.decompress(payload, **kwargs)
 
     def reset(self) -> None:
-        self.error = None
+        self.error = self.decoded = self._corrected = None
 
     def state_kinds(self) -> dict[str, str]:
         """One residual row per row compressed: per peer when the owner compresses the peers'
         rows (an owner that compresses something else, e.g. a server's model, says so)."""
         return {"error": "row"}
+
+    def scratch_arrays(self) -> dict[str, np.ndarray]:
+        return declared_scratch(self)
 
     def state_dict(self) -> dict:
         """The residuals (None before the first message), for checkpoints."""

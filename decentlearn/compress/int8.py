@@ -35,9 +35,9 @@ class Int8(Quantizer):
         scale, q = ops.int8_encode(x, seed, step, peer0, n_threads=n_threads)
         return {"scale": scale, "q": q}, self._sizes(*x.shape)
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
-        return ops.int8_decode(a["scale"], a["q"], n_threads=n_threads)
+        ops.int8_decode(a["scale"], a["q"], out=out, n_threads=n_threads)
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

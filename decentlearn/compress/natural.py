@@ -31,8 +31,8 @@ class Natural(Compressor):
         codes = ops.natural_encode(x, seed=seed, step=step, peer0=peer0, n_threads=n_threads)
         return {"codes": codes}, np.full(x.shape[0], x.shape[1])
 
-    def _decompress(self, payload, n_threads):
-        return ops.natural_decode(payload.arrays["codes"], n_threads=n_threads)
+    def _decompress(self, payload, n_threads, out):
+        ops.natural_decode(payload.arrays["codes"], out=out, n_threads=n_threads)
 
     def _row_to_bytes(self, payload, row):
         return payload.arrays["codes"][row].tobytes()

@@ -61,10 +61,10 @@ class QSGD(Quantizer):
         norm, packed = ops.qsgd_encode(x, self.levels, seed, step, peer0, n_threads=n_threads)
         return {"norm": norm, "packed": packed}, self._sizes(x.shape[0], x.shape[1])
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
-        return ops.qsgd_decode(a["norm"], a["packed"], self.levels, payload.dim,
-                               n_threads=n_threads)
+        ops.qsgd_decode(a["norm"], a["packed"], self.levels, payload.dim, out=out,
+                        n_threads=n_threads)
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

@@ -32,9 +32,9 @@ class Sign(Quantizer):
         scale, packed = ops.sign_encode(x, n_threads=n_threads)
         return {"scale": scale, "packed": packed}, self._sizes(*x.shape)
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
-        return ops.sign_decode(a["scale"], a["packed"], payload.dim, n_threads=n_threads)
+        ops.sign_decode(a["scale"], a["packed"], payload.dim, out=out, n_threads=n_threads)
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

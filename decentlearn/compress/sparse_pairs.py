@@ -62,13 +62,13 @@ def read_pairs(reader: Reader, count: int, dim: int, spec: str) -> tuple[np.ndar
     return idx.astype(np.int32), val
 
 
-def scatter_pairs(n_rows: int, dim: int, idx: np.ndarray, val: np.ndarray,
+def scatter_pairs(out: np.ndarray, idx: np.ndarray, val: np.ndarray,
                   n_threads: int | None = None) -> np.ndarray:
-    """Dense (n_rows, dim) rows from each row's (index, value) pairs (ops.scatter)."""
+    """Dense (n_rows, dim) rows from each row's (index, value) pairs, into ``out``
+    (ops.scatter)."""
     idx = np.ascontiguousarray(idx, dtype=np.int32)  # (n_rows, k); dim < 2**31
     val = np.ascontiguousarray(val, dtype=np.float32)
-    out = np.empty((n_rows, dim), np.float32)
-    return ops.scatter(idx, val, dim, out=out, n_threads=n_threads)
+    return ops.scatter(idx, val, out.shape[1], out=out, n_threads=n_threads)
 
 
 class FixedK(Compressor):
@@ -86,9 +86,9 @@ class FixedK(Compressor):
     def _payload(self, idx, val, n_rows):
         return {"idx": idx, "val": val}, np.full(n_rows, 8 * idx.shape[1])
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
-        return scatter_pairs(payload.n_rows, payload.dim, a["idx"], a["val"], n_threads)
+        scatter_pairs(out, a["idx"], a["val"], n_threads)
 
     def _row_to_bytes(self, payload, row):
         return (payload.arrays["idx"][row].astype("<u4").tobytes()

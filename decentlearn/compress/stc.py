@@ -103,11 +103,11 @@ class STC(Compressor):
         arrays = {"positions": idx, "negative": negative, "mu": mu, "data": data, "nbits": nbits}
         return arrays, 12 + (nbits + 7) // 8
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
         mu = a["mu"][:, None]
         signed = np.where(a["negative"] != 0, -mu, mu).astype(np.float32, copy=False)
-        return scatter_pairs(payload.n_rows, payload.dim, a["positions"], signed, n_threads)
+        scatter_pairs(out, a["positions"], signed, n_threads)
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

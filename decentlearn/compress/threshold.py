@@ -57,12 +57,11 @@ class Threshold(Compressor):
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return {"counts": counts, "offsets": offsets, "idx": idx, "val": val}, 4 + 8 * counts
 
-    def _decompress(self, payload, n_threads):
+    def _decompress(self, payload, n_threads, out):
         a = payload.arrays
-        out = np.zeros((payload.n_rows, payload.dim), dtype=np.float32)
+        out[...] = 0
         rows = np.repeat(np.arange(payload.n_rows), a["counts"])
         out[rows, a["idx"]] = a["val"]
-        return out
 
     def _row_to_bytes(self, payload, row):
         a = payload.arrays

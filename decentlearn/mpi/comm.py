@@ -474,9 +474,9 @@ class MPIComm(CommState):
         lo, hi = self.peer0, self.peer0 + self._n_local
         return int(np.searchsorted(recv, lo)), int(np.searchsorted(recv, hi))
 
-    def neighbor_rows(self, X: np.ndarray, t: int) -> np.ndarray:
+    def neighbor_rows(self, X: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """The rows X[sender(e)] of this rank's in-edges e (``_in_edges``), from the halo
-        exchange of ``mix``. Bytes as ``mix``."""
+        exchange of ``mix`` (into ``out`` when given). Bytes as ``mix``."""
         plan = self.plan(t)
         halo = self.halo_rows(X, plan, f"neighbor_rows of round {t}")
         recv, send, _ = self.edges(t)
@@ -486,12 +486,15 @@ class MPIComm(CommState):
         inside = (s >= lo) & (s < lo + n)
         col = np.where(inside, s - lo, n + np.searchsorted(plan.halo_peers, s))
         self.count(t, X.shape[1] * FLOAT32_BYTES)
-        return halo[col]
+        if out is None:
+            return halo[col]
+        return ops.take_rows(halo, col, out=out, n_threads=self.n_threads)
 
-    def reply(self, compressor, payload, t: int) -> np.ndarray:
+    def reply(self, compressor, payload, t: int, out: np.ndarray | None = None) -> np.ndarray:
         """``SimComm.reply`` on ranks: ``payload`` holds the rows of this rank's in-edges; each
         goes, as wire bytes, to the rank of the edge's sender. Returns the decoded rows of the
-        edges whose sender this rank hosts (its peers' out-edges), in edge order."""
+        edges whose sender this rank hosts (its peers' out-edges), in edge order (into ``out``
+        when given)."""
         recv, send, _ = self.edges(t)
         e0, e1 = self._in_edges(recv)
         if payload.n_rows != e1 - e0:
@@ -504,8 +507,8 @@ class MPIComm(CommState):
         to = self._owner(send[e0:e1])  # rank of each in-edge's sender
         sends = {int(r): b"".join(payload.to_bytes(int(k)) for k in np.flatnonzero(to == r))
                  for r in np.unique(to) if r != self.rank}
-        out = np.flatnonzero(self._owner(send) == self.rank)  # this rank's peers' out-edges
-        frm = self._owner(recv[out])  # nondecreasing: edges are sorted by receiver
+        mine = np.flatnonzero(self._owner(send) == self.rank)  # this rank's peers' out-edges
+        frm = self._owner(recv[mine])  # nondecreasing: edges are sorted by receiver
         sources = [int(r) for r in np.unique(frm)]
         self.seconds["communicate"] += time.perf_counter() - t0
         got = self._swap_bytes(sends, [r for r in sources if r != self.rank],
@@ -520,7 +523,14 @@ class MPIComm(CommState):
             else:
                 parts.append(compressor.decompress(wire.from_bytes(got[r], (k, dim)),
                                                    n_threads=self.n_threads).reshape(k, dim))
-        return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+        rows = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+        if out is None:
+            return rows
+        if not (isinstance(out, np.ndarray) and out.dtype == np.float32
+                and out.shape == rows.shape and out.flags.c_contiguous):
+            raise ValueError(f"out must be a C-contiguous float32 array of shape {rows.shape}")
+        np.copyto(out, rows)
+        return out
 
     def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
         """``SimComm.shift`` on ranks: ``source`` is the global permutation; every row that

@@ -26,7 +26,7 @@ from decentlearn.ops.threads import (
 from decentlearn.ops.args import (
     PEER_MAX, SEED_MAX, as_rows, check_int, check_seed, empty_aligned, f32_operand,
 )
-from decentlearn.ops.gossip import as_csr, gossip
+from decentlearn.ops.gossip import as_csr, gossip, spmm
 from decentlearn.ops.rng import rng_fast_u32, rng_u32
 from decentlearn.ops.bitpack import bitpack, bitunpack
 from decentlearn.ops.natural import (
@@ -65,7 +65,7 @@ from decentlearn.ops.isa import active_isa, supported_isas, using_isa
 __all__ = [
     "SMALL_WORK", "cpu_count", "get_num_threads", "resolve_threads", "set_num_threads", "PEER_MAX",
     "SEED_MAX", "as_rows", "check_int", "check_seed", "empty_aligned", "f32_operand", "as_csr",
-    "gossip",
+    "gossip", "spmm",
     "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p", "check_dither_s",
     "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "scatter", "threshold",
     "topk", "GOLOMB_MAX_B", "golomb_decode", "golomb_encode", "golomb_max_bytes", "golomb_param",

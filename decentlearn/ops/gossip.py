@@ -1,4 +1,5 @@
-"""Gossip, the CSR mixing kernel of csrc/gossip.c: ``Y = W_t X`` over the peers' rows.
+"""Gossip, the CSR mixing kernel of csrc/gossip.c: ``Y = W_t X`` over the peers' rows; and spmm,
+a sparse-dense product in float32 arithmetic (scipy.sparse's bits).
 
 NumPy twin: decentlearn/_reference/gossip.py.
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from decentlearn._core import gossip as _core_gossip
+from decentlearn._core import gossip as _core_gossip, spmm as _core_spmm
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["as_csr", "gossip"]
+__all__ = ["as_csr", "gossip", "spmm"]
 
 
 def as_csr(W, t: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -58,3 +59,36 @@ def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | Non
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     threads = resolve_threads(n_threads, X.size)
     return _core_gossip(indptr, indices, data, n_cols, X, out, threads)
+
+
+def spmm(W, X: np.ndarray, out: np.ndarray | None = None,
+         n_threads: int | None = None) -> np.ndarray:
+    """``W @ X`` for a sparse (n_rows, n_cols) W with float32 values and a C-contiguous
+    (n_cols, dim) float32 X, in float32 arithmetic as scipy.sparse computes it: each output
+    element starts at 0 and adds its row's terms ``w * x`` in W's stored order, each product and
+    each sum rounded to float32 (no fused multiply-add), rows and column blocks on the run's
+    threads, so the same bits at every thread count and on every ISA path. (``gossip`` is the
+    mixing kernel: its sums use fused multiply-adds where the CPU has them.)
+
+    W: a scipy.sparse matrix or array (its CSR form, in the order scipy keeps) or CSR arrays
+    ``(indptr int64, indices int32, data float32, n_cols)``. out: optional (n_rows, dim) float32
+    array that must not overlap X."""
+    if isinstance(W, tuple) and len(W) == 4:
+        indptr, indices, data, n_cols = W
+    elif hasattr(W, "tocsr"):
+        S = W.tocsr()
+        if S.dtype != np.float32:
+            raise TypeError(f"spmm: W must hold float32 values, got {S.dtype}")
+        indptr, indices, data, n_cols = (S.indptr.astype(np.int64), S.indices.astype(np.int32),
+                                         S.data, int(S.shape[1]))
+    else:
+        raise TypeError("spmm: W must be a scipy.sparse matrix or (indptr, indices, data, n_cols) "
+                        f"arrays, got {type(W).__name__}")
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"spmm: X must be a numpy.ndarray, got {type(X).__name__}")
+    if out is None:
+        if X.ndim != 2:
+            raise ValueError(f"spmm: X must be 2-dimensional (n_cols, dim), got shape {X.shape}")
+        out = np.empty((len(indptr) - 1, X.shape[1]), dtype=np.float32)
+    threads = resolve_threads(n_threads, out.size * max(1, len(indices)) // max(1, len(out)))
+    return _core_spmm(indptr, indices, data, int(n_cols), X, out, threads)
