@@ -160,3 +160,30 @@ def test_bench_load_script_runs_and_reports(tmp_path):
     report = json.loads(out.read_text())
     assert set(report["seconds"]) == {"quiet", "busy"} and report["ratio"]["quiet"] == 1.0
     assert all(v > 0 for v in report["seconds"].values())
+
+
+def test_bench_serial_script_splits_the_round(tmp_path):
+    """benchmarks/bench_serial.py on a tiny setting (one case, 3 rounds), in its own process so
+    that its kernel wrappers stay there: each case's round is its kernels' time plus the time
+    outside them, every round calls the kernels, and the 16-thread bound follows Amdahl's law.
+    The times themselves are never asserted."""
+    import json
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    if not (bench / "bench_serial.py").is_file():
+        pytest.skip("benchmarks/ is not beside the tests")
+    out = tmp_path / "serial.json"
+    root = Path(decentlearn.__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "bench_serial.py", "--cases", "mlp-256,cnn-64",
+                           "--rounds", "3", "--repeat", "1", "--out", str(out)],
+                          cwd=bench, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"mlp-256", "cnn-64"}
+    for name, r in report["results"].items():
+        assert r["kernels_ms"] > 0 and r["kernel_calls"] >= 5
+        assert r["kernels_ms"] + r["outside_ms"] == pytest.approx(r["round_ms"])
+        s = r["outside_share"]
+        bound = float(proc.stdout.split(name, 1)[1].split("at most ", 1)[1].split("x", 1)[0])
+        assert bound == pytest.approx(1 / (s + (1 - s) / 16), abs=0.05)

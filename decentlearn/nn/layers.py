@@ -54,7 +54,7 @@ def _check_float_dtype(dtype: object, name: str) -> np.dtype:
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Reshape that must not copy (a copy would make gradient writes vanish)."""
-    return np.reshape(a, shape, copy=False)
+    return a.reshape(shape, copy=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,10 +70,13 @@ class Scratch:
     array taken from here is valid until the same role is taken again, i.e. until the next pass.
     """
 
-    __slots__ = ("_bufs", "n_threads", "rng", "peer0")
+    __slots__ = ("_bufs", "_last", "n_threads", "rng", "peer0")
 
     def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
+        #: The view each role handed out last: a pass asking for the same shape again (every
+        #: round) gets it back without the slicing and reshaping.
+        self._last: dict[str, np.ndarray] = {}
         #: (seed, step) of the counter RNG for stochastic layers (int8 rounding of gradients), set
         #: by the model before each backward pass.
         self.rng: tuple[int, int] = (0, 0)
@@ -84,12 +87,16 @@ class Scratch:
         self.n_threads: int | None = None
 
     def empty(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        last = self._last.get(role)
+        if last is not None and last.shape == shape and last.dtype == dtype:
+            return last
         n = math.prod(shape)
         buf = self._bufs.get(role)
         if buf is None or buf.dtype != dtype or buf.size < n:
             buf = np.empty(n, dtype=dtype)
             self._bufs[role] = buf
-        return _view(buf[:n], shape)
+        view = self._last[role] = _view(buf[:n], shape)
+        return view
 
     def zeros(self, role: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         out = self.empty(role, shape, dtype)
@@ -576,9 +583,15 @@ def _image_rows(x: np.ndarray) -> tuple[np.ndarray, int]:
         base = x
         while isinstance(base.base, np.ndarray):
             base = base.base
-        lo, hi = byte_bounds(base)
+        lo = base.__array_interface__["data"][0]
+        hi = lo + base.nbytes if base.flags.c_contiguous else byte_bounds(base)[1]
         start = x.__array_interface__["data"][0]
         if ok and lo <= start and start + n * h * ld * it <= hi:
+            if base.flags.c_contiguous:  # a view of the contiguous buffer (cheaper than as_strided)
+                rows = np.ndarray((n, h, ld), x.dtype, buffer=base, offset=start - lo,
+                                  strides=(h * ld * it, ld * it, it))
+                rows.flags.writeable = False
+                return rows, w
             return as_strided(x, (n, h, ld), (h * ld * it, ld * it, it), writeable=False), w
     return np.ascontiguousarray(x).reshape(n, h, w), w
 

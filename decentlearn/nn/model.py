@@ -241,10 +241,8 @@ class Model:
 
     def _views(self, arr: np.ndarray) -> list[Params]:
         n = arr.shape[0]
-        return [
-            tuple(_view(arr[:, sl], (n, *shape)) for sl, shape in entries)
-            for entries in self._slices
-        ]
+        return [tuple(arr[:, sl].reshape((n, *shape), copy=False) for sl, shape in entries)
+                for entries in self._slices]
 
     def _check_x(self, x: object, n_peers: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
         """Returns x as (P, B, *input_shape) in ``dtype`` (stride 0 over P when shared)."""

@@ -67,6 +67,9 @@ def get_num_threads() -> int:
 def resolve_threads(n_threads: int | None, work: int | None = None) -> int:
     """Turns a user's ``n_threads`` into a positive count (see the module docstring); a count
     above the CPUs this process may use is capped at that number."""
+    if work is not None and work < SMALL_WORK and (
+            n_threads is None or (type(n_threads) is int and (n_threads >= 1 or n_threads == -1))):
+        return 1  # checked enough: None, -1 or a positive int all give one thread here
     if n_threads is None and _NUM_THREADS is not None:
         n = _NUM_THREADS
     elif n_threads is None:
