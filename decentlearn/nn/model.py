@@ -28,7 +28,6 @@ from decentlearn.nn.layers import (
     Scratch,
     _check_float_dtype,
     _check_positive_int,
-    _view,
 )
 from decentlearn.nn.lowp import layer_seed
 
