@@ -55,7 +55,7 @@ print('sanitized build:', d.__file__, 'openmp:', _core.config()['openmp'])"
         "$ROOT/tests/test_pool_kernels.py" "$ROOT/tests/test_lowp.py" "$ROOT/tests/test_loss_kernel.py" \
         "$ROOT/tests/test_norm_kernel.py" "$ROOT/tests/test_act_kernel.py" \
         "$ROOT/tests/test_consensus_kernel.py" "$ROOT/tests/test_optim_kernels.py" \
-        "$ROOT/tests/test_optimizers.py" "$ROOT/tests/test_axpby.py"
+        "$ROOT/tests/test_optimizers.py" "$ROOT/tests/test_axpby.py" "$ROOT/tests/test_spmm.py"
 }
 
 # A short CLI run (figures included) in a scratch folder: every layer from the CLI down to _core.
