@@ -34,6 +34,20 @@ def as_csr(W, t: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
                     f"tuple, got {type(W).__name__}")
 
 
+def _out_for(X: object, out: object, n_rows: int, fn: str, axes: str) -> np.ndarray:
+    """``out``, or a new (n_rows, dim) float32 array for the 2-D X; TypeError / ValueError naming
+    X or out (prefixed with ``fn``) otherwise (their shapes and dtypes the glue checks)."""
+    if not isinstance(X, np.ndarray):
+        raise TypeError(f"{fn}X must be a numpy.ndarray, got {type(X).__name__}")
+    if out is None:
+        if X.ndim != 2:
+            raise ValueError(f"{fn}X must be 2-dimensional ({axes}), got shape {X.shape}")
+        return np.empty((n_rows, X.shape[1]), dtype=np.float32)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{fn}out must be a numpy.ndarray, got {type(out).__name__}")
+    return out
+
+
 def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | None = None,
            t: int = 0, n_cols: int | None = None) -> np.ndarray:
     """Mixes the peers' rows: returns ``W_t @ X``.
@@ -49,14 +63,7 @@ def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | Non
         n_cols = square
     elif not isinstance(W, tuple):
         raise ValueError("n_cols is only for W given as (indptr, indices, data) arrays")
-    if not isinstance(X, np.ndarray):
-        raise TypeError(f"X must be a numpy.ndarray, got {type(X).__name__}")
-    if out is None:
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-dimensional (n_peers, dim), got shape {X.shape}")
-        out = np.empty((len(indptr) - 1, X.shape[1]), dtype=np.float32)
-    elif not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    out = _out_for(X, out, len(indptr) - 1, "", "n_peers, dim")
     threads = resolve_threads(n_threads, X.size)
     return _core_gossip(indptr, indices, data, n_cols, X, out, threads)
 
@@ -84,11 +91,6 @@ def spmm(W, X: np.ndarray, out: np.ndarray | None = None,
     else:
         raise TypeError("spmm: W must be a scipy.sparse matrix or (indptr, indices, data, n_cols) "
                         f"arrays, got {type(W).__name__}")
-    if not isinstance(X, np.ndarray):
-        raise TypeError(f"spmm: X must be a numpy.ndarray, got {type(X).__name__}")
-    if out is None:
-        if X.ndim != 2:
-            raise ValueError(f"spmm: X must be 2-dimensional (n_cols, dim), got shape {X.shape}")
-        out = np.empty((len(indptr) - 1, X.shape[1]), dtype=np.float32)
+    out = _out_for(X, out, len(indptr) - 1, "spmm: ", "n_cols, dim")
     threads = resolve_threads(n_threads, out.size * max(1, len(indices)) // max(1, len(out)))
     return _core_spmm(indptr, indices, data, int(n_cols), X, out, threads)
