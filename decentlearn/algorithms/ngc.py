@@ -121,6 +121,8 @@ class NGC(Algorithm):
         self.cross_bytes = 0
         self._spare = self._g_tilde = self._neighbours = self._cross = self._received = None
         self._sums = None
+        #: W_t was found symmetric (once is enough for a static graph).
+        self._symmetric = False
 
     def _setup_compressor(self) -> None:
         require_uncompressed(self)
@@ -182,10 +184,13 @@ class NGC(Algorithm):
         n, N, lo = self.comm.n_peers, self.comm.n_global, self.comm.peer0
         recv, send, w = self.comm.edges(t)
         e = recv.size
-        # Undirected: every edge (i, j) has its reverse with the same weight.
-        pairs = sp.csr_array((w, (recv, send)), shape=(N, N))
-        if e and not np.array_equal(pairs[send, recv], w):
-            raise ValueError(f"{self.name} needs an undirected graph with a symmetric W_t")
+        # Undirected: every edge (i, j) has its reverse with the same weight (checked once for a
+        # static graph, every round for a time-varying one).
+        if e and not (self._symmetric and self.comm.static):
+            pairs = sp.csr_array((w, (recv, send)), shape=(N, N))
+            if not np.array_equal(pairs[send, recv], w):
+                raise ValueError(f"{self.name} needs an undirected graph with a symmetric W_t")
+            self._symmetric = True
         e0, e1 = (int(k) for k in np.searchsorted(recv, [lo, lo + n]))
         out = np.flatnonzero((send >= lo) & (send < lo + n))  # the peers' out-edges
         if self.weights == "uniform":  # pi = 1 / (deg + 1), the aggregating peer's degree
