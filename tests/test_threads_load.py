@@ -175,7 +175,7 @@ def test_bench_serial_script_splits_the_round(tmp_path):
     out = tmp_path / "serial.json"
     root = Path(decentlearn.__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, "bench_serial.py", "--cases", "mlp-256,cnn-64",
-                           "--rounds", "3", "--repeat", "1", "--out", str(out)],
+                           "--rounds", "3", "--repeat", "1", "--parts", "--out", str(out)],
                           cwd=bench, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -184,6 +184,10 @@ def test_bench_serial_script_splits_the_round(tmp_path):
     for name, r in report["results"].items():
         assert r["kernels_ms"] > 0 and r["kernel_calls"] >= 5
         assert r["kernels_ms"] + r["outside_ms"] == pytest.approx(r["round_ms"])
+        parts = r["outside_by_part_ms"]  # every layer pass, the phases and the rest
+        assert {"sample", "optimizer", "gossip", "rest of the round"} <= set(parts)
+        assert sum(1 for k in parts if k.startswith("L")) >= (4 if name == "mlp-256" else 20)
+        assert sum(parts.values()) == pytest.approx(r["outside_ms"])
         s = r["outside_share"]
         bound = float(proc.stdout.split(name, 1)[1].split("at most ", 1)[1].split("x", 1)[0])
         assert bound == pytest.approx(1 / (s + (1 - s) / 16), abs=0.05)

@@ -16,6 +16,8 @@
 #      benchmarks/bench_eval.py (eval): evaluate() per count beside the NumPy steps it replaced;
 #      tools/stc_phases.py (stc_phases): STC's stages beyond its top-k; tools/threads_diag.py
 #      (threads_diag): the first intermediate that differs between thread counts or ISA paths;
+#      benchmarks/bench_serial.py (serial): the time outside the C kernels per round, by layer
+#      pass and phase, at 1 thread and at the most threads (its share bounds the speed-up);
 #   4. tools/blas_spin_diag.py (blas_spin, and blas_spin_fixed with OPENBLAS_THREAD_TIMEOUT=16):
 #      gemm_s8 alone and right after numpy's sgemm; `decentlearn bench gemm` with
 #      OPENBLAS_THREAD_TIMEOUT=4 (bench_gemm_nospin); decentlearn bench all --threads 16
@@ -89,6 +91,12 @@ want phases && step phases 45 $PY benchmarks/bench_phases.py --threads "$THREADS
 # the lent machines are noisy (speed-ups moved 2x between runs on 27 Nov 2026): a second run
 want threads_again && step threads_again 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
     "${TROUNDS[@]}" --out "$OUT/threads_again.json"
+# the serial part of each round (outside the C kernels, by layer pass and phase) at 1 thread, whose
+# share caps the 16-thread speed-up (Amdahl), and at the most threads
+want serial && step serial 40 $PY benchmarks/bench_serial.py --threads 1 --parts "${TROUNDS[@]}" \
+    --out "$OUT/serial_1.json"
+want serial && step serial_max 30 $PY benchmarks/bench_serial.py --threads "$MAXT" "${TROUNDS[@]}" \
+    --out "$OUT/serial_max.json"
 want peaks && step peaks 60 $PY tools/peak_scaling.py --threads "$THREADS" --out "$OUT/peaks.json"
 want eval && step eval 100 env PYTHONPATH="$PWD/benchmarks:$PWD" $PY benchmarks/bench_eval.py \
     --threads "$THREADS" --repeat 5 --out "$OUT/eval.json"
