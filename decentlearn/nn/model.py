@@ -262,10 +262,12 @@ class Model:
     # ---- passes ----------------------------------------------------------------------------
 
     def _forward(
-        self, params: np.ndarray, x: np.ndarray, train: bool, first_trained: int = 0
+        self, params: np.ndarray, x: np.ndarray, train: bool, first_trained: int = 0,
+        views: list[Params] | None = None,
     ) -> tuple[np.ndarray, list]:
         """Layers below ``first_trained`` are frozen: they keep no context, and frozen Dense and
-        Conv2d layers compute in int8 (round-to-nearest activations and weights, lowp)."""
+        Conv2d layers compute in int8 (round-to-nearest activations and weights, lowp).
+        ``views``: ``self._views(params)`` when the caller has them already."""
         n_peers, batch = x.shape[0], x.shape[1]
         if self._spatial_input:
             h = x.transpose(0, 2, 1, 3, 4)  # channel-major (P, C, B, H, W), a view
@@ -273,7 +275,9 @@ class Model:
             h = np.reshape(x, (n_peers, batch, -1))
         ctxs: list = []
         layers, fused = self._layers, self._fused
-        for i, (w, scratch) in enumerate(zip(self._views(params), self._scratch(params))):
+        if views is None:
+            views = self._views(params)
+        for i, (w, scratch) in enumerate(zip(views, self._scratch(params))):
             if fused[i]:  # done by the Dense below; its output is this ReLU's context
                 ctxs.append(h if train and i >= first_trained else None)
                 continue
@@ -354,9 +358,10 @@ class Model:
             logits, _ = self._forward(params, xb, train=False)
             grad.fill(0)
             return _cross_entropy(logits, y, False, self.n_threads)[0]
-        logits, ctxs = self._forward(params, xb, train=True, first_trained=first)
+        w_views = self._views(params)
+        logits, ctxs = self._forward(params, xb, train=True, first_trained=first, views=w_views)
         loss, dlogits = _cross_entropy(logits, y, True, self.n_threads)
-        w_views, g_views, scratch = self._views(params), self._views(grad), self._scratch()
+        g_views, scratch = self._views(grad), self._scratch()
         for sc, seed_of_layer in zip(scratch, self._layer_seeds):
             sc.rng = (seed_of_layer, step)
             sc.peer0 = self.peer0
