@@ -299,7 +299,10 @@ typedef struct {
  * b1 run)^T, the first chunk written, the later ones added, each chunk's product in blocks of
  * 256 of its (b1 - b0) run positions: the same operations, in the same order per element, as
  * nn_gemm on conv_unfold's columns with a row of ones (accumulate from the second chunk on).
- * dy_p (cout, >= batch run), rows dy_rs apart; xp as in dl_nn_conv_t (peer stride 0: shared). */
+ * dy_p (cout, >= batch run), rows dy_rs apart; xp as in dl_nn_conv_t (peer stride 0: shared).
+ * With gw set, g is not used: the same values go to the layer's own layout instead, gw_p
+ * (cout x c k k, rows gw_rs apart) = the first c k k rows of g_p transposed, and gb_p (cout) =
+ * its last row (each thread forms its rows of g_p in a buffer of its own). */
 typedef struct {
     int64_t n_peers, cout, c, batch, len, k, wp, run, chunk;
     const float *xp;
@@ -308,6 +311,10 @@ typedef struct {
     int64_t dy_ps, dy_rs;
     float *g;
     int64_t g_ps;
+    float *gw;
+    int64_t gw_ps, gw_rs;
+    float *gb;
+    int64_t gb_ps;
 } dl_nn_wgrad_t;
 /* A convolution's input gradient without the column gradient: for every peer p, sample b and
  * channel ci, dxp_p[ci, b, t] for t < len = the sum, over kernel offsets (i, j) in order with

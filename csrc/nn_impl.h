@@ -816,9 +816,19 @@ int DL_CAT(dl_nn_conv_wgrad_f32, DL_SUFFIX)(const dl_nn_wgrad_t *w, int n_thread
         w->dy_rs < w->batch * w->run || n_threads < 1)
         return DL_E_ARG;
     const int64_t P = w->n_peers, k = w->k, kk = w->c * k * k, M = kk + 1;
+    const int direct = w->gw != NULL; /* into the layer's layout (gw, gb), not g */
     if (P == 0 || w->cout == 0) return DL_OK;
+    if (direct && (w->gb == NULL || w->gw_rs < kk)) return DL_E_ARG;
     if (w->batch == 0 || w->run == 0) {
-        for (int64_t p = 0; p < P; p++) memset(w->g + p * w->g_ps, 0, sizeof(float) * M * w->cout);
+        for (int64_t p = 0; p < P; p++) {
+            if (!direct) {
+                memset(w->g + p * w->g_ps, 0, sizeof(float) * M * w->cout);
+                continue;
+            }
+            for (int64_t o = 0; o < w->cout; o++)
+                memset(w->gw + p * w->gw_ps + o * w->gw_rs, 0, sizeof(float) * kk);
+            memset(w->gb + p * w->gb_ps, 0, sizeof(float) * w->cout);
+        }
         return DL_OK;
     }
     int64_t *arow = (int64_t *)malloc((size_t)(kk + 1) * sizeof(int64_t));
@@ -833,13 +843,15 @@ int DL_CAT(dl_nn_conv_wgrad_f32, DL_SUFFIX)(const dl_nn_wgrad_t *w, int n_thread
 #pragma omp parallel num_threads(nt) reduction(min : status)
     {
         int64_t *acol = (int64_t *)malloc((size_t)kmax * sizeof(int64_t));
-        if (acol == NULL) status = DL_E_NOMEM; /* every thread still meets the omp for */
+        float *tile = direct ? (float *)malloc((size_t)(M * w->cout) * sizeof(float)) : NULL;
+        const int ok = acol != NULL && (!direct || tile != NULL);
+        if (!ok) status = DL_E_NOMEM; /* every thread still meets the omp for */
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; it++) {
-            if (acol == NULL) continue;
+            if (!ok) continue;
             const int64_t p = it / nrb, m0 = (it % nrb) * mb, m1 = dl_min_i64(M, m0 + mb);
             const float *x = w->xp + p * w->xp_ps, *dy = w->dy + p * w->dy_ps;
-            float *g = w->g + p * w->g_ps;
+            float *g = direct ? tile : w->g + p * w->g_ps;
             const int64_t r1 = dl_min_i64(m1, kk);
             for (int64_t b0 = 0; m0 < r1 && b0 < w->batch; b0 += w->chunk) {
                 const int64_t nb = dl_min_i64(w->batch, b0 + w->chunk) - b0, K = nb * w->run;
@@ -851,7 +863,15 @@ int DL_CAT(dl_nn_conv_wgrad_f32, DL_SUFFIX)(const dl_nn_wgrad_t *w, int n_thread
                 if (st < status) status = st;
             }
             if (m1 > kk) nn_wgrad_bias_row(w, dy, g + kk * w->cout);
+            if (direct) { /* the item's rows of g_p, transposed into the layer's layout */
+                float *gw = w->gw + p * w->gw_ps;
+                for (int64_t r = m0; r < r1; r++)
+                    for (int64_t o = 0; o < w->cout; o++) gw[o * w->gw_rs + r] = g[r * w->cout + o];
+                if (m1 > kk)
+                    memcpy(w->gb + p * w->gb_ps, g + kk * w->cout, sizeof(float) * w->cout);
+            }
         }
+        free(tile);
         free(acol);
     }
     free(arow);

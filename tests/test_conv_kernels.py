@@ -335,6 +335,61 @@ def test_weight_grad_is_the_gemm_on_unfolded_chunks(isa, shape, chunk):
     np.testing.assert_allclose(got, r, rtol=1e-4, atol=1e-5 * np.sqrt(b * run))
 
 
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_param_grad_is_the_weight_grad_in_the_layers_layout(isa, shape, chunk):
+    """conv_param_grad writes conv_weight_grad's g in the layer's layout, bit for bit: the weight
+    rows transposed and the bias row, into views of one gradient matrix (peers dim apart, the
+    weight and bias columns of every row), on 1 and 3 threads, every value written; the NumPy
+    twin's float64 sums agree within float32 rounding; the other columns are left alone."""
+    peers, groups, c, b, h, w, k, p, cout = shape
+    _, xp, wp, run = _forward_case(*shape, seed=11)
+    dy = np.random.default_rng(3).standard_normal((peers, cout, b * run)).astype(np.float32)
+    dy[:, :, ::5] = -0.0
+    g = ops.conv_weight_grad(xp, dy, None, k, wp, run, chunk, n_threads=1)
+    kk = c * k * k
+    for threads in (1, 3):
+        grad = np.full((peers, 7 + cout * kk + cout + 2), np.nan, np.float32)
+        gw = grad[:, 7:7 + cout * kk].reshape(peers, cout, kk)
+        gb = grad[:, 7 + cout * kk:7 + cout * kk + cout]
+        assert ops.conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads=threads) is None
+        np.testing.assert_array_equal(gw.view(np.uint32),
+                                      np.ascontiguousarray(g[:, :kk].swapaxes(1, 2)).view(np.uint32))
+        np.testing.assert_array_equal(gb.view(np.uint32), g[:, kk].view(np.uint32))
+        assert np.isnan(grad[:, :7]).all() and np.isnan(grad[:, 7 + cout * kk + cout:]).all()
+    rw, rb = np.empty_like(gw), np.empty_like(gb)
+    ref.conv_param_grad(xp, dy, rw, rb, k, wp, run, chunk)
+    np.testing.assert_allclose(gw, rw, rtol=1e-4, atol=1e-5 * np.sqrt(b * run))
+    np.testing.assert_allclose(gb, rb, rtol=1e-4, atol=1e-5 * np.sqrt(b * run))
+
+
+def test_param_grad_zero_batch_and_bad_arguments():
+    _, xp, wp, run = _forward_case(2, 2, 3, 2, 5, 5, 3, 1, 4, seed=1)
+    dy = np.ones((2, 4, 2 * run), np.float32)
+    gw, gb = np.full((2, 4, 27), np.nan, np.float32), np.full((2, 4), np.nan, np.float32)
+    ops.conv_param_grad(xp[:, :, :0], dy[:, :, :0], gw, gb, 3, wp, run, 1)  # no samples: zeros
+    assert not gw.any() and not gb.any() and not np.signbit(gw).any()
+    with pytest.raises(ValueError, match=r"gw has 26 entries on axis 2, expected 27"):
+        ops.conv_param_grad(xp, dy, gw[..., :-1], gb, 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"gb has 3 entries on axis 1, expected 4"):
+        ops.conv_param_grad(xp, dy, gw, gb[:, :-1], 3, wp, run, 1)
+    with pytest.raises(ValueError, match="gw must have a contiguous last axis"):
+        ops.conv_param_grad(xp, dy, np.repeat(gw, 2, axis=2)[..., ::2], gb, 3, wp, run, 1)
+    with pytest.raises(TypeError, match="gb must have dtype float32"):
+        ops.conv_param_grad(xp, dy, gw, gb.astype(np.float64), 3, wp, run, 1)
+    with pytest.raises(ValueError, match=r"chunk must be an integer in \[1, "):
+        ops.conv_param_grad(xp, dy, gw, gb, 3, wp, run, 0)
+    grad = np.zeros((2, 4 * 27 + 4), np.float32)
+    overlap = grad[:, 1:1 + 4 * 27].reshape(2, 4, 27)  # its last column is gb's first
+    with pytest.raises(ValueError, match="gw and gb must not overlap each other"):
+        ops.conv_param_grad(xp, dy, overlap, grad[:, 4 * 27:], 3, wp, run, 1)
+    buf = np.zeros(dy.size + 4 * 27 * 2, np.float32)
+    dyv = buf[: dy.size].reshape(dy.shape)
+    dyv[...] = dy
+    with pytest.raises(ValueError, match="gw and gb must not overlap xp or dy"):
+        ops.conv_param_grad(xp, dyv, buf[8:8 + 216].reshape(2, 4, 27), gb, 3, wp, run, 1)
+
+
 def test_weight_grad_same_bits_on_every_fma_path():
     paths = [i for i in ops.supported_isas() if i != "generic"]
     if len(paths) < 2:
@@ -441,6 +496,32 @@ def test_input_grad_special_values_and_fma_paths():
         np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32),
                                       err_msg=isa)
         assert np.isinf(got).any() and not nan.all()
+
+
+@pytest.mark.parametrize("shape", INPUT_GRAD_SHAPES[:3] + INPUT_GRAD_SHAPES[-2:])
+def test_input_grad_reads_strided_weights_in_place(isa, shape):
+    """Conv2d passes its weights as a view into the (P, dim) parameter matrix (peers dim apart,
+    and a column block of a wider row): the same bits as the contiguous copy, on 1 and 3
+    threads; a last axis that is not contiguous, or a dxp overlapping the weights, is refused."""
+    peers, c, b, h, w, k, p, cout = shape
+    wt, dy, wp, run, length = _input_grad_case(*shape, seed=7)
+    kk = wt.shape[2]
+    params = np.random.default_rng(8).standard_normal((peers, 5 + cout * kk + 11)).astype(np.float32)
+    params[:, 5:5 + cout * kk] = wt.reshape(peers, -1)
+    view = params[:, 5:5 + cout * kk].reshape(peers, cout, kk)  # strided peers, no copy
+    assert not view.flags.c_contiguous and np.shares_memory(view, params)
+    want = ops.conv_input_grad(wt, dy, np.empty((peers, c, b, length), np.float32), k, wp, run)
+    for threads in (1, 3):
+        got = np.full_like(want, np.nan)
+        ops.conv_input_grad(view, dy, got, k, wp, run, n_threads=threads)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if kk > 1:
+        with pytest.raises(ValueError, match="w must have a contiguous last axis"):
+            ops.conv_input_grad(np.repeat(wt, 2, axis=2)[..., ::2], dy, want, k, wp, run)
+    alias = np.zeros(peers * c * b * length + cout * kk * peers, np.float32)
+    wv = alias[: peers * cout * kk].reshape(peers, cout, kk)
+    with pytest.raises(ValueError, match="dxp must not overlap w or dy"):
+        ops.conv_input_grad(wv, dy, alias[4 : 4 + want.size].reshape(want.shape), k, wp, run)
 
 
 def test_input_grad_bad_arguments_raise():

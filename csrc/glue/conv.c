@@ -249,37 +249,114 @@ static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->nn_conv_wgrad_f32(&w, c->n_threads);
 }
 
-/* conv_input_grad(w, dy, dxp, k, wp, run, n_threads): w (P, Cout, C*k*k), dy (P, Cout, B*run),
- * dxp (P, C, B, L) with k >= 1, wp >= k, run >= 0, (k-1)*wp + k-1 + run <= L < 2**30 (the
- * kernel's lane positions are int32), dxp overlapping neither; ssz = k, wp, run. */
-static int check_conv_input_grad(glue_call_t *c) {
-    const char *fn = c->fn;
-    PyArrayObject *w = c->arr[0], *dy = c->arr[1], *dxp = c->arr[2];
-    const Py_ssize_t k = c->ssz[0], wp = c->ssz[1], run = c->ssz[2];
+/* conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads) -> None: conv_weight_grad's sums
+ * written in the layer's own layout: gw (P, Cout, C*k*k) gets the first C*k*k rows of each g[p]
+ * transposed and gb (P, Cout) its last row. gw and gb are float32 views with a contiguous last axis
+ * and any non-negative strides (column blocks of the (P, dim) gradient matrix), disjoint from each
+ * other and from xp and dy; xp and dy as conv_weight_grad's. Hand-written: gw and gb are strided. */
+static PyObject *py_conv_param_grad(PyObject *self, PyObject *args) {
+    const char *fn = "conv_param_grad";
+    PyArrayObject *xp, *dy;
+    PyObject *gw_obj, *gb_obj;
+    Py_ssize_t k, wp, run, chunk;
+    int n_threads, status;
+    int64_t sw[3], sb[2];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!OOnnnnO&:conv_param_grad", &PyArray_Type, &xp,
+                          &PyArray_Type, &dy, &gw_obj, &gb_obj, &k, &wp, &run, &chunk,
+                          conv_threads, &n_threads))
+        return NULL;
+    if (check_array(xp, fn, "xp", NPY_FLOAT32, 4, 0) || check_array(dy, fn, "dy", NPY_FLOAT32, 3, 0) ||
+        check_threads(fn, n_threads))
+        return NULL;
+    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), C = PyArray_DIM(xp, 1),
+                   B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
+    if (conv_check_runs(fn, k, wp, run, L, "xp") < 0 ||
+        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0)
+        return NULL;
+    if (chunk < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: need chunk >= 1, got chunk=%zd", fn, chunk);
+        return NULL;
+    }
+    const npy_intp shape_w[3] = {P, cout, C * k * k}, shape_b[2] = {P, cout};
+    if (conv_check_shape3(fn, "dy", dy, P, cout, B * run) < 0 ||
+        strided_operand(gw_obj, fn, "gw", 3, shape_w, 1, 1, sw) < 0 ||
+        strided_operand(gb_obj, fn, "gb", 2, shape_b, 1, 1, sb) < 0)
+        return NULL;
+    PyArrayObject *gw = (PyArrayObject *)gw_obj, *gb = (PyArrayObject *)gb_obj;
+    if (!strided_disjoint(gw, xp) || !strided_disjoint(gw, dy) || !strided_disjoint(gb, xp) ||
+        !strided_disjoint(gb, dy)) {
+        PyErr_Format(PyExc_ValueError, "%s: gw and gb must not overlap xp or dy", fn);
+        return NULL;
+    }
+    if (!rows_disjoint(gw, gb)) {
+        PyErr_Format(PyExc_ValueError, "%s: gw and gb must not overlap each other", fn);
+        return NULL;
+    }
+    const dl_nn_wgrad_t w = {
+        .n_peers = P, .cout = cout, .c = C, .batch = B, .len = L, .k = k, .wp = wp, .run = run,
+        .chunk = chunk, .xp = PyArray_DATA(xp), .xp_ps = PyArray_DIM(xp, 0) == 1 ? 0 : C * B * L,
+        .dy = PyArray_DATA(dy), .dy_ps = PyArray_STRIDE(dy, 0) / 4,
+        .dy_rs = PyArray_STRIDE(dy, 1) / 4, .gw = PyArray_DATA(gw), .gw_ps = sw[0],
+        .gw_rs = cout > 1 ? sw[1] : C * k * k, .gb = PyArray_DATA(gb), .gb_ps = sb[0]};
+    dl_nn_wgrad_f32_fn kernel = dl_dispatch()->nn_conv_wgrad_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = kernel(&w, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status(fn, status);
+    Py_RETURN_NONE;
+}
+
+/* conv_input_grad(w, dy, dxp, k, wp, run, n_threads) -> dxp: w (P, Cout, C*k*k) float32 with a
+ * contiguous last axis and any non-negative peer and row strides (a layer's weights read in
+ * place from the parameter matrix), dy (P, Cout, B*run) and dxp (P, C, B, L) C-contiguous, with
+ * k >= 1, wp >= k, run >= 0, (k-1)*wp + k-1 + run <= L < 2**30 (the kernel's lane positions are
+ * int32), dxp overlapping neither. Hand-written: w may be strided. */
+static PyObject *py_conv_input_grad(PyObject *self, PyObject *args) {
+    const char *fn = "conv_input_grad";
+    PyObject *w_obj;
+    PyArrayObject *dy, *dxp;
+    Py_ssize_t k, wp, run;
+    int n_threads, status;
+    int64_t sw[3];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!O!nnnO&:conv_input_grad", &w_obj, &PyArray_Type, &dy,
+                          &PyArray_Type, &dxp, &k, &wp, &run, conv_threads, &n_threads))
+        return NULL;
+    const npy_intp any3[3] = {-1, -1, -1};
+    if (strided_operand(w_obj, fn, "w", 3, any3, 1, 0, sw) < 0 ||
+        check_array(dy, fn, "dy", NPY_FLOAT32, 3, 0) ||
+        check_array(dxp, fn, "dxp", NPY_FLOAT32, 4, 1) || check_threads(fn, n_threads))
+        return NULL;
+    PyArrayObject *w = (PyArrayObject *)w_obj;
     const npy_intp P = PyArray_DIM(dxp, 0), C = PyArray_DIM(dxp, 1), B = PyArray_DIM(dxp, 2),
                    L = PyArray_DIM(dxp, 3), cout = PyArray_DIM(w, 1);
-    if (conv_check_runs(fn, k, wp, run, L, "dxp") < 0) return -1;
+    if (conv_check_runs(fn, k, wp, run, L, "dxp") < 0) return NULL;
     if (L >= (1 << 30)) {
         PyErr_Format(PyExc_ValueError, "%s: dxp rows must be shorter than 2**30 elements, got %zd",
                      fn, (Py_ssize_t)L);
-        return -1;
+        return NULL;
     }
     if (conv_check_shape3(fn, "w", w, P, cout, C * k * k) < 0 ||
-        conv_check_shape3(fn, "dy", dy, P, cout, B * run) < 0 ||
-        conv_check_disjoint(fn, dxp, "dxp", w, "w", dy, "dy") < 0)
-        return -1;
-    return 0;
-}
-static int call_conv_input_grad(const glue_call_t *c, const dl_dispatch_t *d) {
-    PyArrayObject *w = c->arr[0], *dy = c->arr[1], *dxp = c->arr[2];
+        conv_check_shape3(fn, "dy", dy, P, cout, B * run) < 0)
+        return NULL;
+    if (!strided_disjoint(dxp, w) || overlaps(dxp, dy)) {
+        PyErr_Format(PyExc_ValueError, "%s: dxp must not overlap w or dy", fn);
+        return NULL;
+    }
     const dl_nn_dgrad_t g = {
-        .n_peers = PyArray_DIM(dy, 0), .cout = PyArray_DIM(dy, 1), .c = PyArray_DIM(dxp, 1),
-        .batch = PyArray_DIM(dxp, 2), .len = PyArray_DIM(dxp, 3), .k = c->ssz[0],
-        .wp = c->ssz[1], .run = c->ssz[2], .w = G_DATA(c, 0), .w_ps = PyArray_STRIDE(w, 0) / 4,
-        .w_rs = PyArray_STRIDE(w, 1) / 4, .dy = G_DATA(c, 1), .dy_ps = PyArray_STRIDE(dy, 0) / 4,
-        .dy_rs = PyArray_STRIDE(dy, 1) / 4, .dxp = G_DATA(c, 2),
-        .dxp_ps = PyArray_STRIDE(dxp, 0) / 4};
-    return d->nn_conv_dgrad_f32(&g, c->n_threads);
+        .n_peers = PyArray_DIM(dy, 0), .cout = PyArray_DIM(dy, 1), .c = C, .batch = B, .len = L,
+        .k = k, .wp = wp, .run = run, .w = PyArray_DATA(w), .w_ps = sw[0],
+        .w_rs = cout > 1 ? sw[1] : C * k * k, .dy = PyArray_DATA(dy),
+        .dy_ps = PyArray_STRIDE(dy, 0) / 4, .dy_rs = PyArray_STRIDE(dy, 1) / 4,
+        .dxp = PyArray_DATA(dxp), .dxp_ps = PyArray_STRIDE(dxp, 0) / 4};
+    dl_nn_dgrad_f32_fn kernel = dl_dispatch()->nn_conv_dgrad_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = kernel(&g, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(dxp);
+    return (PyObject *)dxp;
 }
 
 /* conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads): wq (P, Cout, C*k*k) and dq
@@ -443,11 +520,6 @@ static const glue_op_t ops[] = {
       G_OUT("g", NPY_FLOAT32, 3, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_N("chunk"),
       G_THREADS_ARG},
      0, 0, check_conv_weight_grad, NULL, call_conv_weight_grad, {0}, 0, {0}},
-    {"conv_input_grad", "conv_input_grad(w, dy, dxp, k, wp, run, n_threads): Conv2d's input "
-     "gradient on the padded images, without a column gradient.",
-     {G_IN("w", NPY_FLOAT32, 3, X_ANY, X_ANY), G_IN("dy", NPY_FLOAT32, 3, X_ANY, X_ANY),
-      G_OUT("dxp", NPY_FLOAT32, 4, X_ANY, X_ANY), G_N("k"), G_N("wp"), G_N("run"), G_THREADS_ARG},
-     0, 0, check_conv_input_grad, NULL, call_conv_input_grad, {0}, 0, {0}},
     {"conv_input_grad_s8", "conv_input_grad_s8(wq, sw, dq, sdy, dxp, k, wp, run, n_threads): "
      "Conv2d's int8 input gradient on the padded images, without a column gradient.",
      {G_IN("wq", NPY_INT8, 3, X_ANY, X_ANY), G_IN("sw", NPY_FLOAT32, 1, X_R, X_ANY),
@@ -470,4 +542,14 @@ static const glue_op_t ops[] = {
      0, 0, check_conv_weight_grad_s8, NULL, call_conv_weight_grad_s8, {0}, 0, {0}},
 };
 
-GLUE_FAMILY(conv, ops, NULL);
+static PyMethodDef methods[] = {
+    {"conv_param_grad", py_conv_param_grad, METH_VARARGS,
+     "conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads): Conv2d's weight and bias "
+     "gradients without im2col, written into the layer's (strided) views."},
+    {"conv_input_grad", py_conv_input_grad, METH_VARARGS,
+     "conv_input_grad(w, dy, dxp, k, wp, run, n_threads) -> dxp: Conv2d's input gradient on the "
+     "padded images, without a column gradient (w may be a strided view)."},
+    {NULL, NULL, 0, NULL},
+};
+
+GLUE_FAMILY(conv, ops, methods);

@@ -73,6 +73,14 @@ def conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads=None) -> np.ndarray
     return g
 
 
+def conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads=None) -> None:
+    """conv_weight_grad's g in the layer's layout: gw (P, Cout, C*k*k) = g[:, :C*k*k]
+    transposed, gb (P, Cout) = g[:, C*k*k]."""
+    g = conv_weight_grad(xp, dy, None, k, wp, run, chunk)
+    gw[...] = g[:, :-1].swapaxes(-1, -2)
+    gb[...] = g[:, -1]
+
+
 def conv_input_grad(w, dy, dxp, k, wp, run, n_threads=None) -> np.ndarray:
     """dxp (P, C, B, L) = conv_fold of w^T @ dy (P, C*k*k, B*run) into zeros, w (P, Cout, C*k*k),
     dy (P, Cout, B*run): float64 products of the float32 values and float64 adds, rounded once

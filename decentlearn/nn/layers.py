@@ -431,18 +431,19 @@ class Conv2d(Layer):
         run, dt = ho * wp, dy.dtype
         dyw = self._wide_dy(dy, wp, scratch)
         # [dW | db] transposed, (kk + 1, Cout) per peer: cols @ dy^T, and dX = fold(W^T dy).
-        # float32 reads the im2col rows in place from the padded images and forms no column
-        # gradient (ops.conv_weight_grad, ops.conv_input_grad: the same bits as the gemms on
-        # unfolded chunks and the fold); float64 unfolds each chunk and runs np.matmul.
-        g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
-        if dt == np.float32:
-            ops.conv_weight_grad(xp, dyw, g_wb, k, wp, run, chunk, n_threads=scratch.n_threads)
-            if need_dx:
-                w_c = scratch.empty("w_dx", (n_peers, cout, kk), dt)
-                np.copyto(w_c, _view(weight, (n_peers, cout, kk)))
+        # float32 reads the im2col rows in place from the padded images, forms no column
+        # gradient and writes [dW | db] straight into the gradient rows (ops.conv_param_grad,
+        # ops.conv_input_grad: the same bits as the gemms on unfolded chunks, the transposing
+        # copy and the fold); float64 unfolds each chunk and runs np.matmul.
+        if dt == np.float32:  # [dW | db] into the gradient rows in the layer's own layout
+            ops.conv_param_grad(xp, dyw, _view(g_weight, (n_peers, cout, kk)), g_bias, k, wp, run,
+                                chunk, n_threads=scratch.n_threads)
+            if need_dx:  # the weights read in place from the parameter rows
                 dxp = scratch.empty("dxp", (n_peers, c, b, hp * wp + k - 1), dt)
-                ops.conv_input_grad(w_c, dyw, dxp, k, wp, run, n_threads=scratch.n_threads)
+                ops.conv_input_grad(_view(weight, (n_peers, cout, kk)), dyw, dxp, k, wp, run,
+                                    n_threads=scratch.n_threads)
         else:
+            g_wb = scratch.empty("g_wb", (n_peers, kk + 1, cout), dt)
             cols = scratch.empty("cols", (*xp.shape[:-3], kk + 1, min(b, chunk) * run), dt)
             cols[..., kk, :] = 1
             part = scratch.empty("g_wb_part", g_wb.shape, dt)
@@ -460,8 +461,8 @@ class Conv2d(Layer):
                 if need_dx:
                     _matmul(w_t, dy_c, dcols[..., : (b1 - b0) * run], scratch.n_threads)
                     self._fold(dcols, dxp, b0, b1, ho, wp)
-        np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
-        g_bias[...] = g_wb[:, kk]
+            np.copyto(_view(g_weight, (n_peers, cout, kk)), g_wb[:, :kk].transpose(0, 2, 1))
+            g_bias[...] = g_wb[:, kk]
         return self._crop(dxp, h, wd, scratch) if need_dx else None
 
     def _wide_dy(self, dy: np.ndarray, wp: int, scratch: Scratch) -> np.ndarray:

@@ -12,6 +12,7 @@ from decentlearn._core import (
     conv_forward as _core_conv_forward,
     conv_weight_grad as _core_conv_weight_grad,
     conv_input_grad as _core_conv_input_grad,
+    conv_param_grad as _core_conv_param_grad,
     conv_input_grad_s8 as _core_conv_input_grad_s8,
     conv_forward_s8 as _core_conv_forward_s8,
     conv_weight_grad_s8 as _core_conv_weight_grad_s8,
@@ -22,7 +23,8 @@ from decentlearn._core import (
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_input_grad",
+__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_param_grad",
+           "conv_input_grad",
            "conv_forward_s8", "conv_weight_grad_s8", "conv_input_grad_s8", "conv_pad",
            "conv_crop"]
 
@@ -132,14 +134,31 @@ def conv_weight_grad(xp: np.ndarray, dy: np.ndarray, g: np.ndarray | None, k: in
     return g
 
 
+def conv_param_grad(xp: np.ndarray, dy: np.ndarray, gw: np.ndarray, gb: np.ndarray, k: int,
+                    wp: int, run: int, chunk: int, n_threads: int | None = None) -> None:
+    """:func:`conv_weight_grad`'s sums written in the layer's own layout instead of ``g``: ``gw``
+    (P, Cout, C*k*k) gets the first C*k*k rows of each ``g[p]`` transposed and ``gb`` (P, Cout) its
+    last row, the same bits. ``gw`` and ``gb`` may be strided views (a contiguous last axis; any
+    peer and row strides), such as a Conv2d's weight and bias columns of the (P, dim) gradient
+    matrix, so no transposing copy follows; they must not overlap each other, ``xp`` or ``dy``.
+    ``xp`` and ``dy`` as in :func:`conv_weight_grad`."""
+    x4 = _conv_groups("xp", xp, 4, (np.float32,))
+    _f32_3d("conv_param_grad", "dy", dy)
+    k, wp, run = _conv_geometry(k, wp, run)
+    chunk = check_int("chunk", chunk, 1, _BIG)
+    work = dy.shape[0] * dy.shape[1] * (x4.shape[1] * k * k + 1) * x4.shape[2] * run
+    _core_conv_param_grad(x4, dy, gw, gb, k, wp, run, chunk, resolve_threads(n_threads, work))
+
+
 def conv_input_grad(w: np.ndarray, dy: np.ndarray, dxp: np.ndarray, k: int, wp: int, run: int,
                     n_threads: int | None = None) -> np.ndarray:
     """Conv2d's input gradient on the padded images without a column gradient: ``dxp`` (P, C,
     B, L) gets, for every sample, ``conv_fold`` of ``w[p].T @ dy[p]`` (the column gradient,
     never written) into zeros: the same chains of multiply-adds over the output channels and the
-    same adds in kernel-offset order, so the same bits. ``w`` (P, Cout, C*k*k) the weights, ``dy``
-    (P, Cout, B*run) the output gradient on wide rows; all float32, C-contiguous; every element of
-    dxp is written. Returns dxp."""
+    same adds in kernel-offset order, so the same bits. ``w`` (P, Cout, C*k*k) the weights (a
+    contiguous last axis; its peer and row strides are free, so a view into the parameter matrix
+    is read in place), ``dy`` (P, Cout, B*run) the output gradient on wide rows, C-contiguous;
+    all float32; every element of dxp is written. Returns dxp."""
     _f32_3d("conv_input_grad", "w", w)
     _f32_3d("conv_input_grad", "dy", dy)
     x4 = _conv_groups("dxp", dxp, 4, (np.float32,))
