@@ -293,6 +293,12 @@ typedef struct {
     int64_t xp_ps;
     float *y;
     int64_t y_ps;
+    /* With w set, wb is not used: wb_p is assembled from w_p (cout x c k k, rows w_rs apart) and
+     * bias_p (cout) in a buffer of each thread, so the layer's parameters are read in place. */
+    const float *w;
+    int64_t w_ps, w_rs;
+    const float *bias;
+    int64_t bias_ps;
 } dl_nn_conv_t;
 /* A convolution's weight gradient without im2col: g_p ((c k k + 1) x cout, contiguous) = the sum
  * over chunks [b0, b1) of `chunk` samples of [unfold(xp_p, b0 .. b1); 1] dy_p[:, b0 run ..

@@ -746,6 +746,8 @@ int DL_CAT(dl_nn_conv_forward_f32, DL_SUFFIX)(const dl_nn_conv_t *cv, int n_thre
         n_threads < 1)
         return DL_E_ARG;
     const int64_t P = cv->n_peers, B = cv->batch, k = cv->k, kk = cv->c * k * k, K = kk + 1;
+    const int split = cv->w != NULL; /* [weight | bias] assembled here from the layer's views */
+    if (split && (cv->bias == NULL || cv->w_rs < kk)) return DL_E_ARG;
     if (P == 0 || B == 0 || cv->cout == 0 || cv->run == 0) return DL_OK;
     const int64_t items = P * B;
     const int nt = nn_threads(n_threads, items, (double)items * cv->cout * K * cv->run);
@@ -754,7 +756,10 @@ int DL_CAT(dl_nn_conv_forward_f32, DL_SUFFIX)(const dl_nn_conv_t *cv, int n_thre
     {
         const float **rows = (const float **)malloc((size_t)K * sizeof(*rows));
         float *ones = (float *)malloc((size_t)cv->run * sizeof(float));
-        const int ok = rows != NULL && ones != NULL; /* every thread still meets the omp for */
+        float *wbuf = split ? (float *)malloc((size_t)(cv->cout * K) * sizeof(float)) : NULL;
+        int64_t held = -1; /* the peer whose [weight | bias] wbuf holds */
+        /* every thread still meets the omp for */
+        const int ok = rows != NULL && ones != NULL && (!split || wbuf != NULL);
         if (!ok) {
             status = DL_E_NOMEM;
         } else {
@@ -771,11 +776,23 @@ int DL_CAT(dl_nn_conv_forward_f32, DL_SUFFIX)(const dl_nn_conv_t *cv, int n_thre
                 for (int64_t i = 0; i < k; i++)
                     for (int64_t j = 0; j < k; j++, r++)
                         rows[r] = img + ci * B * cv->len + i * cv->wp + j;
-            const int s = nn_gemm_rows(0, cv->cout, cv->run, K, cv->wb + p * cv->wb_ps, K, 1, NULL,
-                                       0, 1, rows, cv->y + p * cv->y_ps + b * cv->run, B * cv->run,
-                                       &plain);
+            const float *a = cv->wb + p * cv->wb_ps;
+            if (split) {
+                if (held != p) {
+                    for (int64_t o = 0; o < cv->cout; o++) {
+                        memcpy(wbuf + o * K, cv->w + p * cv->w_ps + o * cv->w_rs,
+                               sizeof(float) * (size_t)kk);
+                        wbuf[o * K + kk] = cv->bias[p * cv->bias_ps + o];
+                    }
+                    held = p;
+                }
+                a = wbuf;
+            }
+            const int s = nn_gemm_rows(0, cv->cout, cv->run, K, a, K, 1, NULL, 0, 1, rows,
+                                       cv->y + p * cv->y_ps + b * cv->run, B * cv->run, &plain);
             if (s < status) status = s;
         }
+        free(wbuf);
         free(rows);
         free(ones);
     }

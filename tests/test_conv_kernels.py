@@ -257,6 +257,49 @@ def test_forward_is_the_gemm_on_unfolded_columns(isa, shape):
     np.testing.assert_allclose(got, r, rtol=1e-5, atol=1e-5 * np.sqrt(c * k * k + 1))
 
 
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
+def test_forward_params_reads_the_layers_views(isa, shape):
+    """conv_forward_params on the weight and bias columns of a (P, dim) parameter matrix (strided
+    views, read in place) gives conv_forward's bits with wb = [w | bias], on 1 and 3 threads, and
+    the NumPy twin's within float32 rounding."""
+    peers, groups, c, b, h, w, k, p, cout = shape
+    wb, xp, wp, run = _forward_case(*shape, seed=13)
+    kk = wb.shape[2] - 1
+    params = np.random.default_rng(14).standard_normal((peers, 3 + cout * kk + cout + 5),
+                                                       dtype=np.float32)
+    params[:, 3:3 + cout * kk] = wb[..., :kk].reshape(peers, -1)
+    params[:, 3 + cout * kk:3 + cout * kk + cout] = wb[..., kk]
+    wv = params[:, 3:3 + cout * kk].reshape(peers, cout, kk)
+    bv = params[:, 3 + cout * kk:3 + cout * kk + cout]
+    want = ops.conv_forward(wb, xp, None, k, wp, run, n_threads=1)
+    for threads in (1, 3):
+        got = np.full_like(want, np.nan)
+        assert ops.conv_forward_params(wv, bv, xp, got, k, wp, run, n_threads=threads) is got
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    r = ref.conv_forward_params(wv, bv, xp, None, k, wp, run)
+    np.testing.assert_allclose(got, r, rtol=1e-4, atol=1e-5 * np.sqrt(kk + 1))
+
+
+def test_forward_params_bad_arguments_raise():
+    wb, xp, wp, run = _forward_case(2, 2, 3, 2, 5, 5, 3, 1, 4, seed=2)
+    w, bias = np.ascontiguousarray(wb[..., :-1]), np.ascontiguousarray(wb[..., -1])
+    y = np.zeros((2, 4, 2 * run), np.float32)
+    with pytest.raises(ValueError, match=r"w has 26 entries on axis 2, expected 27"):
+        ops.conv_forward_params(w[..., :-1], bias, xp, y, 3, wp, run)
+    with pytest.raises(ValueError, match=r"bias has 3 entries on axis 1, expected 4"):
+        ops.conv_forward_params(w, bias[:, :-1], xp, y, 3, wp, run)
+    with pytest.raises(ValueError, match="w must have a contiguous last axis"):
+        ops.conv_forward_params(np.repeat(w, 2, axis=2)[..., ::2], bias, xp, y, 3, wp, run)
+    with pytest.raises(ValueError, match=r"y must have shape \(2, 4, %d\)" % (2 * run)):
+        ops.conv_forward_params(w, bias, xp, y[..., :-1].copy(), 3, wp, run)
+    with pytest.raises(TypeError, match="bias must have dtype float32"):
+        ops.conv_forward_params(w, bias.astype(np.float64), xp, y, 3, wp, run)
+    buf = np.zeros(y.size + w.size, np.float32)
+    with pytest.raises(ValueError, match="y must not overlap xp, w or bias"):
+        ops.conv_forward_params(buf[:w.size].reshape(w.shape), bias, xp,
+                                buf[4:4 + y.size].reshape(y.shape), 3, wp, run)
+
+
 def test_forward_same_bits_on_every_fma_path():
     paths = [i for i in ops.supported_isas() if i != "generic"]
     if len(paths) < 2:

@@ -249,6 +249,55 @@ static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->nn_conv_wgrad_f32(&w, c->n_threads);
 }
 
+/* conv_forward_params(w, bias, xp, y, k, wp, run, n_threads) -> y: conv_forward with wb_p =
+ * [w_p | bias_p] assembled by the kernel, so the layer's parameters are read in place: w (P,
+ * Cout, C*k*k) and bias (P, Cout) float32 with a contiguous last axis and any non-negative
+ * strides (views into the parameter matrix); xp, y as conv_forward's, y overlapping nothing.
+ * Hand-written: w and bias are strided. */
+static PyObject *py_conv_forward_params(PyObject *self, PyObject *args) {
+    const char *fn = "conv_forward_params";
+    PyObject *w_obj, *b_obj;
+    PyArrayObject *xp, *y;
+    Py_ssize_t k, wp, run;
+    int n_threads, status;
+    int64_t sw[3], sb[2];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOO!O!nnnO&:conv_forward_params", &w_obj, &b_obj, &PyArray_Type,
+                          &xp, &PyArray_Type, &y, &k, &wp, &run, conv_threads, &n_threads))
+        return NULL;
+    if (check_array(xp, fn, "xp", NPY_FLOAT32, 4, 0) || check_array(y, fn, "y", NPY_FLOAT32, 3, 1) ||
+        check_threads(fn, n_threads))
+        return NULL;
+    const npy_intp P = PyArray_DIM(y, 0), cout = PyArray_DIM(y, 1), C = PyArray_DIM(xp, 1),
+                   B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
+    if (conv_check_runs(fn, k, wp, run, L, "xp") < 0 ||
+        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0)
+        return NULL;
+    const npy_intp shape_w[3] = {P, cout, C * k * k}, shape_b[2] = {P, cout};
+    if (conv_check_shape3(fn, "y", y, P, cout, B * run) < 0 ||
+        strided_operand(w_obj, fn, "w", 3, shape_w, 1, 0, sw) < 0 ||
+        strided_operand(b_obj, fn, "bias", 2, shape_b, 1, 0, sb) < 0)
+        return NULL;
+    PyArrayObject *w = (PyArrayObject *)w_obj, *bias = (PyArrayObject *)b_obj;
+    if (overlaps(y, xp) || !strided_disjoint(y, w) || !strided_disjoint(y, bias)) {
+        PyErr_Format(PyExc_ValueError, "%s: y must not overlap xp, w or bias", fn);
+        return NULL;
+    }
+    const dl_nn_conv_t cv = {
+        .n_peers = P, .cout = cout, .c = C, .batch = B, .len = L, .k = k, .wp = wp, .run = run,
+        .xp = PyArray_DATA(xp), .xp_ps = PyArray_DIM(xp, 0) == 1 ? 0 : C * B * L,
+        .y = PyArray_DATA(y), .y_ps = PyArray_STRIDE(y, 0) / 4, .w = PyArray_DATA(w),
+        .w_ps = sw[0], .w_rs = cout > 1 ? sw[1] : C * k * k, .bias = PyArray_DATA(bias),
+        .bias_ps = sb[0]};
+    dl_nn_conv_f32_fn kernel = dl_dispatch()->nn_conv_forward_f32;
+    Py_BEGIN_ALLOW_THREADS;
+    status = kernel(&cv, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status(fn, status);
+    Py_INCREF(y);
+    return (PyObject *)y;
+}
+
 /* conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads) -> None: conv_weight_grad's sums
  * written in the layer's own layout: gw (P, Cout, C*k*k) gets the first C*k*k rows of each g[p]
  * transposed and gb (P, Cout) its last row. gw and gb are float32 views with a contiguous last axis
@@ -543,6 +592,9 @@ static const glue_op_t ops[] = {
 };
 
 static PyMethodDef methods[] = {
+    {"conv_forward_params", py_conv_forward_params, METH_VARARGS,
+     "conv_forward_params(w, bias, xp, y, k, wp, run, n_threads) -> y: Conv2d's forward product "
+     "on the padded images, reading the layer's (strided) weight and bias in place."},
     {"conv_param_grad", py_conv_param_grad, METH_VARARGS,
      "conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads): Conv2d's weight and bias "
      "gradients without im2col, written into the layer's (strided) views."},

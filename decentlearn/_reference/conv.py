@@ -73,6 +73,12 @@ def conv_weight_grad(xp, dy, g, k, wp, run, chunk, n_threads=None) -> np.ndarray
     return g
 
 
+def conv_forward_params(w, bias, xp, y, k, wp, run, n_threads=None) -> np.ndarray:
+    """conv_forward with wb = [w | bias]."""
+    wb = np.concatenate([w, np.asarray(bias)[..., None]], axis=-1).astype(np.float32)
+    return conv_forward(wb, xp, y, k, wp, run)
+
+
 def conv_param_grad(xp, dy, gw, gb, k, wp, run, chunk, n_threads=None) -> None:
     """conv_weight_grad's g in the layer's layout: gw (P, Cout, C*k*k) = g[:, :C*k*k]
     transposed, gb (P, Cout) = g[:, C*k*k]."""

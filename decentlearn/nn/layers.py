@@ -399,14 +399,16 @@ class Conv2d(Layer):
             ] = src
         if self.precision == "int8":
             return self._forward_int8(weight, bias, xp, (h, wd), train, scratch)
+        y = scratch.empty("y", (n_peers, cout, b * run), dt)
+        if dt == np.float32:  # the product on the padded images, no im2col, the parameters read
+            # in place ([weight | bias] formed in the kernel: ops.conv_forward_params)
+            ops.conv_forward_params(_view(weight, (n_peers, cout, kk)), bias, xp, y, k, wp, run,
+                                    n_threads=scratch.n_threads)
+            out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
+            return out, ((xp, (h, wd)) if train else None)
         wb = scratch.empty("wb", (n_peers, cout, kk + 1), dt)  # [weight | bias]
         wb[..., :kk] = _view(weight, (n_peers, cout, kk))
         wb[..., kk] = bias
-        y = scratch.empty("y", (n_peers, cout, b * run), dt)
-        if dt == np.float32:  # the product on the padded images, no im2col (ops.conv_forward)
-            ops.conv_forward(wb, xp, y, k, wp, run, n_threads=scratch.n_threads)
-            out = _view(y, (n_peers, cout, b, ho, wp))[..., :wo]
-            return out, ((xp, (h, wd)) if train else None)
         cols = scratch.empty("cols", (*lead, kk + 1, min(b, chunk) * run), dt)
         cols[..., kk, :] = 1
         for b0 in range(0, b, chunk):

@@ -47,7 +47,8 @@ from decentlearn.ops.gemm_s8 import (
 )
 from decentlearn.ops.nn import dense_backward, dense_forward, nn_gemm
 from decentlearn.ops.optim import adam_step, lamb_step, lars_step, sgd_step
-from decentlearn.ops.conv import (conv_crop, conv_fold, conv_forward, conv_forward_s8,
+from decentlearn.ops.conv import (conv_crop, conv_fold, conv_forward, conv_forward_params,
+                                  conv_forward_s8,
                                   conv_input_grad, conv_input_grad_s8, conv_pad, conv_param_grad,
                                   conv_unfold, conv_weight_grad, conv_weight_grad_s8)
 from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
@@ -73,7 +74,7 @@ __all__ = [
     "qsgd_encode", "sign_decode", "sign_encode", "GEMM_S8_MAX_K", "absmax_scale", "DenseCodes",
     "dequantize_s8", "gemm_s8", "gemm_s8_batched", "gemm_s8_batched_f32", "gemm_s8_dense_backward",
     "gemm_s8_dense_forward", "gemm_s8_f32", "pack_b_s8", "PackedB", "quantize_s8",
-    "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "adam_step", "lamb_step", "lars_step", "conv_crop", "conv_fold", "conv_forward", "conv_pad", "conv_param_grad", "conv_unfold", "conv_weight_grad",
+    "dense_backward", "dense_forward", "nn_gemm", "sgd_step", "adam_step", "lamb_step", "lars_step", "conv_crop", "conv_fold", "conv_forward", "conv_forward_params", "conv_pad", "conv_param_grad", "conv_unfold", "conv_weight_grad",
     "conv_input_grad",
     "conv_input_grad_s8",
     "conv_forward_s8",

@@ -10,6 +10,7 @@ import numpy as np
 from decentlearn._core import (
     conv_fold as _core_conv_fold,
     conv_forward as _core_conv_forward,
+    conv_forward_params as _core_conv_forward_params,
     conv_weight_grad as _core_conv_weight_grad,
     conv_input_grad as _core_conv_input_grad,
     conv_param_grad as _core_conv_param_grad,
@@ -23,7 +24,8 @@ from decentlearn._core import (
 from decentlearn.ops.args import check_int
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_weight_grad", "conv_param_grad",
+__all__ = ["conv_unfold", "conv_fold", "conv_forward", "conv_forward_params", "conv_weight_grad",
+           "conv_param_grad",
            "conv_input_grad",
            "conv_forward_s8", "conv_weight_grad_s8", "conv_input_grad_s8", "conv_pad",
            "conv_crop"]
@@ -112,6 +114,22 @@ def conv_forward(wb: np.ndarray, xp: np.ndarray, y: np.ndarray | None, k: int, w
     work = wb.shape[0] * wb.shape[1] * wb.shape[2] * x4.shape[2] * run
     _core_conv_forward(wb, x4, y, k, wp, run, resolve_threads(n_threads, work))
     return y
+
+
+def conv_forward_params(w: np.ndarray, bias: np.ndarray, xp: np.ndarray, y: np.ndarray | None,
+                        k: int, wp: int, run: int, n_threads: int | None = None) -> np.ndarray:
+    """:func:`conv_forward` with ``wb = [w | bias]`` formed inside the kernel (per thread, per
+    peer), the same bits: ``w`` (P, Cout, C*k*k) and ``bias`` (P, Cout) float32 may be strided
+    views (a contiguous last axis; any peer and row strides), such as a Conv2d's weight and bias
+    columns of the (P, dim) parameter matrix, which are then read in place. ``xp`` and ``y`` as in
+    :func:`conv_forward`. Returns y."""
+    x4 = _conv_groups("xp", xp, 4, (np.float32,))
+    _f32_3d("conv_forward_params", "w", w)
+    k, wp, run = _conv_geometry(k, wp, run)
+    if y is None:
+        y = np.empty((w.shape[0], w.shape[1], x4.shape[2] * run), np.float32)
+    work = w.shape[0] * w.shape[1] * (w.shape[2] + 1) * x4.shape[2] * run
+    return _core_conv_forward_params(w, bias, x4, y, k, wp, run, resolve_threads(n_threads, work))
 
 
 def conv_weight_grad(xp: np.ndarray, dy: np.ndarray, g: np.ndarray | None, k: int, wp: int,
