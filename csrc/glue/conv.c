@@ -249,6 +249,33 @@ static int call_conv_weight_grad(const glue_call_t *c, const dl_dispatch_t *d) {
     return d->nn_conv_wgrad_f32(&w, c->n_threads);
 }
 
+/* The operands of conv_forward_params and conv_param_grad: xp (G, C, B, L) and `a` (P, Cout, B*run)
+ * C-contiguous float32 (`a` written when `a_out`: y; read: dy), the geometry, and the layer's
+ * weight and bias views w_obj (P, Cout, C*k*k) and b_obj (P, Cout): float32 with a contiguous last
+ * axis and any non-negative strides (written when `views_out`), their strides in elements into
+ * sw and sb. dims gets P, Cout, C, B, L. Returns 0, or -1 with the exception set. */
+static int conv_layer_operands(const char *fn, PyArrayObject *xp, PyArrayObject *a,
+                               const char *a_name, int a_out, Py_ssize_t k, Py_ssize_t wp,
+                               Py_ssize_t run, PyObject *w_obj, const char *w_name,
+                               PyObject *b_obj, const char *b_name, int views_out, int64_t *sw,
+                               int64_t *sb, npy_intp *dims) {
+    if (check_array(xp, fn, "xp", NPY_FLOAT32, 4, 0) ||
+        check_array(a, fn, a_name, NPY_FLOAT32, 3, a_out))
+        return -1;
+    const npy_intp P = PyArray_DIM(a, 0), cout = PyArray_DIM(a, 1), C = PyArray_DIM(xp, 1),
+                   B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
+    if (conv_check_runs(fn, k, wp, run, L, "xp") < 0 ||
+        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0 ||
+        conv_check_shape3(fn, a_name, a, P, cout, B * run) < 0)
+        return -1;
+    const npy_intp shape_w[3] = {P, cout, C * k * k}, shape_b[2] = {P, cout};
+    if (strided_operand(w_obj, fn, w_name, 3, shape_w, 1, views_out, sw) < 0 ||
+        strided_operand(b_obj, fn, b_name, 2, shape_b, 1, views_out, sb) < 0)
+        return -1;
+    dims[0] = P, dims[1] = cout, dims[2] = C, dims[3] = B, dims[4] = L;
+    return 0;
+}
+
 /* conv_forward_params(w, bias, xp, y, k, wp, run, n_threads) -> y: conv_forward with wb_p =
  * [w_p | bias_p] assembled by the kernel, so the layer's parameters are read in place: w (P,
  * Cout, C*k*k) and bias (P, Cout) float32 with a contiguous last axis and any non-negative
@@ -262,22 +289,15 @@ static PyObject *py_conv_forward_params(PyObject *self, PyObject *args) {
     int n_threads, status;
     int64_t sw[3], sb[2];
     (void)self;
+    npy_intp dims[5];
     if (!PyArg_ParseTuple(args, "OOO!O!nnnO&:conv_forward_params", &w_obj, &b_obj, &PyArray_Type,
                           &xp, &PyArray_Type, &y, &k, &wp, &run, conv_threads, &n_threads))
         return NULL;
-    if (check_array(xp, fn, "xp", NPY_FLOAT32, 4, 0) || check_array(y, fn, "y", NPY_FLOAT32, 3, 1) ||
-        check_threads(fn, n_threads))
+    if (check_threads(fn, n_threads) ||
+        conv_layer_operands(fn, xp, y, "y", 1, k, wp, run, w_obj, "w", b_obj, "bias", 0, sw, sb,
+                            dims) < 0)
         return NULL;
-    const npy_intp P = PyArray_DIM(y, 0), cout = PyArray_DIM(y, 1), C = PyArray_DIM(xp, 1),
-                   B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
-    if (conv_check_runs(fn, k, wp, run, L, "xp") < 0 ||
-        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0)
-        return NULL;
-    const npy_intp shape_w[3] = {P, cout, C * k * k}, shape_b[2] = {P, cout};
-    if (conv_check_shape3(fn, "y", y, P, cout, B * run) < 0 ||
-        strided_operand(w_obj, fn, "w", 3, shape_w, 1, 0, sw) < 0 ||
-        strided_operand(b_obj, fn, "bias", 2, shape_b, 1, 0, sb) < 0)
-        return NULL;
+    const npy_intp P = dims[0], cout = dims[1], C = dims[2], B = dims[3], L = dims[4];
     PyArrayObject *w = (PyArrayObject *)w_obj, *bias = (PyArrayObject *)b_obj;
     if (overlaps(y, xp) || !strided_disjoint(y, w) || !strided_disjoint(y, bias)) {
         PyErr_Format(PyExc_ValueError, "%s: y must not overlap xp, w or bias", fn);
@@ -311,27 +331,20 @@ static PyObject *py_conv_param_grad(PyObject *self, PyObject *args) {
     int n_threads, status;
     int64_t sw[3], sb[2];
     (void)self;
+    npy_intp dims[5];
     if (!PyArg_ParseTuple(args, "O!O!OOnnnnO&:conv_param_grad", &PyArray_Type, &xp,
                           &PyArray_Type, &dy, &gw_obj, &gb_obj, &k, &wp, &run, &chunk,
                           conv_threads, &n_threads))
         return NULL;
-    if (check_array(xp, fn, "xp", NPY_FLOAT32, 4, 0) || check_array(dy, fn, "dy", NPY_FLOAT32, 3, 0) ||
-        check_threads(fn, n_threads))
+    if (check_threads(fn, n_threads) ||
+        conv_layer_operands(fn, xp, dy, "dy", 0, k, wp, run, gw_obj, "gw", gb_obj, "gb", 1, sw, sb,
+                            dims) < 0)
         return NULL;
-    const npy_intp P = PyArray_DIM(dy, 0), cout = PyArray_DIM(dy, 1), C = PyArray_DIM(xp, 1),
-                   B = PyArray_DIM(xp, 2), L = PyArray_DIM(xp, 3);
-    if (conv_check_runs(fn, k, wp, run, L, "xp") < 0 ||
-        conv_check_groups(fn, "xp", PyArray_DIM(xp, 0), P) < 0)
-        return NULL;
+    const npy_intp P = dims[0], cout = dims[1], C = dims[2], B = dims[3], L = dims[4];
     if (chunk < 1) {
         PyErr_Format(PyExc_ValueError, "%s: need chunk >= 1, got chunk=%zd", fn, chunk);
         return NULL;
     }
-    const npy_intp shape_w[3] = {P, cout, C * k * k}, shape_b[2] = {P, cout};
-    if (conv_check_shape3(fn, "dy", dy, P, cout, B * run) < 0 ||
-        strided_operand(gw_obj, fn, "gw", 3, shape_w, 1, 1, sw) < 0 ||
-        strided_operand(gb_obj, fn, "gb", 2, shape_b, 1, 1, sb) < 0)
-        return NULL;
     PyArrayObject *gw = (PyArrayObject *)gw_obj, *gb = (PyArrayObject *)gb_obj;
     if (!strided_disjoint(gw, xp) || !strided_disjoint(gw, dy) || !strided_disjoint(gb, xp) ||
         !strided_disjoint(gb, dy)) {
