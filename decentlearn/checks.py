@@ -75,6 +75,8 @@ def check_step(step: object) -> None:
 def check_frozen(frozen: object, n_peers: int, n_layers: int) -> np.ndarray | None:
     """CoCoFL's frozen-layer counts (an int or one per peer, each in [0, n_layers]) as an
     (n_peers,) array, or None when no peer freezes anything."""
+    if type(frozen) is int and frozen == 0:  # the usual case, every round: nothing to check
+        return None
     counts = np.asarray(frozen)
     if counts.dtype.kind not in "iu" or counts.ndim > 1:
         raise TypeError(f"frozen must be an int or a 1-D int array, got {frozen!r}")

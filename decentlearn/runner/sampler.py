@@ -114,7 +114,7 @@ class PeerSampler:
         ended = np.flatnonzero(self._cursor >= self._sizes)
         if ended.size:
             self._shuffle_many(ended)
-            self._cursor[ended] %= self._sizes[ended]
+            np.remainder(self._cursor, self._sizes, out=self._cursor)  # the others are < size
         return idx
 
     def _shuffle_many(self, peers: np.ndarray) -> None:
