@@ -376,7 +376,9 @@ class Model:
             else:
                 h = layers[i].backward(w_views[i], g_views[i], h, ctxs[i], i > first, scratch[i])
                 i -= 1
-        grad[:, : self.frozen_cut(n_frozen)] = 0
+        cut = self.frozen_cut(n_frozen)
+        if cut:
+            grad[:, :cut] = 0
         return loss
 
     def evaluate(
