@@ -204,3 +204,38 @@ __attribute__((optimize("fp-contract=off"))) int dl_weighted_column_sum_f32(
     }
     return DL_OK;
 }
+
+/* NumPy's pairwise summation of n float32 values (numpy/_core/src/umath/loops_utils.h.src,
+ * pairwise_sum): under 8 values a plain sum from 0; up to 128, eight running sums combined as
+ * ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the leftovers in order; above, the two
+ * halves (the first a multiple of 8 long) summed that way and added. Every step one float32
+ * operation in that order (nothing contracted: no products here), so np.sum's bits. */
+static float dl_pairwise_sum_f32(const float *a, int64_t n) {
+    if (n < 8) {
+        float res = 0.0f;
+        for (int64_t i = 0; i < n; i++) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        float r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        int64_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    int64_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return dl_pairwise_sum_f32(a, n2) + dl_pairwise_sum_f32(a + n2, n - n2);
+}
+
+/* out[r] = NumPy's np.sum of row r of the C-contiguous (R, n) float32 x (pairwise, above), rows on
+ * the threads (each row one thread's, so any thread count gives the same bits). */
+int dl_row_sums_f32(int64_t R, int64_t n, const float *x, float *out, int n_threads) {
+    if (R < 0 || n < 0 || n_threads < 1) return DL_E_ARG;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && R > 1)
+    for (int64_t r = 0; r < R; r++) out[r] = dl_pairwise_sum_f32(x + r * n, n);
+    return DL_OK;
+}

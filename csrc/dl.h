@@ -744,6 +744,8 @@ int dl_consensus_distance_f32(int64_t P, int64_t D, const float *X, double *out,
                               int n_threads);
 /* mean[c] = (sum_i X_ic in row order) / P, float64: NumPy's X.mean(axis=0, dtype=float64). */
 int dl_column_mean_f32(int64_t P, int64_t D, const float *X, double *mean, int n_threads);
+/* out[r] = np.sum(x[r]) of the C-contiguous (R, n) float32 x: NumPy's pairwise summation. */
+int dl_row_sums_f32(int64_t R, int64_t n, const float *x, float *out, int n_threads);
 /* out[c] = sum_k w[k] X_kc, float64, rows in order (NumPy's add.reduce of the products). */
 int dl_weighted_column_sum_f32(int64_t P, int64_t D, const float *X, const double *w, double *out,
                                int n_threads);

@@ -224,3 +224,32 @@ def test_column_sums_check_their_arguments():
         ops.weighted_column_sum(X, np.ones(2))
     with pytest.raises(TypeError, match="w must have dtype float64"):
         ops.weighted_column_sum(X, np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 127, 128, 129, 135, 255, 256, 257, 1000,
+                               2048, 8191, 8193, 14700])
+def test_row_sums_are_numpys_pairwise_sums(n):
+    """ops.row_sums gives np.sum(x, axis=1) bit for bit (NumPy's pairwise float32 summation:
+    plain under 8 values, eight running sums up to 128, halves above), also for the trailing
+    axes of a 5-D array (the int8 convolution's bias gradient), on 1, 2 and 3 threads; values of
+    very different magnitudes make any other order show."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((7, n)) * 10.0 ** rng.integers(-3, 6, (7, n))).astype(np.float32)
+    want = np.sum(x, axis=1)
+    for threads in (1, 2, 3):
+        got = np.full(7, np.nan, np.float32)
+        assert ops.row_sums(x, got, n_threads=threads) is got
+        assert got.tobytes() == want.tobytes()
+    assert ref.row_sums(x).tobytes() == want.tobytes()
+
+
+def test_row_sums_of_trailing_axes_and_bad_input():
+    x5 = np.random.default_rng(1).standard_normal((4, 6, 32, 8, 8)).astype(np.float32)
+    got = ops.row_sums(x5.reshape(24, -1)).reshape(4, 6)
+    assert got.tobytes() == np.sum(x5, axis=(2, 3, 4)).tobytes()
+    with pytest.raises(TypeError, match="x must have dtype float32"):
+        ops.row_sums(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.row_sums(np.zeros((3, 2), np.float32).T)
+    with pytest.raises(ValueError, match="out"):
+        ops.row_sums(np.zeros((2, 3), np.float32), np.zeros(3, np.float32))

@@ -43,6 +43,12 @@ static int call_column_mean(const glue_call_t *c, const dl_dispatch_t *d) {
                               c->n_threads);
 }
 
+static int call_row_sums(const glue_call_t *c, const dl_dispatch_t *d) {
+    (void)d;
+    return dl_row_sums_f32((int64_t)c->rows, (int64_t)c->dim, G_DATA(c, 0), G_DATA(c, 1),
+                           c->n_threads);
+}
+
 /* weighted_column_sum is a table row: w (P,) float64, out (D,) float64. */
 static int call_weighted_column_sum(const glue_call_t *c, const dl_dispatch_t *d) {
     (void)d;
@@ -68,6 +74,11 @@ static const glue_op_t ops[] = {
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D), G_OUT("mean", NPY_FLOAT64, 1, X_D, X_ANY),
       G_THREADS_ARG},
      0, 0, NULL, NULL, call_column_mean, {0}, 1, {1}},
+    {"row_sums", "row_sums(x, out, n_threads) -> out: each row's sum of the (R, n) float32 x in "
+     "float32, NumPy's pairwise summation (np.sum(x, axis=1)).",
+     {G_IN("x", NPY_FLOAT32, 2, X_R, X_D), G_OUT("out", NPY_FLOAT32, 1, X_R, X_ANY),
+      G_THREADS_ARG},
+     0, 0, NULL, NULL, call_row_sums, {0}, 1, {1}},
     {"weighted_column_sum", "weighted_column_sum(X, w, out, n_threads) -> out: sum_k w[k] X[k] "
      "in float64, the rows of the (P, D) float32 X in order.",
      {G_IN("X", NPY_FLOAT32, 2, X_R, X_D), G_IN("w", NPY_FLOAT64, 1, X_R, X_ANY),

@@ -66,3 +66,8 @@ def weighted_column_sum(X, w, out=None, n_threads=None) -> np.ndarray:
         return res
     out[...] = res
     return out
+
+
+def row_sums(x, out=None, n_threads=None) -> np.ndarray:
+    """np.sum of each row (NumPy's pairwise float32 summation), into ``out`` when given."""
+    return np.sum(x, axis=1, out=out)

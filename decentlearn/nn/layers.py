@@ -547,7 +547,13 @@ class Conv2d(Layer):
         n_peers, cout, b, ho, wo = dy.shape
         hp, wp, _, _, chunk = self._geometry(h, wd)
         run = ho * wp
-        np.sum(dy, axis=(2, 3, 4), out=g_bias)
+        if dy.flags.c_contiguous:  # db = np.sum(dy, axis=(2, 3, 4)), its bits, on the threads
+            sums = scratch.empty("g_b", (n_peers * cout,), np.float32)
+            ops.row_sums(_view(dy, (n_peers * cout, b * ho * wo)), sums,
+                         n_threads=scratch.n_threads)
+            g_bias[...] = _view(sums, (n_peers, cout))
+        else:
+            np.sum(dy, axis=(2, 3, 4), out=g_bias)
         # the wide columns' gradient is 0: it quantizes to 0 in any rounding
         flat = np.reshape(self._wide_dy(dy, wp, scratch), (n_peers, -1), copy=False)
         seed, step = scratch.rng

@@ -13,10 +13,12 @@ import numpy as np
 from decentlearn._core import consensus_distance as _core_consensus_distance
 from decentlearn._core import column_mean as _core_column_mean
 from decentlearn._core import consensus_sums as _core_consensus_sums
+from decentlearn._core import row_sums as _core_row_sums
 from decentlearn._core import weighted_column_sum as _core_weighted_column_sum
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["column_mean", "consensus_sums", "consensus_distance", "weighted_column_sum"]
+__all__ = ["column_mean", "consensus_sums", "consensus_distance", "row_sums",
+           "weighted_column_sum"]
 
 
 def consensus_sums(X: np.ndarray, out: np.ndarray | None = None,
@@ -75,3 +77,16 @@ def weighted_column_sum(X: np.ndarray, w: np.ndarray, out: np.ndarray | None = N
     if out is None:
         out = np.empty(X.shape[1] if X.ndim == 2 else 0, dtype=np.float64)
     return _core_weighted_column_sum(X, w, out, resolve_threads(n_threads, X.size))
+
+
+def row_sums(x: np.ndarray, out: np.ndarray | None = None,
+             n_threads: int | None = None) -> np.ndarray:
+    """Each row's sum of the C-contiguous (R, n) float32 ``x``, in float32 with NumPy's pairwise
+    summation: ``np.sum(x, axis=1)`` bit for bit (what ``np.sum`` over the contiguous trailing
+    axes of an array gives), rows on the run's threads. ``out`` (R,) float32, new when None.
+    NumPy reference: decentlearn._reference.consensus.row_sums."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"row_sums: x must be a numpy array, got {type(x).__name__}")
+    if out is None:
+        out = np.empty(x.shape[0] if x.ndim == 2 else 0, dtype=np.float32)
+    return _core_row_sums(x, out, resolve_threads(n_threads, x.size))
