@@ -84,6 +84,11 @@ def test_spmm_bad_input():
     bad = (np.array([0, 2, 1, 3, 3], np.int64), np.zeros(3, np.int32), np.ones(3, np.float32), 6)
     with pytest.raises(ValueError, match="indptr must start at 0 and be non-decreasing"):
         ops.spmm(bad, X)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32), 6)
+    with pytest.raises(ValueError, match=r"W.indptr must have n_rows \+ 1 >= 1 entries"):
+        ops.spmm(empty, X)
+    with pytest.raises(TypeError, match="W.indptr must have dtype int64"):
+        ops.spmm((np.array([0, 1], np.int32), np.zeros(1, np.int32), np.ones(1, np.float32), 6), X)
     bad = (np.array([0, 1, 1, 1, 1], np.int64), np.array([6], np.int32), np.ones(1, np.float32), 6)
     with pytest.raises(ValueError, match=r"W.indices must lie in \[0, 6\)"):
         ops.spmm(bad, X)

@@ -39,6 +39,8 @@ def _out_for(X: object, out: object, n_rows: int, fn: str, axes: str) -> np.ndar
     X or out (prefixed with ``fn``) otherwise (their shapes and dtypes the glue checks)."""
     if not isinstance(X, np.ndarray):
         raise TypeError(f"{fn}X must be a numpy.ndarray, got {type(X).__name__}")
+    if n_rows < 0:
+        raise ValueError(f"{fn}W.indptr must have n_rows + 1 >= 1 entries, got 0")
     if out is None:
         if X.ndim != 2:
             raise ValueError(f"{fn}X must be 2-dimensional ({axes}), got shape {X.shape}")
