@@ -88,15 +88,16 @@ int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads) {
     return DL_OK;
 }
 
-/* Rows r < n_idx of dst (row_bytes bytes each) = rows idx[r] of src (n_src rows): the gather of
- * every peer's minibatch. The indices are checked first (DL_E_INDEX and nothing written if one is
- * outside [0, n_src)); then the rows are copied in contiguous runs per thread, one thread for a
- * gather under 128 KiB. */
-int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
-                 const int64_t *idx, void *dst, int n_threads) {
+/* Rows r < n_idx of dst (row_bytes bytes each) = rows idx[r] of src (n_src rows), or zeros where
+ * idx[r] == -1 when `zero_missing`. The indices are checked first (DL_E_INDEX and nothing written
+ * if one is outside [0, n_src), or [-1, n_src) with zero_missing); then the rows are copied in
+ * contiguous runs per thread, one thread for under 128 KiB. take_rows and place_rows. */
+static int gather_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
+                       const int64_t *idx, void *dst, int zero_missing, int n_threads) {
     if (n_src < 0 || row_bytes < 0 || n_idx < 0 || n_threads < 1) return DL_E_ARG;
     int bad = 0;
-    for (int64_t r = 0; r < n_idx; r++) bad |= (uint64_t)idx[r] >= (uint64_t)n_src;
+    const int64_t lo = zero_missing ? -1 : 0;
+    for (int64_t r = 0; r < n_idx; r++) bad |= idx[r] < lo || idx[r] >= n_src;
     if (bad) return DL_E_INDEX;
     if (row_bytes == 0) return DL_OK;
     const int nt = n_idx * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_idx);
@@ -105,10 +106,20 @@ int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_id
 #else
     (void)nt;
 #endif
-    for (int64_t r = 0; r < n_idx; r++)
-        memcpy((char *)dst + r * row_bytes, (const char *)src + idx[r] * row_bytes,
-               (size_t)row_bytes);
+    for (int64_t r = 0; r < n_idx; r++) {
+        char *d = (char *)dst + r * row_bytes;
+        if (idx[r] < 0)
+            memset(d, 0, (size_t)row_bytes);
+        else
+            memcpy(d, (const char *)src + idx[r] * row_bytes, (size_t)row_bytes);
+    }
     return DL_OK;
+}
+
+/* The gather of every peer's minibatch: dst row r = src row idx[r] (gather_rows). */
+int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
+                 const int64_t *idx, void *dst, int n_threads) {
+    return gather_rows(n_src, row_bytes, src, n_idx, idx, dst, 0, n_threads);
 }
 
 /* dst[p, j, i, :] = src[p, i, j, :] for src (P, A, B, K) and dst (P, B, A, K), both C-contiguous
@@ -322,27 +333,9 @@ int dl_copy2d_f32(int64_t n_rows, int64_t w, const float *src, int64_t lds, floa
     return DL_OK;
 }
 
-/* dst row p = src row inv[p] (inv[p] in [0, n_src)), or zeros where inv[p] == -1: rows of
- * row_bytes bytes, rows split over threads. DL_E_INDEX (nothing written) for any other inv. */
+/* dst row p = src row inv[p] (inv[p] in [0, n_src)), or zeros where inv[p] == -1 (gather_rows);
+ * DL_E_INDEX (nothing written) for any other inv. */
 int dl_place_rows(int64_t n_dst, int64_t row_bytes, void *dst, const int64_t *inv, int64_t n_src,
                   const void *src, int n_threads) {
-    if (n_dst < 0 || row_bytes < 0 || n_src < 0 || n_threads < 1) return DL_E_ARG;
-    int bad = 0;
-    for (int64_t p = 0; p < n_dst; p++) bad |= inv[p] < -1 || inv[p] >= n_src;
-    if (bad) return DL_E_INDEX;
-    if (row_bytes == 0) return DL_OK;
-    const int nt = n_dst * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_dst);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#else
-    (void)nt;
-#endif
-    for (int64_t p = 0; p < n_dst; p++) {
-        char *d = (char *)dst + p * row_bytes;
-        if (inv[p] < 0)
-            memset(d, 0, (size_t)row_bytes);
-        else
-            memcpy(d, (const char *)src + inv[p] * row_bytes, (size_t)row_bytes);
-    }
-    return DL_OK;
+    return gather_rows(n_src, row_bytes, src, n_dst, inv, dst, 1, n_threads);
 }

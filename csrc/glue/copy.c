@@ -132,6 +132,25 @@ static const glue_op_t ops[] = {
      0, 0, check_swap_axes12, NULL, call_swap_axes12, {0}, 1, {1}},
 };
 
+/* The source of take_rows and place_rows: an array of at least one dimension holding plain values
+ * (copying Python object pointers would need reference counts), C-contiguous; *row_bytes gets the
+ * bytes of one row (axis 0). Returns 0, or -1 with the exception set. */
+static int plain_rows_src(const char *fn, PyArrayObject *src, int64_t *row_bytes) {
+    const int nd = PyArray_NDIM(src);
+    if (PyDataType_REFCHK(PyArray_DESCR(src))) {
+        PyErr_Format(PyExc_TypeError, "%s: src must hold plain values, not Python objects", fn);
+        return -1;
+    }
+    if (nd < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: src must have at least 1 dimension, got 0", fn);
+        return -1;
+    }
+    if (check_array(src, fn, "src", PyArray_TYPE(src), nd, 0)) return -1;
+    *row_bytes = (int64_t)PyArray_ITEMSIZE(src);
+    for (int a = 1; a < nd; a++) *row_bytes *= (int64_t)PyArray_DIM(src, a);
+    return 0;
+}
+
 /* take_rows(src, idx, out, n_threads) -> out: out[r] = src[idx.flat[r]], rows of src's trailing
  * shape; src and out C-contiguous of one dtype, idx int64 C-contiguous, out of shape idx.shape +
  * src.shape[1:]. */
@@ -143,15 +162,8 @@ static PyObject *py_take_rows(PyObject *self, PyObject *args) {
                           &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     const int nd = PyArray_NDIM(src), ni = PyArray_NDIM(idx);
-    if (PyDataType_REFCHK(PyArray_DESCR(src))) { /* object pointers: copying them needs refcounts */
-        PyErr_SetString(PyExc_TypeError, "take_rows: src must hold plain values, not Python objects");
-        return NULL;
-    }
-    if (nd < 1) {
-        PyErr_SetString(PyExc_ValueError, "take_rows: src must have at least 1 dimension, got 0");
-        return NULL;
-    }
-    if (check_array(src, "take_rows", "src", PyArray_TYPE(src), nd, 0) ||
+    int64_t row_bytes;
+    if (plain_rows_src("take_rows", src, &row_bytes) ||
         check_array(idx, "take_rows", "idx", NPY_INT64, ni, 0) ||
         check_array(out, "take_rows", "out", PyArray_TYPE(src), PyArray_NDIM(out), 1) ||
         check_threads("take_rows", n_threads))
@@ -166,8 +178,6 @@ static PyObject *py_take_rows(PyObject *self, PyObject *args) {
     }
     if (check_disjoint("take_rows", 1, 3, out, "out", src, "src", idx, "idx")) return NULL;
     const int64_t n_src = PyArray_DIM(src, 0);
-    int64_t row_bytes = (int64_t)PyArray_ITEMSIZE(src);
-    for (int a = 1; a < nd; a++) row_bytes *= (int64_t)PyArray_DIM(src, a);
     Py_BEGIN_ALLOW_THREADS;
     status = dl_take_rows(n_src, row_bytes, PyArray_DATA(src), (int64_t)PyArray_SIZE(idx),
                           PyArray_DATA(idx), PyArray_DATA(out), n_threads);
@@ -327,16 +337,8 @@ static PyObject *py_place_rows(PyObject *self, PyObject *args) {
                           &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
     const int nd = PyArray_NDIM(src);
-    if (PyDataType_REFCHK(PyArray_DESCR(src))) {
-        PyErr_SetString(PyExc_TypeError, "place_rows: src must hold plain values, not Python "
-                                         "objects");
-        return NULL;
-    }
-    if (nd < 1) {
-        PyErr_SetString(PyExc_ValueError, "place_rows: src must have at least 1 dimension, got 0");
-        return NULL;
-    }
-    if (check_array(src, "place_rows", "src", PyArray_TYPE(src), nd, 0) ||
+    int64_t row_bytes;
+    if (plain_rows_src("place_rows", src, &row_bytes) ||
         check_array(inv, "place_rows", "inv", NPY_INT64, 1, 0) ||
         check_array(out, "place_rows", "out", PyArray_TYPE(src), nd, 1) ||
         check_threads("place_rows", n_threads))
@@ -349,8 +351,6 @@ static PyObject *py_place_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (check_disjoint("place_rows", 1, 3, out, "out", src, "src", inv, "inv")) return NULL;
-    int64_t row_bytes = (int64_t)PyArray_ITEMSIZE(src);
-    for (int a = 1; a < nd; a++) row_bytes *= (int64_t)PyArray_DIM(src, a);
     const int64_t n_src = PyArray_DIM(src, 0);
     Py_BEGIN_ALLOW_THREADS;
     status = dl_place_rows(PyArray_DIM(out, 0), row_bytes, PyArray_DATA(out), PyArray_DATA(inv),
