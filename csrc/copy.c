@@ -289,6 +289,34 @@ int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, fl
     return DL_OK;
 }
 
+/* dl_axpby_f32 over n_rows rows of w values whose rows lie ldx, ldy, ldo floats apart (column
+ * blocks of wider matrices): the same operations per element, so the same bits. out may be x (or
+ * y) itself, with its row stride; rows on the threads. */
+int dl_axpby_rows_f32(int64_t n_rows, int64_t w, float a, const float *x, int64_t ldx, float b,
+                      const float *y, int64_t ldy, float *out, int64_t ldo, int n_threads) {
+    if (n_rows < 0 || w < 0 || ldx < w || ldy < w || ldo < w || n_threads < 1) return DL_E_ARG;
+    if (w == 0) return DL_OK;
+    const int nt = n_rows * w < (1 << 15) ? 1 : (int)dl_max_i64(1, dl_min_i64(n_threads, n_rows));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * ldx, *yr = y + r * ldy;
+        float *o = out + r * ldo;
+        if (x == y)
+            axpby_chunk_any(w, a, xr, b, yr, o);
+        else if (out == x)
+            axpby_chunk_inplace(w, a, o, b, yr);
+        else if (out == y)
+            axpby_chunk_inplace(w, b, o, a, xr);
+        else
+            axpby_chunk(w, a, xr, b, yr, o);
+    }
+    return DL_OK;
+}
+
 /* out[r, :] = x[r, :] * s[r] (divide: / s[r]) over rows of dim float32 values, each one IEEE
  * operation: NumPy's x * s[:, None] (x / s[:, None]) bit for bit. out may be x itself. Rows, or
  * with fewer rows than threads blocks of DL_COPY_CHUNK columns of each. */

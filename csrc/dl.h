@@ -421,8 +421,10 @@ const char *dl_isa_name(dl_isa_t isa);
 
 /* gossip.c (ISA independent) */
 int dl_csr_check(const dl_csr_f32_t *w);
-/* Y = W X in float32 arithmetic, scipy.sparse's order: +0, then each row's terms in stored order. */
-int dl_spmm_csr_f32(const dl_csr_f32_t *w, int64_t dim, const float *x, float *y, int n_threads);
+/* Y = W X in float32 arithmetic, scipy.sparse's order: +0, then each row's terms in stored order;
+ * rows of X and Y ldx and ldy floats apart. */
+int dl_spmm_csr_f32(const dl_csr_f32_t *w, int64_t dim, const float *x, int64_t ldx, float *y,
+                    int64_t ldy, int n_threads);
 
 #define DL_DECLARE_ISA(fn, ret, args)                                                              \
     ret fn##_generic args;                                                                         \
@@ -708,6 +710,9 @@ int dl_copy_f32(int64_t n, const float *src, float *dst, int n_threads);
 /* out = a x + b y over n float32 values (products rounded, then summed; out may be x or y). */
 int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, float *out,
                  int n_threads);
+/* the same over rows of w values, rows ldx, ldy, ldo apart (out may be x or y, same stride). */
+int dl_axpby_rows_f32(int64_t n_rows, int64_t w, float a, const float *x, int64_t ldx, float b,
+                      const float *y, int64_t ldy, float *out, int64_t ldo, int n_threads);
 /* dst row p = src row inv[p], or zeros where inv[p] == -1 (rows of row_bytes bytes). */
 int dl_place_rows(int64_t n_dst, int64_t row_bytes, void *dst, const int64_t *inv, int64_t n_src,
                   const void *src, int n_threads);

@@ -23,23 +23,24 @@ int dl_csr_check(const dl_csr_f32_t *w) {
 /* Y = W X with W's products and sums in float32 as scipy.sparse computes a float32 product: each
  * output element starts at +0 and adds its row's terms data[p] * x[indices[p], c] in stored order,
  * each product rounded, then each sum (no fused multiply-add: this portable build has none and the
- * pragma of gossip_impl.h forbids contraction). Tasks are (row, block of DL_SPMM_CB columns), an
+ * pragma of gossip_impl.h forbids contraction). Rows of X and Y lie ldx and ldy floats apart (>=
+ * dim: column blocks of wider matrices). Tasks are (row, block of DL_SPMM_CB columns), an
  * element's value independent of the task it falls in, so of the thread count. */
 #define DL_SPMM_CB 1024
-int dl_spmm_csr_f32(const dl_csr_f32_t *w, int64_t dim, const float *x, float *y,
-                    int n_threads) {
-    if (w->n_rows < 0 || dim < 0 || n_threads < 1) return DL_E_ARG;
+int dl_spmm_csr_f32(const dl_csr_f32_t *w, int64_t dim, const float *x, int64_t ldx, float *y,
+                    int64_t ldy, int n_threads) {
+    if (w->n_rows < 0 || dim < 0 || ldx < dim || ldy < dim || n_threads < 1) return DL_E_ARG;
     const int64_t blocks = (dim + DL_SPMM_CB - 1) / DL_SPMM_CB;
     const int64_t tasks = w->n_rows * blocks;
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1)
     for (int64_t task = 0; task < tasks; task++) {
         const int64_t i = task / blocks, c0 = (task % blocks) * DL_SPMM_CB;
         const int64_t nc = dl_min_i64(DL_SPMM_CB, dim - c0);
-        float *restrict yr = y + i * dim + c0;
+        float *restrict yr = y + i * ldy + c0;
         for (int64_t c = 0; c < nc; c++) yr[c] = 0.0f;
         for (int64_t p = w->indptr[i]; p < w->indptr[i + 1]; p++) {
             const float a = w->data[p];
-            const float *restrict xr = x + (int64_t)w->indices[p] * dim + c0;
+            const float *restrict xr = x + (int64_t)w->indices[p] * ldx + c0;
             for (int64_t c = 0; c < nc; c++) yr[c] = yr[c] + a * xr[c];
         }
     }

@@ -62,8 +62,10 @@ def test_bad_arguments():
         ops.axpby(1, x.astype(np.float64), 1, x)
     with pytest.raises(ValueError, match="y and out must have x's size 12, got 11"):
         ops.axpby(1, x, 1, np.zeros(11, np.float32))
-    with pytest.raises(ValueError, match="C-contiguous"):
+    with pytest.raises(ValueError, match="y must have contiguous rows"):
         ops.axpby(1, x, 1, np.zeros((3, 8), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="C-contiguous"):  # not 2-D: one flat size only
+        ops.axpby(1, np.zeros(12, np.float32), 1, np.zeros((2, 12), np.float32)[:, ::2])
     buf = np.zeros(20, np.float32)
     with pytest.raises(ValueError, match="out must be x itself or share no memory with it"):
         ops.axpby(1, buf[1:13], 1, x, out=buf[:12])
@@ -154,3 +156,41 @@ def test_place_rows_is_zeros_then_assignment(dtype):
         assert (out == 9).all()
     with pytest.raises(ValueError, match="out must have shape"):
         ops.place_rows(src, rows, 100, out=np.zeros((100, 3, 6), dtype))
+
+
+@pytest.mark.parametrize("rows,width", [(0, 5), (1, 300), (5, 7), (256, 8192), (300, 1280)])
+def test_column_blocks_in_and_out_are_the_twin_bit_for_bit(rows, width):
+    """x, y and out as column blocks of wider matrices (each row contiguous, the rows of each
+    operand their own stride apart; CompNGC's error feedback reads one tensor's columns of every
+    edge's cross-gradient in place): the same bits as on contiguous copies, at any thread count,
+    in place on a block, and nothing written outside out's columns."""
+    X = _data(rows * (width + 9), rows + 1).reshape(rows, width + 9)
+    Y = _data(rows * (width + 40), rows + 2).reshape(rows, width + 40)
+    x, y = X[:, 4:4 + width], Y[:, 33:33 + width]
+    with np.errstate(all="ignore"):
+        for a, b in ((1, 1), (1, -1), (0.5, 0.7)):
+            want = ref_copy.axpby(a, x.copy(), b, y.copy())
+            for nt in (1, 3):
+                got = ops.axpby(a, x, b, y, n_threads=nt)  # a new C-contiguous array
+                assert got.flags.c_contiguous
+                np.testing.assert_array_equal(_bits(got), _bits(want))
+                O = np.full((rows, width + 21), 7.0, np.float32)
+                assert ops.axpby(a, x, b, y, out=O[:, 10:10 + width], n_threads=nt).base is O
+                np.testing.assert_array_equal(_bits(O[:, 10:10 + width]), _bits(want))
+                assert (O[:, :10] == 7).all() and (O[:, 10 + width:] == 7).all()
+                XX = X.copy()  # in place on x's block; y contiguous
+                ops.axpby(a, XX[:, 4:4 + width], b, y.copy(), out=XX[:, 4:4 + width], n_threads=nt)
+                np.testing.assert_array_equal(_bits(XX[:, 4:4 + width]), _bits(want))
+                np.testing.assert_array_equal(_bits(XX[:, :4]), _bits(X[:, :4]))
+
+
+def test_column_blocks_bad_arguments():
+    A = np.zeros((4, 40), np.float32)
+    with pytest.raises(ValueError, match="out must be x itself or share no memory with it"):
+        ops.axpby(1, A[:, 0:10], 1, np.zeros((4, 10), np.float32), out=A[:, 1:11])
+    with pytest.raises(ValueError, match=r"y and out must have x's shape \(4, 10\)"):
+        ops.axpby(1, A[:, 0:10], 1, np.zeros((4, 11), np.float32)[:, :11], out=A[:, 20:30])
+    # blocks of one matrix that share no element are fine
+    ops.axpby(1, A[:, 0:10], 1, A[:, 10:20], out=A[:, 20:30])
+    with pytest.raises(ValueError, match="x must have contiguous rows with a positive row stride"):
+        ops.axpby(1, A[::-1, 0:10], 1, A[:, 10:20], out=A[:, 20:30])

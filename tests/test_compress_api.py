@@ -189,3 +189,20 @@ def test_error_feedback_keeps_the_decoded_message_in_reused_buffers(spec):
         if kept is not None:
             assert ef.decoded is kept[0] and ef._corrected is kept[1]
         kept = (ef.decoded, ef._corrected)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_error_feedback_reads_a_column_block_in_place(spec):
+    """x as one tensor's columns of a wider matrix (rows contiguous, apart: CompNGC's per-tensor
+    messages): the same payloads, residuals and decoded messages, bit for bit, as on contiguous
+    copies of the block, round after round, in the reused buffers."""
+    ef, ef_copy = (compress.ErrorFeedback(compress.make(spec)) for _ in range(2))
+    for t in range(3):
+        wide = data(5, 700, seed=30 + t)
+        block = wide[:, 123:423]
+        p = ef.compress(block, seed=3, step=t, n_threads=2)
+        q = ef_copy.compress(np.ascontiguousarray(block), seed=3, step=t)
+        assert p.to_bytes() == q.to_bytes()
+        assert ef.error.tobytes() == ef_copy.error.tobytes()
+        assert ef.decoded.tobytes() == ef_copy.decoded.tobytes()
+        assert ef.error.flags.c_contiguous and ef._corrected is not None

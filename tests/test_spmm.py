@@ -92,3 +92,27 @@ def test_spmm_bad_input():
     bad = (np.array([0, 1, 1, 1, 1], np.int64), np.array([6], np.int32), np.ones(1, np.float32), 6)
     with pytest.raises(ValueError, match=r"W.indices must lie in \[0, 6\)"):
         ops.spmm(bad, X)
+
+
+def test_spmm_column_blocks_of_wider_matrices():
+    """X and out as column blocks (each row contiguous, rows apart: NGC sums each tensor's
+    received rows into that tensor's columns): the twin's bits, nothing written outside out's
+    columns, and X's and out's rows checked against each other."""
+    W = rect(40, 60, 0.1, seed=4, shuffle=True)
+    X = np.random.default_rng(5).standard_normal((60, 1500), dtype=np.float32)
+    want = ref.spmm(W, np.ascontiguousarray(X[:, 200:1400]))
+    for threads in (1, 3):
+        O = np.full((40, 2000), 7.0, np.float32)
+        got = ops.spmm(W, X[:, 200:1400], out=O[:, 300:1500], n_threads=threads)
+        assert got.base is O and got.tobytes() == want.tobytes()
+        assert (O[:, :300] == 7).all() and (O[:, 1500:] == 7).all()
+    S, M = rect(60, 60, 0.1, seed=6), np.zeros((60, 100), np.float32)
+    ops.spmm(S, M[:, 0:30], out=M[:, 50:80])  # disjoint columns of one matrix
+    with pytest.raises(ValueError, match="out must not overlap X"):
+        ops.spmm(S, M[:, 0:30], out=M[:, 20:50])
+    with pytest.raises(ValueError, match="out must not overlap X"):  # rows apart: not proven
+        ops.spmm(W, M[:, 0:30], out=M[:40, 50:80])
+    with pytest.raises(ValueError, match="out must have contiguous rows"):
+        ops.spmm(W, X[:, :30], out=np.zeros((40, 60), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="X must have contiguous rows"):
+        ops.spmm(W, X[:, ::50])

@@ -327,6 +327,50 @@ static PyObject *py_copy2d(PyObject *self, PyObject *args) {
     return (PyObject *)dst;
 }
 
+/* axpby_rows(a, x, b, y, out, n_threads) -> out: out = a x + b y for 2-D float32 views of one
+ * shape whose rows are each contiguous (column blocks of wider matrices); out may be x or y itself
+ * (the same view) and must share no memory with them otherwise. */
+static PyObject *py_axpby_rows(PyObject *self, PyObject *args) {
+    PyArrayObject *x, *y, *out;
+    double a, b;
+    int n_threads, status;
+    npy_intp ldx, ldy, ldo;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "dO!dO!O!O&:axpby_rows", &a, &PyArray_Type, &x, &b, &PyArray_Type,
+                          &y, &PyArray_Type, &out, conv_threads, &n_threads))
+        return NULL;
+    if (check_rows(x, "axpby", "x", &ldx) || check_rows(y, "axpby", "y", &ldy) ||
+        check_rows(out, "axpby", "out", &ldo) || check_aligned_writeable(out, "axpby", "out", 1) ||
+        check_threads("axpby", n_threads))
+        return NULL;
+    const npy_intp rows = PyArray_DIM(x, 0), w = PyArray_DIM(x, 1);
+    if (PyArray_DIM(y, 0) != rows || PyArray_DIM(y, 1) != w || PyArray_DIM(out, 0) != rows ||
+        PyArray_DIM(out, 1) != w) {
+        PyErr_Format(PyExc_ValueError, "axpby: y and out must have x's shape (%zd, %zd), got "
+                     "(%zd, %zd) and (%zd, %zd)", (Py_ssize_t)rows, (Py_ssize_t)w,
+                     (Py_ssize_t)PyArray_DIM(y, 0), (Py_ssize_t)PyArray_DIM(y, 1),
+                     (Py_ssize_t)PyArray_DIM(out, 0), (Py_ssize_t)PyArray_DIM(out, 1));
+        return NULL;
+    }
+    PyArrayObject *in[2] = {x, y};
+    const npy_intp ld[2] = {ldx, ldy};
+    for (int i = 0; i < 2; i++) {
+        const int same = PyArray_DATA(in[i]) == PyArray_DATA(out) && (ld[i] == ldo || rows <= 1);
+        if (!same && !rows_disjoint(out, in[i])) {
+            PyErr_Format(PyExc_ValueError, "axpby: out must be %s itself or share no memory with "
+                         "it", i ? "y" : "x");
+            return NULL;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_axpby_rows_f32(rows, w, (float)a, PyArray_DATA(x), ldx, (float)b, PyArray_DATA(y),
+                               ldy, PyArray_DATA(out), ldo, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) return raise_status("axpby", status);
+    Py_INCREF(out);
+    return (PyObject *)out;
+}
+
 /* place_rows(src, inv, out, n_threads) -> out: out[p] = src[inv[p]], zeros where inv[p] == -1;
  * src and out of one plain dtype with the same row shape, inv (len(out),) int64. */
 static PyObject *py_place_rows(PyObject *self, PyObject *args) {
@@ -367,6 +411,9 @@ static PyObject *py_place_rows(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"axpby_rows", py_axpby_rows, METH_VARARGS,
+     "axpby_rows(a, x, b, y, out, n_threads) -> out: out = a x + b y for 2-D float32 views with "
+     "contiguous rows (column blocks of wider matrices)."},
     {"copy2d", py_copy2d, METH_VARARGS,
      "copy2d(src, dst, n_threads) -> dst: dst[...] = src for 2-D float32 views with contiguous "
      "rows (column blocks of wider matrices)."},

@@ -12,9 +12,12 @@ typedef struct {
     PyArrayObject *x, *out;
     dl_csr_f32_t w;
     int n_threads;
+    npy_intp ldx, ldo; /* X's and out's row strides in floats */
 } csr_call_t;
 
-static int parse_csr_call(PyObject *args, const char *fn, csr_call_t *c) {
+/* out_rows: X and out may be 2-D views with contiguous rows lying apart (column blocks of wider
+ * matrices; spmm), else they must be C-contiguous (gossip). */
+static int parse_csr_call(PyObject *args, const char *fn, csr_call_t *c, int out_rows) {
     PyArrayObject *indptr, *indices, *data, *x, *out;
     Py_ssize_t n_cols;
     char format[32];
@@ -26,8 +29,14 @@ static int parse_csr_call(PyObject *args, const char *fn, csr_call_t *c) {
     if (check_array(indptr, fn, "W.indptr", NPY_INT64, 1, 0) ||
         check_array(indices, fn, "W.indices", NPY_INT32, 1, 0) ||
         check_array(data, fn, "W.data", NPY_FLOAT32, 1, 0) ||
-        check_array(x, fn, "X", NPY_FLOAT32, 2, 0) || check_array(out, fn, "out", NPY_FLOAT32, 2, 1) ||
         check_threads(fn, c->n_threads))
+        return -1;
+    c->ldx = PyArray_NDIM(x) == 2 ? PyArray_DIM(x, 1) : 0;
+    c->ldo = PyArray_NDIM(out) == 2 ? PyArray_DIM(out, 1) : 0;
+    if (out_rows ? (check_rows(x, fn, "X", &c->ldx) || check_rows(out, fn, "out", &c->ldo) ||
+                    check_aligned_writeable(out, fn, "out", 1))
+                 : (check_array(x, fn, "X", NPY_FLOAT32, 2, 0) ||
+                    check_array(out, fn, "out", NPY_FLOAT32, 2, 1)))
         return -1;
     const npy_intp n_rows = PyArray_DIM(indptr, 0) - 1;
     if (n_rows < 0) {
@@ -56,9 +65,23 @@ static int parse_csr_call(PyObject *args, const char *fn, csr_call_t *c) {
                      (Py_ssize_t)PyArray_DIM(out, 0), (Py_ssize_t)PyArray_DIM(out, 1));
         return -1;
     }
-    if (check_disjoint(fn, 1, 5, out, "out", x, "X", indptr, "W.indptr", indices, "W.indices",
-                       data, "W.data"))
-        return -1;
+    if (c->ldo == PyArray_DIM(out, 1) && c->ldx == PyArray_DIM(x, 1)) {
+        if (check_disjoint(fn, 1, 5, out, "out", x, "X", indptr, "W.indptr", indices, "W.indices",
+                           data, "W.data"))
+            return -1;
+    } else { /* row-strided views: their spans, and X's rows against out's */
+        PyArrayObject *in[3] = {indptr, indices, data};
+        const char *names[3] = {"W.indptr", "W.indices", "W.data"};
+        for (int i = 0; i < 3; i++)
+            if (overlaps_rows(out, c->ldo, in[i])) {
+                PyErr_Format(PyExc_ValueError, "%s: out must not overlap %s", fn, names[i]);
+                return -1;
+            }
+        if (!rows_disjoint(out, x)) {
+            PyErr_Format(PyExc_ValueError, "%s: out must not overlap X", fn);
+            return -1;
+        }
+    }
     dl_csr_f32_t w = {n_rows, n_cols, PyArray_DATA(indptr), PyArray_DATA(indices),
                       PyArray_DATA(data)};
     const int status = dl_csr_check(&w);
@@ -95,7 +118,7 @@ static PyObject *run_csr_call(const char *fn, csr_call_t *c, dl_gossip_csr_f32_f
 static PyObject *py_gossip(PyObject *self, PyObject *args) {
     csr_call_t c;
     (void)self;
-    if (parse_csr_call(args, "gossip", &c)) return NULL;
+    if (parse_csr_call(args, "gossip", &c, 0)) return NULL;
     return run_csr_call("gossip", &c, dl_dispatch()->gossip_csr_f32);
 }
 
@@ -104,8 +127,18 @@ static PyObject *py_gossip(PyObject *self, PyObject *args) {
 static PyObject *py_spmm(PyObject *self, PyObject *args) {
     csr_call_t c;
     (void)self;
-    if (parse_csr_call(args, "spmm", &c)) return NULL;
-    return run_csr_call("spmm", &c, dl_spmm_csr_f32);
+    if (parse_csr_call(args, "spmm", &c, 1)) return NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_spmm_csr_f32(&c.w, PyArray_DIM(c.x, 1), PyArray_DATA(c.x), c.ldx,
+                             PyArray_DATA(c.out), c.ldo, c.n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status != DL_OK) {
+        PyErr_Format(PyExc_RuntimeError, "spmm: kernel failed with status %d", status);
+        return NULL;
+    }
+    Py_INCREF(c.out);
+    return (PyObject *)c.out;
 }
 
 static PyMethodDef methods[] = {

@@ -39,10 +39,8 @@ class CompNGC(NGC):
 
     #: Its server rounds / point-to-point replies are not timed by decentlearn.network yet.
     simulated_time = False
-    #: Work arrays: each tensor's columns of the cross- and self-gradients (the compressors'
-    #: contiguous input), each tensor's received rows, the assembled received, local and
-    #: self-gradient matrices.
-    scratch = ("_parts", "_got", "_self_parts", "_local", "_self_out")
+    #: Work arrays: each tensor's received rows and the assembled self-gradient matrix.
+    scratch = ("_got", "_self_out")
 
     @dataclass(frozen=True)
     class Options(NGC.Options):
@@ -79,8 +77,8 @@ class CompNGC(NGC):
         self._codec = codec
         self._decoder = self.compressor
         n = len(self.tensor_slices)
-        self._parts, self._got, self._self_parts = [None] * n, [None] * n, [None] * n
-        self._local = self._self_out = None
+        self._got = [None] * n
+        self._self_out = None
 
     def state_kinds(self) -> dict[str, str]:
         """The error memories hold one row per edge of the static graph (CSR order), not per
@@ -119,25 +117,26 @@ class CompNGC(NGC):
             for k, ef in enumerate(self._self_memories):
                 ef.load_state_dict(subtree(f"self_memories.{k}", state))
 
-    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> tuple[np.ndarray,
-                                                                               np.ndarray]:
+    def _exchange_cross(self, cross: np.ndarray, t: int,
+                        first: int) -> list[tuple[slice, np.ndarray, np.ndarray]]:
+        """Each tensor's columns of the cross-gradients, compressed with its error feedback (read
+        in place: ef's x + e takes the column block), sent and decoded: one block per tensor,
+        (columns, received rows, the senders' own copy of what they sent as ef decoded it, or
+        the exact columns with ``compngc_local="exact"``)."""
         nt = self.comm.n_threads
         n_out = self._n_out_edges(t)
-        received = self._kept("_received", (n_out, cross.shape[1]))
-        local = self._kept("_local", cross.shape) if self.compress_local else cross
+        blocks = []
         for k, (sl, ef) in enumerate(zip(self.tensor_slices, self._memories)):  # a few tensors
-            # the tensor's columns in and out of the (edges, dim) matrices on the run's threads
             width = sl.stop - sl.start
-            part = ops.copy2d(cross[:, sl], self._kept("_parts", (cross.shape[0], width), k),
-                              n_threads=nt)
-            payload = ef.compress(part, seed=self.seed, step=t, peer0=first, n_threads=nt)
+            payload = ef.compress(cross[:, sl], seed=self.seed, step=t, peer0=first,
+                                  n_threads=nt)
             self.cross_bytes += self.comm.total(payload.nbytes)
             got = self.comm.reply(self._decoder, payload, t,
                                   out=self._kept("_got", (n_out, width), k))
-            ops.copy2d(got, received[:, sl], n_threads=nt)
-            if self.compress_local:  # the sender's copy of what it sent, as ef decoded it
-                ops.copy2d(ef.decoded, local[:, sl], n_threads=nt)
-        return received, local
+            # ef.decoded: this tensor's memory's buffer, valid until its next compress()
+            local = ef.decoded if self.compress_local else cross[:, sl]
+            blocks.append((sl, got, local))
+        return blocks
 
     def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
         """The authors' receiver compresses its own self-gradient per tensor with error feedback
@@ -149,10 +148,7 @@ class CompNGC(NGC):
         peer0 = n_edges + self.comm.peer0
         nt = self.comm.n_threads
         for k, (sl, ef) in enumerate(zip(self.tensor_slices, self._self_memories)):
-            part = ops.copy2d(g_self[:, sl],
-                              self._kept("_self_parts", (g_self.shape[0], sl.stop - sl.start), k),
-                              n_threads=nt)
-            ef.compress(part, seed=self.seed, step=t, peer0=peer0, n_threads=nt)
+            ef.compress(g_self[:, sl], seed=self.seed, step=t, peer0=peer0, n_threads=nt)
             ops.copy2d(ef.decoded, out[:, sl], n_threads=nt)
         return out
 

@@ -128,17 +128,20 @@ class NGC(Algorithm):
         require_uncompressed(self)
         self._identity = compress.make("none")
 
-    def _exchange_cross(self, cross: np.ndarray, t: int, first: int) -> tuple[np.ndarray,
-                                                                               np.ndarray]:
+    def _exchange_cross(self, cross: np.ndarray, t: int,
+                        first: int) -> list[tuple[slice, np.ndarray, np.ndarray]]:
         """Every peer sends each cross-gradient it computed back to the neighbour whose model it
-        used. Returns (what the neighbours receive (out-edge rows), the model-variant
-        cross-gradients the senders use themselves (``cross``, its in-edge rows)). Counts
-        ``cross_bytes`` (all peers). ``first``: the edge index of row 0 of ``cross`` (the
-        process's first in-edge)."""
+        used. Returns blocks of columns ``(columns, received, local)``: what the neighbours
+        receive of those columns (out-edge rows) and the model-variant cross-gradients the
+        senders use themselves (in-edge rows), each (rows, width) C-contiguous; here one block,
+        every column (CompNGC: one per tensor, each compressed apart). Counts ``cross_bytes``
+        (all peers). ``first``: the edge index of row 0 of ``cross`` (the process's first
+        in-edge)."""
         payload = self._identity.compress(cross)
         self.cross_bytes += self.comm.total(payload.nbytes)
         received = self._kept("_received", (self._n_out_edges(t), cross.shape[1]))
-        return self.comm.reply(self._identity, payload, t, out=received), cross
+        received = self.comm.reply(self._identity, payload, t, out=received)
+        return [(slice(0, cross.shape[1]), received, cross)]
 
     def _n_out_edges(self, t: int) -> int:
         """How many of round t's edges have their sender hosted here (rows ``reply`` returns)."""
@@ -227,13 +230,19 @@ class NGC(Algorithm):
             else:
                 cross = np.zeros((0, self.model.dim), dtype=np.float32)
                 self.model.steps += 1  # as a process whose peers have edges
-            received, local = self._exchange_cross(cross, t, e0)  # step 4
+            blocks = self._exchange_cross(cross, t, e0)  # step 4
             nt, sums = self.comm.n_threads, self._kept("_sums", g_tilde.shape)
+            # the sums over each peer's edges, block by block into sums' columns (each column
+            # summed alone: the same bits as over whole rows)
             if self.alpha != 1.0:  # at i: (1 - alpha) sum_j pi_ij g_ji
-                ops.spmm(_rows_of(r_in, w_in, n), local, out=sums, n_threads=nt)
+                rows = _rows_of(r_in, w_in, n)
+                for cols, _, local in blocks:
+                    ops.spmm(rows, local, out=sums[:, cols], n_threads=nt)
                 ops.axpby(1, g_tilde, 1.0 - self.alpha, sums, out=g_tilde, n_threads=nt)
             # at j: alpha sum_i pi_ji g_ji (= grad f_i(x_j))
-            ops.spmm(_rows_of(send[out] - lo, w_out, n), received, out=sums, n_threads=nt)
+            rows = _rows_of(send[out] - lo, w_out, n)
+            for cols, received, _ in blocks:
+                ops.spmm(rows, received, out=sums[:, cols], n_threads=nt)
             ops.axpby(1, g_tilde, self.alpha, sums, out=g_tilde, n_threads=nt)
         if self.self_gradient != "mixed":  # step 2 after the gradients (no further traffic)
             self.params = self._gossip(start, t)

@@ -14,7 +14,8 @@ class ErrorFeedback:
     """Error feedback (Seide et al. 2014; Karimireddy et al. 2019) around any compressor.
 
     Keeps each row's residual e: sends C(x + e) and keeps e <- (x + e) - decompress(C(x + e)), so
-    what a biased compressor drops is sent later instead of lost.
+    what a biased compressor drops is sent later instead of lost. A float32 x may be a column
+    block ``M[:, a:b]`` of a wider matrix (rows contiguous): it is read in place.
     """
 
     #: Work arrays reused from message to message (x + e and the decoded message), not state.
@@ -48,16 +49,20 @@ class ErrorFeedback:
 
     def compress(self, x: np.ndarray, **kwargs) -> Payload:
         if self.error is None or self.error.shape != x.shape:
-            self.error = np.zeros_like(x)
+            self.error = np.zeros(x.shape, dtype=x.dtype)
         nt = kwargs.get("n_threads")
-        fast = (x.dtype == np.float32 and x.flags.c_contiguous and self.error.dtype == np.float32
+        # x C-contiguous, or 2-D with contiguous rows (a column block of a wider matrix: one
+        # tensor's columns of every row, read in place)
+        rows = x.flags.c_contiguous or (x.ndim == 2 and x.strides[1] == x.itemsize
+                                        and x.strides[0] >= x.shape[1] * x.itemsize)
+        fast = (x.dtype == np.float32 and rows and self.error.dtype == np.float32
                 and self.error.flags.c_contiguous)
         if fast:
             # x + e and (x + e) - decompress(...) on the run's threads, NumPy's bits (ops.axpby),
             # into buffers kept from round to round (no fresh pages to fault in every round)
             if self._corrected is None or self._corrected.shape != x.shape:
-                self._corrected = np.empty_like(x)
-                self.decoded = np.empty_like(x)
+                self._corrected = np.empty(x.shape, dtype=np.float32)
+                self.decoded = np.empty(x.shape, dtype=np.float32)
             corrected = ops.axpby(1, x, 1, self.error, out=self._corrected, n_threads=nt)
         else:
             corrected = x + self.error

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from decentlearn._core import axpby as _core_axpby
+from decentlearn._core import axpby_rows as _core_axpby_rows
 from decentlearn._core import copy2d as _core_copy2d
 from decentlearn._core import place_rows as _core_place_rows
 from decentlearn._core import scale_rows as _core_scale_rows
@@ -28,16 +29,22 @@ __all__ = ["axpby", "batch_indices", "copy2d", "copy_f32", "place_rows", "read_f
 
 def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | None = None,
           n_threads: int | None = None) -> np.ndarray:
-    """``out = a * x + b * y`` on the run's threads: float32 arrays of one size, C-contiguous;
-    ``a``, ``b`` rounded to float32; each product rounded, then the sum, so with a = 1 and
-    b = 1 or -1 it is NumPy's ``x + y`` or ``x - y`` bit for bit, with a = 1 ``x + b * y``.
-    ``out`` (default: a new array shaped as x) may be x or y itself (in place)."""
+    """``out = a * x + b * y`` on the run's threads: float32 arrays of one size, C-contiguous,
+    or 2-D arrays of one shape whose rows are each contiguous (column blocks ``X[:, a:b]`` of
+    wider matrices, in or out); ``a``, ``b`` rounded to float32; each product rounded, then the
+    sum, so with a = 1 and b = 1 or -1 it is NumPy's ``x + y`` or ``x - y`` bit for bit, with
+    a = 1 ``x + b * y``. ``out`` (default: a new C-contiguous array shaped as x) may be x or y
+    itself (in place)."""
     if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
         raise TypeError("axpby: x and y must be numpy arrays")
     if out is None:
-        out = np.empty_like(x)
+        out = np.empty(x.shape, dtype=x.dtype)
     elif not isinstance(out, np.ndarray):
         raise TypeError(f"axpby: out must be a numpy array, got {type(out).__name__}")
+    if not (x.flags.c_contiguous and y.flags.c_contiguous and out.flags.c_contiguous) and (
+            x.ndim == y.ndim == out.ndim == 2):
+        _core_axpby_rows(float(a), x, float(b), y, out, resolve_threads(n_threads, x.size))
+        return out
     flat = [a_.reshape(-1) if a_.flags.c_contiguous else a_ for a_ in (x, y, out)]
     _core_axpby(float(a), flat[0], float(b), flat[1], flat[2], resolve_threads(n_threads, x.size))
     return out

@@ -72,8 +72,8 @@ def gossip(W, X: np.ndarray, out: np.ndarray | None = None, n_threads: int | Non
 
 def spmm(W, X: np.ndarray, out: np.ndarray | None = None,
          n_threads: int | None = None) -> np.ndarray:
-    """``W @ X`` for a sparse (n_rows, n_cols) W with float32 values and a C-contiguous
-    (n_cols, dim) float32 X, in float32 arithmetic as scipy.sparse computes it: each output
+    """``W @ X`` for a sparse (n_rows, n_cols) W with float32 values and an (n_cols, dim)
+    float32 X, in float32 arithmetic as scipy.sparse computes it: each output
     element starts at 0 and adds its row's terms ``w * x`` in W's stored order, each product and
     each sum rounded to float32 (no fused multiply-add), rows and column blocks on the run's
     threads, so the same bits at every thread count and on every ISA path. (``gossip`` is the
@@ -81,7 +81,10 @@ def spmm(W, X: np.ndarray, out: np.ndarray | None = None,
 
     W: a scipy.sparse matrix or array (its CSR form, in the order scipy keeps) or CSR arrays
     ``(indptr int64, indices int32, data float32, n_cols)``. out: optional (n_rows, dim) float32
-    array that must not overlap X."""
+    array that must not overlap X. X and out may be column blocks ``M[:, a:b]`` of wider
+    matrices (each row contiguous, the rows apart): NGC sums each tensor's received rows into
+    that tensor's columns (each column is summed alone, so the bits are those of the whole
+    rows)."""
     if isinstance(W, tuple) and len(W) == 4:
         indptr, indices, data, n_cols = W
     elif hasattr(W, "tocsr"):
