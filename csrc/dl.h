@@ -495,6 +495,9 @@ static inline float dl_rng_fast_unit(uint64_t key, uint64_t index) {
 /* fast = 0: dl_rng_u32, 1: dl_rng_fast_u32 (the compressors' generator). */
 int dl_rng_fill_u32(int64_t n_rows, int64_t dim, uint64_t seed, uint64_t step, int64_t peer0,
                     int fast, uint32_t *out, int n_threads);
+/* out (n, s): for every j the s columns k != j of smallest key(j, k) = mix64(mix64(base + G + j) +
+ * G + k) >> 11, ties to the smaller k, in increasing (key, k) order (Epidemic Learning's graph). */
+int dl_hash_smallest(int64_t n, int64_t s, uint64_t base, int64_t *out, int n_threads);
 
 /* bitpack.c: b-bit codes (1 <= b <= 8), little-endian bit order, rows padded to whole bytes. */
 int64_t dl_bitpack_row_bytes(int64_t dim, int bits);

@@ -111,3 +111,33 @@ def test_bitpack_errors():
         ops.bitunpack(np.zeros((1, 3), np.uint8), 4, 4)
     with pytest.raises(ValueError, match="seed must be an integer >= 0"):
         ops.rng_u32(-1, 0, 0, 1, 1)
+
+
+@pytest.mark.parametrize("n,s", [(2, 1), (3, 2), (10, 3), (257, 1), (300, 20), (64, 63)])
+@pytest.mark.parametrize("seed,t", [(0, 0), (7, 123), (2**63 + 1, 2**40)])
+def test_hash_smallest_is_its_twin_and_the_old_matrix_pick(n, s, seed, t):
+    """Epidemic Learning's out-neighbours: the C heap over each row's keys equals the twin (a
+    stable sort of the n x n key matrix, diagonal excluded) at every thread count, in increasing
+    key order, and as sets the argpartition of hash_uniform's matrix the topology used before."""
+    from decentlearn.seeds import STREAM_MATCH, hash_u64, hash_uniform
+    base = int(hash_u64(seed, STREAM_MATCH, t)[0])
+    want = ref_rng.hash_smallest(base, n, s)
+    for threads in (1, 3):
+        assert ops.hash_smallest(base, n, s, n_threads=threads).tobytes() == want.tobytes()
+    peers = np.arange(n)
+    assert not (want == peers[:, None]).any()  # never itself
+    keys = hash_uniform(seed, STREAM_MATCH, t, peers[:, None], peers[None, :]).reshape(n, n)
+    picked = np.take_along_axis(keys, want, axis=1)
+    assert (np.diff(picked, axis=1) >= 0).all()  # increasing keys
+    keys[peers, peers] = 2.0
+    old = np.argpartition(keys, s - 1, axis=1)[:, :s]
+    np.testing.assert_array_equal(np.sort(want, axis=1), np.sort(old, axis=1))
+
+
+def test_hash_smallest_bad_arguments():
+    with pytest.raises(ValueError, match=r"1 <= s <= n - 1, got n=5, s=5"):
+        ops.hash_smallest(0, 5, 5)
+    with pytest.raises(ValueError, match="n >= 2"):
+        ops.hash_smallest(0, 1, 1)
+    with pytest.raises(TypeError, match="n_threads"):
+        ops.hash_smallest(0, 5, 2, n_threads="x")

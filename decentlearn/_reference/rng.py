@@ -89,3 +89,22 @@ def rng_fast_unit(seed: int, step: int, peer0: int, n_rows: int, dim: int) -> np
     """Uniform float32 in [0, 1) with 24 random bits of rng_fast_u32, as dl_rng_fast_unit."""
     u = rng_fast_u32(seed, step, peer0, n_rows, dim) >> np.uint32(8)
     return u.astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def hash_smallest(base: int, n: int, s: int, n_threads: int | None = None) -> np.ndarray:
+    """Same contract as ``decentlearn.ops.hash_smallest``, from the n x n matrix of keys: the
+    53-bit keys of hash_u64's chain (base, j, k), the diagonal excluded, a stable sort of each
+    row (ties to the smaller k), its first s columns."""
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    peers = np.arange(n, dtype=np.uint64)
+
+    def mix(z):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+    with np.errstate(over="ignore"):
+        rows = mix(np.uint64(base) + golden + peers)
+        keys = mix(rows[:, None] + golden + peers[None, :]) >> np.uint64(11)
+    keys[np.arange(n), np.arange(n)] = np.uint64(1 << 53)  # above every key: never picked
+    return np.argsort(keys, axis=1, kind="stable")[:, :s].astype(np.int64)

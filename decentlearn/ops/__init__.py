@@ -27,7 +27,7 @@ from decentlearn.ops.args import (
     PEER_MAX, SEED_MAX, as_rows, check_int, check_seed, empty_aligned, f32_operand,
 )
 from decentlearn.ops.gossip import as_csr, gossip, spmm
-from decentlearn.ops.rng import rng_fast_u32, rng_u32
+from decentlearn.ops.rng import hash_smallest, rng_fast_u32, rng_u32
 from decentlearn.ops.bitpack import bitpack, bitunpack
 from decentlearn.ops.natural import (
     check_dither_p, check_dither_s, dither_decode, dither_encode, natural_decode, natural_encode,
@@ -67,7 +67,8 @@ __all__ = [
     "SMALL_WORK", "cpu_count", "get_num_threads", "resolve_threads", "set_num_threads", "PEER_MAX",
     "SEED_MAX", "as_rows", "check_int", "check_seed", "empty_aligned", "f32_operand", "as_csr",
     "gossip", "spmm",
-    "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p", "check_dither_s",
+    "hash_smallest", "rng_fast_u32", "rng_u32", "bitpack", "bitunpack", "check_dither_p",
+    "check_dither_s",
     "dither_decode", "dither_encode", "natural_decode", "natural_encode", "randk", "scatter", "threshold",
     "topk", "GOLOMB_MAX_B", "golomb_decode", "golomb_encode", "golomb_max_bytes", "golomb_param",
     "stc_ternary", "bucket_decode", "bucket_encode", "int8_decode", "int8_encode", "qsgd_bits", "qsgd_decode",

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from decentlearn.seeds import STREAM_MATCH, hash_uniform
+from decentlearn import ops
+from decentlearn.seeds import STREAM_MATCH, hash_u64, hash_uniform
 from decentlearn.topology.base import RoundTopology, parse_int, register
 from decentlearn.topology.weights import assemble, column_weights, row_weights
 
@@ -66,10 +67,10 @@ def epidemic(n: int, s: int, *, seed: int, kind: str) -> RoundTopology:
 
     def matrix_of(t: int) -> sp.csr_array:
         peers = np.arange(n)
-        # Row j: sender j's random keys for every receiver; its S smallest (itself excluded).
-        keys = hash_uniform(seed, STREAM_MATCH, t, peers[:, None], peers[None, :]).reshape(n, n)
-        keys[peers, peers] = 2.0
-        targets = np.argpartition(keys, s - 1, axis=1)[:, :s]
+        # Row j: the S receivers k != j of sender j with the smallest keys hash_uniform(seed,
+        # STREAM_MATCH, t, j, k), found row by row on the threads (no n x n matrix of keys: at
+        # 4,096 peers NumPy's took 1.6 s a round).
+        targets = ops.hash_smallest(int(hash_u64(seed, STREAM_MATCH, t)[0]), n, s)
         adj = _pattern(n, targets.ravel(), np.repeat(peers, s))
         return column_weights(adj) if kind == "column" else row_weights(adj)
 
