@@ -50,8 +50,9 @@ class D2(Algorithm):
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         x, y = sample()
         losses, g = self.gradient(self.params, x, y)
-        step = g * np.float32(self.optimizer.lr)
-        nt = self.comm.n_threads
+        nt, n = self.comm.n_threads, self.params.shape[0]
+        # lr g (NumPy's g * lr, one rounding per value) on the run's threads
+        step = ops.scale_rows(g, np.full(n, self.optimizer.lr, dtype=np.float32), n_threads=nt)
         if self._x_prev is None:
             z = ops.axpby(1, self.params, -1, step, n_threads=nt)
         else:  # ((2 x - x_prev) - step) + step_prev, NumPy's order
@@ -62,6 +63,6 @@ class D2(Algorithm):
         self._step_prev = step
         mixed = self.comm.mix(z, t)  # W z; then x_{t+1} = (z + W z) / 2 = W̄ z
         x_next = ops.axpby(1, z, 1, mixed, n_threads=nt)
-        x_next *= np.float32(0.5)
+        ops.scale_rows(x_next, np.full(n, 0.5, dtype=np.float32), out=x_next, n_threads=nt)
         self.params = x_next
         return losses

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from decentlearn import ops
 from decentlearn.algorithms.base import (Algorithm, Sampler, register, require_atc,
                                          require_uncompressed)
 from decentlearn.state import row
@@ -39,8 +40,8 @@ class DACFL(Algorithm):
         self._work = np.empty_like(self.params)
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
-        work = self._work
-        work[...] = self.params
+        work, nt = self._work, self.comm.n_threads
+        ops.copy2d(self.params, work, n_threads=nt)  # the whole-matrix steps on the run's threads
         losses = np.zeros(self.comm.n_peers)
         for _ in range(self.local_steps):
             x, y = sample()
@@ -48,8 +49,8 @@ class DACFL(Algorithm):
             self.apply(work, grad)
             losses += step_losses
         mixed = self.comm.mix(self.params, t)
-        mixed += work
-        mixed -= self.omega
+        ops.axpby(1, mixed, 1, work, out=mixed, n_threads=nt)  # (W x + omega') - omega, NumPy's
+        ops.axpby(1, mixed, -1, self.omega, out=mixed, n_threads=nt)  # order and roundings
         self.params = mixed
         self.omega, self._work = work, self.omega
         return losses / self.local_steps
