@@ -122,6 +122,53 @@ int dl_take_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_id
     return gather_rows(n_src, row_bytes, src, n_idx, idx, dst, 0, n_threads);
 }
 
+/* dst row idx[r] = src row r (src_step 1) or src row 0 (src_step 0: one row into every listed
+ * row), rows of row_bytes bytes; idx strictly increasing in [0, n_dst) (each row written once, so
+ * the result does not depend on the order), else DL_E_INDEX and nothing written. */
+int dl_put_rows(int64_t n_dst, int64_t row_bytes, void *dst, int64_t n_idx, const int64_t *idx,
+                const void *src, int src_step, int n_threads) {
+    if (n_dst < 0 || row_bytes < 0 || n_idx < 0 || n_threads < 1 || (src_step & ~1)) return DL_E_ARG;
+    int bad = 0;
+    for (int64_t r = 0; r < n_idx; r++)
+        bad |= idx[r] < 0 || idx[r] >= n_dst || (r > 0 && idx[r] <= idx[r - 1]);
+    if (bad) return DL_E_INDEX;
+    if (row_bytes == 0) return DL_OK;
+    const int nt = n_idx * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_idx);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < n_idx; r++)
+        memcpy((char *)dst + idx[r] * row_bytes, (const char *)src + r * src_step * row_bytes,
+               (size_t)row_bytes);
+    return DL_OK;
+}
+
+/* counts[r] = how many j have a[idx[r], j] != b[j] (IEEE: NaN differs from everything, -0 equals
+ * +0; NumPy's count_nonzero(a[idx] != b, axis=1)), a (n_rows, dim) float32; idx in [0, n_rows),
+ * else DL_E_INDEX and nothing written. */
+int dl_count_ne_rows(int64_t n_rows, int64_t dim, const float *a, int64_t n_idx,
+                     const int64_t *idx, const float *b, int64_t *counts, int n_threads) {
+    if (n_rows < 0 || dim < 0 || n_idx < 0 || n_threads < 1) return DL_E_ARG;
+    int bad = 0;
+    for (int64_t r = 0; r < n_idx; r++) bad |= idx[r] < 0 || idx[r] >= n_rows;
+    if (bad) return DL_E_INDEX;
+    const int nt = n_idx * dim < (1 << 15) ? 1 : (int)dl_min_i64(n_threads, n_idx);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < n_idx; r++) {
+        const float *restrict ar = a + idx[r] * dim;
+        int64_t c = 0;
+        for (int64_t j = 0; j < dim; j++) c += ar[j] != b[j];
+        counts[r] = c;
+    }
+    return DL_OK;
+}
+
 /* dst[p, j, i, :] = src[p, i, j, :] for src (P, A, B, K) and dst (P, B, A, K), both C-contiguous
  * (Flatten's channel-major <-> sample-major reorder): rows of K floats copied whole, threads
  * split (p, j). Copies only: any split gives the same bits. */
@@ -290,11 +337,14 @@ int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, fl
 }
 
 /* dl_axpby_f32 over n_rows rows of w values whose rows lie ldx, ldy, ldo floats apart (column
- * blocks of wider matrices): the same operations per element, so the same bits. out may be x (or
- * y) itself, with its row stride; rows on the threads. */
+ * blocks of wider matrices; ldx or ldy 0: one row broadcast to every row): the same operations
+ * per element, so the same bits. out may be x (or y) itself, with its row stride; rows on the
+ * threads. */
 int dl_axpby_rows_f32(int64_t n_rows, int64_t w, float a, const float *x, int64_t ldx, float b,
                       const float *y, int64_t ldy, float *out, int64_t ldo, int n_threads) {
-    if (n_rows < 0 || w < 0 || ldx < w || ldy < w || ldo < w || n_threads < 1) return DL_E_ARG;
+    if (n_rows < 0 || w < 0 || (ldx < w && ldx != 0) || (ldy < w && ldy != 0) || ldo < w ||
+        n_threads < 1)
+        return DL_E_ARG;
     if (w == 0) return DL_OK;
     const int nt = n_rows * w < (1 << 15) ? 1 : (int)dl_max_i64(1, dl_min_i64(n_threads, n_rows));
 #ifdef _OPENMP

@@ -719,6 +719,12 @@ int dl_axpby_rows_f32(int64_t n_rows, int64_t w, float a, const float *x, int64_
 /* dst row p = src row inv[p], or zeros where inv[p] == -1 (rows of row_bytes bytes). */
 int dl_place_rows(int64_t n_dst, int64_t row_bytes, void *dst, const int64_t *inv, int64_t n_src,
                   const void *src, int n_threads);
+/* dst row idx[r] = src row r (src_step 1) or row 0 (src_step 0); idx strictly increasing. */
+int dl_put_rows(int64_t n_dst, int64_t row_bytes, void *dst, int64_t n_idx, const int64_t *idx,
+                const void *src, int src_step, int n_threads);
+/* counts[r] = number of j with a[idx[r], j] != b[j] (float32, IEEE comparison). */
+int dl_count_ne_rows(int64_t n_rows, int64_t dim, const float *a, int64_t n_idx,
+                     const int64_t *idx, const float *b, int64_t *counts, int n_threads);
 /* dst rows = src rows (n_rows x w float32; rows lds and ldd values apart). */
 int dl_copy2d_f32(int64_t n_rows, int64_t w, const float *src, int64_t lds, float *dst,
                   int64_t ldd, int n_threads);

@@ -194,3 +194,70 @@ def test_column_blocks_bad_arguments():
     ops.axpby(1, A[:, 0:10], 1, A[:, 10:20], out=A[:, 20:30])
     with pytest.raises(ValueError, match="x must have contiguous rows with a positive row stride"):
         ops.axpby(1, A[::-1, 0:10], 1, A[:, 10:20], out=A[:, 20:30])
+
+
+def test_one_row_broadcast_to_every_row():
+    """x or y as one row broadcast to every row (np.broadcast_to: row stride 0; the server
+    algorithms' x_i - x): NumPy's x - row bit for bit, at any thread count, in place."""
+    X = _data(300 * 1000, 11).reshape(300, 1000)
+    row = _data(1000, 12).reshape(1, 1000)
+    with np.errstate(all="ignore"):
+        want = X - row
+        for nt in (1, 3):
+            xx = X.copy()
+            ops.axpby(1, xx, -1, np.broadcast_to(row, xx.shape), out=xx, n_threads=nt)
+            np.testing.assert_array_equal(_bits(xx), _bits(want))
+            got = ops.axpby(-1, np.broadcast_to(row, X.shape), 1, X, n_threads=nt)
+            np.testing.assert_array_equal(_bits(got), _bits(ref_copy.axpby(-1, row, 1, X)))
+    with pytest.raises(ValueError, match="out must have contiguous rows"):
+        ops.axpby(1, X, 1, X, out=np.broadcast_to(row, X.shape))  # not writeable, stride 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_put_rows_is_fancy_assignment(dtype):
+    """ops.put_rows: dst[idx] = src (one row per index, or one row into every listed row), any
+    plain dtype; idx not strictly increasing or out of range refused before anything is
+    written."""
+    rng = np.random.default_rng(6)
+    dst0 = rng.integers(-50, 50, (100, 3, 7)).astype(dtype)
+    idx = np.sort(rng.permutation(100)[:40])
+    src = rng.integers(100, 200, (40, 3, 7)).astype(dtype)
+    for s in (src, src[:1]):
+        want = ref_copy.put_rows(dst0.copy(), idx, s)
+        for nt in (1, 3):
+            dst = dst0.copy()
+            assert ops.put_rows(dst, idx, s, n_threads=nt) is dst
+            np.testing.assert_array_equal(dst, want)
+    dst = dst0.copy()
+    for bad in (idx[::-1], np.r_[idx[:39], idx[38]], np.r_[idx[:39], 100], np.r_[-1, idx[1:]]):
+        with pytest.raises(IndexError, match=r"strictly increasing in \[0, 100\)"):
+            ops.put_rows(dst, bad, src)
+        np.testing.assert_array_equal(dst, dst0)
+    with pytest.raises(ValueError, match="src must have len"):
+        ops.put_rows(dst, idx, src[:3])
+    with pytest.raises(ValueError, match="dst's row shape"):
+        ops.put_rows(dst, idx, np.zeros((40, 3, 6), dtype))
+    with pytest.raises(ValueError, match="dst must not share memory with src"):
+        ops.put_rows(dst, idx[:1], dst[5:6])
+
+
+def test_count_ne_rows_is_numpys_count():
+    """ops.count_ne_rows: np.count_nonzero(a[idx] != b, axis=1), IEEE comparisons (NaN differs
+    from itself, -0 equals +0), repeated indices allowed, at any thread count."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((60, 3001)).astype(np.float32)
+    b = a[3].copy()
+    b[::5] = 0
+    a[7, :10] = np.nan
+    b[20:30] = np.nan
+    a[9, 40] = -0.0
+    b[40] = 0.0
+    idx = np.array([3, 7, 9, 9, 0, 59])
+    want = np.count_nonzero(a[idx] != b, axis=1)
+    np.testing.assert_array_equal(ref_copy.count_ne_rows(a, idx, b), want)
+    for nt in (1, 3):
+        np.testing.assert_array_equal(ops.count_ne_rows(a, idx, b, n_threads=nt), want)
+    with pytest.raises(IndexError, match=r"\[0, 60\)"):
+        ops.count_ne_rows(a, [60], b)
+    with pytest.raises(ValueError, match="b must have a's 3001 columns"):
+        ops.count_ne_rows(a, idx, b[:-1])

@@ -327,9 +327,22 @@ static PyObject *py_copy2d(PyObject *self, PyObject *args) {
     return (PyObject *)dst;
 }
 
+/* An input of axpby_rows: check_rows's row-strided 2-D float32, or one contiguous row broadcast
+ * to every row (np.broadcast_to(row, shape): row stride 0), *ld = 0. */
+static int rows_or_broadcast(PyArrayObject *a, const char *name, npy_intp *ld) {
+    if (PyArray_TYPE(a) == NPY_FLOAT32 && PyArray_NDIM(a) == 2 && PyArray_DIM(a, 0) > 1 &&
+        PyArray_STRIDE(a, 0) == 0 && (PyArray_DIM(a, 1) <= 1 || PyArray_STRIDE(a, 1) == 4) &&
+        PyArray_ISALIGNED(a)) {
+        *ld = 0;
+        return 0;
+    }
+    return check_rows(a, "axpby", name, ld);
+}
+
 /* axpby_rows(a, x, b, y, out, n_threads) -> out: out = a x + b y for 2-D float32 views of one
- * shape whose rows are each contiguous (column blocks of wider matrices); out may be x or y itself
- * (the same view) and must share no memory with them otherwise. */
+ * shape whose rows are each contiguous (column blocks of wider matrices; x or y may also be one
+ * row broadcast to every row); out may be x or y itself (the same view) and must share no memory
+ * with them otherwise. */
 static PyObject *py_axpby_rows(PyObject *self, PyObject *args) {
     PyArrayObject *x, *y, *out;
     double a, b;
@@ -339,7 +352,7 @@ static PyObject *py_axpby_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "dO!dO!O!O&:axpby_rows", &a, &PyArray_Type, &x, &b, &PyArray_Type,
                           &y, &PyArray_Type, &out, conv_threads, &n_threads))
         return NULL;
-    if (check_rows(x, "axpby", "x", &ldx) || check_rows(y, "axpby", "y", &ldy) ||
+    if (rows_or_broadcast(x, "x", &ldx) || rows_or_broadcast(y, "y", &ldy) ||
         check_rows(out, "axpby", "out", &ldo) || check_aligned_writeable(out, "axpby", "out", 1) ||
         check_threads("axpby", n_threads))
         return NULL;
@@ -369,6 +382,85 @@ static PyObject *py_axpby_rows(PyObject *self, PyObject *args) {
     if (status != DL_OK) return raise_status("axpby", status);
     Py_INCREF(out);
     return (PyObject *)out;
+}
+
+/* put_rows(dst, idx, src, n_threads) -> dst: dst[idx[r]] = src[r] (src of len(idx) rows) or src[0]
+ * (src of one row, written into every listed row); idx int64, strictly increasing; dst and src
+ * C-contiguous of one dtype and row shape, not overlapping. */
+static PyObject *py_put_rows(PyObject *self, PyObject *args) {
+    PyArrayObject *dst, *idx, *src;
+    int n_threads, status;
+    int64_t row_bytes;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:put_rows", &PyArray_Type, &dst, &PyArray_Type, &idx,
+                          &PyArray_Type, &src, conv_threads, &n_threads))
+        return NULL;
+    if (plain_rows_src("put_rows", src, &row_bytes) ||
+        check_array(idx, "put_rows", "idx", NPY_INT64, 1, 0) ||
+        check_array(dst, "put_rows", "dst", PyArray_TYPE(src), PyArray_NDIM(src), 1) ||
+        check_threads("put_rows", n_threads))
+        return NULL;
+    const npy_intp n_idx = PyArray_DIM(idx, 0), n_src = PyArray_DIM(src, 0);
+    int ok = n_src == n_idx || n_src == 1;
+    for (int a = 1; ok && a < PyArray_NDIM(src); a++) ok = PyArray_DIM(dst, a) == PyArray_DIM(src, a);
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "put_rows: src must have len(idx) = %zd rows or 1, and "
+                     "dst's row shape", (Py_ssize_t)n_idx);
+        return NULL;
+    }
+    if (check_disjoint("put_rows", 1, 3, dst, "dst", src, "src", idx, "idx")) return NULL;
+    const int64_t n_dst = PyArray_DIM(dst, 0);
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_put_rows(n_dst, row_bytes, PyArray_DATA(dst), n_idx, PyArray_DATA(idx),
+                         PyArray_DATA(src), n_src == n_idx && n_idx != 1 ? 1 : 0, n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_INDEX) {
+        PyErr_Format(PyExc_IndexError, "put_rows: idx must be strictly increasing in [0, %lld) "
+                     "(dst's rows)", (long long)n_dst);
+        return NULL;
+    }
+    if (status != DL_OK) return raise_status("put_rows", status);
+    Py_INCREF(dst);
+    return (PyObject *)dst;
+}
+
+/* count_ne_rows(a, idx, b, counts, n_threads) -> counts: counts[r] = count of a[idx[r]] != b,
+ * a (n, dim) float32 C-contiguous, b (dim,) float32, idx and counts int64 of one length. */
+static PyObject *py_count_ne_rows(PyObject *self, PyObject *args) {
+    PyArrayObject *a, *idx, *b, *counts;
+    int n_threads, status;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O&:count_ne_rows", &PyArray_Type, &a, &PyArray_Type,
+                          &idx, &PyArray_Type, &b, &PyArray_Type, &counts, conv_threads,
+                          &n_threads))
+        return NULL;
+    if (check_array(a, "count_ne_rows", "a", NPY_FLOAT32, 2, 0) ||
+        check_array(idx, "count_ne_rows", "idx", NPY_INT64, 1, 0) ||
+        check_array(b, "count_ne_rows", "b", NPY_FLOAT32, 1, 0) ||
+        check_array(counts, "count_ne_rows", "counts", NPY_INT64, 1, 1) ||
+        check_threads("count_ne_rows", n_threads))
+        return NULL;
+    if (PyArray_DIM(b, 0) != PyArray_DIM(a, 1) || PyArray_DIM(counts, 0) != PyArray_DIM(idx, 0)) {
+        PyErr_Format(PyExc_ValueError, "count_ne_rows: b must have a's %zd columns and counts "
+                     "idx's %zd entries", (Py_ssize_t)PyArray_DIM(a, 1),
+                     (Py_ssize_t)PyArray_DIM(idx, 0));
+        return NULL;
+    }
+    if (check_disjoint("count_ne_rows", 1, 4, counts, "counts", a, "a", idx, "idx", b, "b"))
+        return NULL;
+    const int64_t n_rows = PyArray_DIM(a, 0);
+    Py_BEGIN_ALLOW_THREADS;
+    status = dl_count_ne_rows(n_rows, PyArray_DIM(a, 1), PyArray_DATA(a), PyArray_DIM(idx, 0),
+                              PyArray_DATA(idx), PyArray_DATA(b), PyArray_DATA(counts), n_threads);
+    Py_END_ALLOW_THREADS;
+    if (status == DL_E_INDEX) {
+        PyErr_Format(PyExc_IndexError, "count_ne_rows: every idx must lie in [0, %lld) (a's rows)",
+                     (long long)n_rows);
+        return NULL;
+    }
+    if (status != DL_OK) return raise_status("count_ne_rows", status);
+    Py_INCREF(counts);
+    return (PyObject *)counts;
 }
 
 /* place_rows(src, inv, out, n_threads) -> out: out[p] = src[inv[p]], zeros where inv[p] == -1;
@@ -414,6 +506,12 @@ static PyMethodDef methods[] = {
     {"axpby_rows", py_axpby_rows, METH_VARARGS,
      "axpby_rows(a, x, b, y, out, n_threads) -> out: out = a x + b y for 2-D float32 views with "
      "contiguous rows (column blocks of wider matrices)."},
+    {"put_rows", py_put_rows, METH_VARARGS,
+     "put_rows(dst, idx, src, n_threads) -> dst: dst[idx[r]] = src[r] (or src[0] for a one-row "
+     "src), idx strictly increasing (any plain dtype)."},
+    {"count_ne_rows", py_count_ne_rows, METH_VARARGS,
+     "count_ne_rows(a, idx, b, counts, n_threads) -> counts: counts[r] = count of a[idx[r]] != b "
+     "(float32)."},
     {"copy2d", py_copy2d, METH_VARARGS,
      "copy2d(src, dst, n_threads) -> dst: dst[...] = src for 2-D float32 views with contiguous "
      "rows (column blocks of wider matrices)."},

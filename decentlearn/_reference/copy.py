@@ -60,6 +60,20 @@ def read_f32(src: np.ndarray, n_threads: int | None = None) -> int:
                                      initial=np.uint32(0)))
 
 
+def put_rows(dst: np.ndarray, idx: np.ndarray, src: np.ndarray,
+             n_threads: int | None = None) -> np.ndarray:
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= len(dst) or (np.diff(idx) <= 0).any()):
+        raise IndexError("put_rows: idx must be strictly increasing in [0, len(dst))")
+    dst[idx] = src
+    return dst
+
+
+def count_ne_rows(a: np.ndarray, idx: np.ndarray, b: np.ndarray,
+                  n_threads: int | None = None) -> np.ndarray:
+    return np.count_nonzero(a[np.asarray(idx, dtype=np.int64)] != b, axis=1).astype(np.int64)
+
+
 def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
               n_threads: int | None = None) -> np.ndarray:
     return np.take(src, idx, axis=0, out=out)

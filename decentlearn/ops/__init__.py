@@ -55,8 +55,8 @@ from decentlearn.ops.pool import maxpool2_backward, maxpool2_forward
 from decentlearn.ops.loss import exp_f32, softmax_xent
 from decentlearn.ops.norm import groupnorm_backward, groupnorm_forward
 from decentlearn.ops.act import relu_backward, relu_forward
-from decentlearn.ops.copy import (axpby, batch_indices, copy2d, copy_f32, place_rows, read_f32,
-                                  scale_rows, shuffle_segments,
+from decentlearn.ops.copy import (axpby, batch_indices, copy2d, copy_f32, count_ne_rows,
+                                  place_rows, put_rows, read_f32, scale_rows, shuffle_segments,
                                   swap_axes12, take_rows)
 from decentlearn.ops.consensus import (column_mean, consensus_distance, consensus_sums,
                                        row_sums, weighted_column_sum)
@@ -80,6 +80,6 @@ __all__ = [
     "conv_input_grad_s8",
     "conv_forward_s8",
     "conv_weight_grad_s8",
-    "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "groupnorm_backward", "groupnorm_forward", "relu_backward", "relu_forward", "axpby", "scale_rows", "copy2d", "place_rows", "copy_f32", "read_f32", "swap_axes12", "take_rows", "batch_indices", "shuffle_segments", "consensus_sums", "consensus_distance", "column_mean", "weighted_column_sum", "row_sums",
+    "maxpool2_backward", "maxpool2_forward", "exp_f32", "softmax_xent", "groupnorm_backward", "groupnorm_forward", "relu_backward", "relu_forward", "axpby", "scale_rows", "copy2d", "count_ne_rows", "place_rows", "put_rows", "copy_f32", "read_f32", "swap_axes12", "take_rows", "batch_indices", "shuffle_segments", "consensus_sums", "consensus_distance", "column_mean", "weighted_column_sum", "row_sums",
     "peak_s8", "peak_s8_window", "active_isa", "supported_isas", "using_isa",
 ]

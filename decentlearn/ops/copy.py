@@ -15,7 +15,9 @@ import numpy as np
 from decentlearn._core import axpby as _core_axpby
 from decentlearn._core import axpby_rows as _core_axpby_rows
 from decentlearn._core import copy2d as _core_copy2d
+from decentlearn._core import count_ne_rows as _core_count_ne_rows
 from decentlearn._core import place_rows as _core_place_rows
+from decentlearn._core import put_rows as _core_put_rows
 from decentlearn._core import scale_rows as _core_scale_rows
 from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as _core_copy_f32,
                                read_f32 as _core_read_f32,
@@ -23,8 +25,8 @@ from decentlearn._core import (batch_indices as _core_batch_indices, copy_f32 as
                                swap_axes12 as _core_swap_axes12, take_rows as _core_take_rows)
 from decentlearn.ops.threads import resolve_threads
 
-__all__ = ["axpby", "batch_indices", "copy2d", "copy_f32", "place_rows", "read_f32", "scale_rows",
-           "shuffle_segments", "swap_axes12", "take_rows"]
+__all__ = ["axpby", "batch_indices", "copy2d", "copy_f32", "count_ne_rows", "place_rows",
+           "put_rows", "read_f32", "scale_rows", "shuffle_segments", "swap_axes12", "take_rows"]
 
 
 def axpby(a: float, x: np.ndarray, b: float, y: np.ndarray, out: np.ndarray | None = None,
@@ -118,6 +120,30 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None,
         out = np.empty(idx.shape + src.shape[1:], dtype=src.dtype)
     work = idx.size * (src.size // len(src) if src.ndim and len(src) else 0)
     return _core_take_rows(src, idx, out, resolve_threads(n_threads, work))
+
+
+def put_rows(dst: np.ndarray, idx: np.ndarray, src: np.ndarray,
+             n_threads: int | None = None) -> np.ndarray:
+    """``dst[idx] = src`` on threads, in place: row ``idx[r]`` of the C-contiguous ``dst`` gets row
+    r of ``src`` (len(idx) rows), or its only row when ``src`` has one (written into every listed
+    row). ``idx`` must be strictly increasing in [0, len(dst)) (IndexError otherwise, nothing
+    written). Returns dst. NumPy reference: ``dst[idx] = src``."""
+    if not isinstance(dst, np.ndarray) or not isinstance(src, np.ndarray):
+        raise TypeError("put_rows: dst and src must be numpy arrays")
+    idx = _int64("put_rows: idx", idx).reshape(-1)
+    work = idx.size * (dst.size // len(dst) if dst.ndim and len(dst) else 0)
+    return _core_put_rows(dst, idx, src, resolve_threads(n_threads, work))
+
+
+def count_ne_rows(a: np.ndarray, idx: np.ndarray, b: np.ndarray,
+                  n_threads: int | None = None) -> np.ndarray:
+    """int64 counts: ``counts[r]`` = how many entries of row ``idx[r]`` of the (n, dim) float32
+    ``a`` differ from the (dim,) float32 ``b`` (IEEE: NaN differs from everything, -0 equals +0),
+    rows on threads. NumPy reference: ``np.count_nonzero(a[idx] != b, axis=1)``."""
+    idx = _int64("count_ne_rows: idx", idx).reshape(-1)
+    counts = np.empty(idx.size, dtype=np.int64)
+    work = idx.size * (a.shape[1] if getattr(a, "ndim", 0) == 2 else 0)
+    return _core_count_ne_rows(a, idx, b, counts, resolve_threads(n_threads, work))
 
 
 def place_rows(src: np.ndarray, rows: np.ndarray, n_rows: int, out: np.ndarray | None = None,

@@ -27,6 +27,8 @@ class ServerAlgorithm(Algorithm):
     #: Its messages go through a server: bytes the server sends are counted apart
     #: (``comm.server_bytes_sent``) and added to the run's byte totals.
     has_server = True
+    #: The round's clients' x_i - x (``client_deltas``).
+    scratch = ("_delta",)
 
     @dataclass(frozen=True)
     class Options:
@@ -58,6 +60,7 @@ class ServerAlgorithm(Algorithm):
         self.bytes_up = 0
         self._identity = compress.make("none")
         self._cut_all = np.full(n, self.model.dim, dtype=np.int64)
+        self._delta: np.ndarray | None = None
 
     def clients(self, t: int) -> np.ndarray:
         """The clients of round t (global ids): a uniform sample without replacement keyed by
@@ -157,6 +160,24 @@ class ServerAlgorithm(Algorithm):
         if a.flags.c_contiguous and a.dtype != object:
             return ops.take_rows(a, rows, n_threads=self.comm.n_threads)
         return a[rows]
+
+    def rows_into(self, name: str, a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``a[rows]`` of the C-contiguous float32 ``a``, gathered on the run's threads into the
+        work array ``self.<name>`` (made on first use, reused while the round's client count
+        stays: no fresh pages to fault in every round)."""
+        shape = (rows.size, a.shape[1])
+        buf = getattr(self, name, None)
+        if buf is None or buf.shape != shape:
+            buf = np.empty(shape, dtype=np.float32)
+            setattr(self, name, buf)
+        return ops.take_rows(a, rows, out=buf, n_threads=self.comm.n_threads)
+
+    def client_deltas(self, rows: np.ndarray) -> np.ndarray:
+        """x_i - x of the clients ``rows`` (their rows of params less the server's model), in the
+        work array ``_delta``, on the run's threads with NumPy's roundings."""
+        delta = self.rows_into("_delta", self.params, rows)
+        return ops.axpby(1, delta, -1, np.broadcast_to(self.server, delta.shape), out=delta,
+                         n_threads=self.comm.n_threads)
 
     def set_server(self, model: np.ndarray) -> None:
         self.server[...] = model

@@ -38,8 +38,7 @@ class FedAvg(ServerAlgorithm):
         active, rows, first = self.mine(clients)
         self.comm.broadcast(self._identity, self._identity.compress(self.server), t, clients)
         losses = self.train(sample, active, self.local_steps, first)
-        delta = self.rows_of(self.params, rows)
-        delta -= self.server
+        delta = self.client_deltas(rows)
         payload = self._up.compress(delta, seed=self.seed, step=t, peer0=first,
                                     n_threads=self.comm.n_threads)
         decoded = self.upload(self._up, payload, t, clients)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from decentlearn import compress
+from decentlearn import compress, ops
 from decentlearn.algorithms.base import Sampler, none_if_identity, option, register
 from decentlearn.algorithms.server.base import ServerAlgorithm, fill_inactive
 from decentlearn.comm import FLOAT32_BYTES
@@ -52,6 +52,8 @@ class STCFL(ServerAlgorithm):
     state = (row("client_error", "synced", "synced_round")
              + replicated("server_error", "_last_down_nbytes"))
     state_objects = ("server_compressor",)
+    #: The round's clients' A_i, kept from round to round (no fresh pages; x_i - x is the base's).
+    scratch = ("_acc",)
 
     @dataclass(frozen=True)
     class Options(ServerAlgorithm.Options):
@@ -90,6 +92,7 @@ class STCFL(ServerAlgorithm):
         self.synced = self.params.copy()
         self.synced_round = np.zeros(n, dtype=np.int64)
         self._last_down_nbytes = 0
+        self._acc: np.ndarray | None = None
 
     def state_kinds(self) -> dict[str, str]:
         """The server's compressor compresses the server's (1, dim) update: its state (an error
@@ -104,13 +107,13 @@ class STCFL(ServerAlgorithm):
         nbytes = np.zeros(clients.size, dtype=np.int64)
         nbytes[missed == 1] = self._last_down_nbytes
         older = np.flatnonzero(missed > 1)
-        if older.size:
-            diff = self.synced[clients[older]] != self.server
-            nnz = np.count_nonzero(diff, axis=1)
+        nt = self.comm.n_threads
+        if older.size:  # the entries where a client's copy differs from the server's model
+            nnz = ops.count_ne_rows(self.synced, clients[older], self.server[0], n_threads=nt)
             nbytes[older] = np.minimum(_SPARSE_HEADER_BYTES + _SPARSE_ENTRY_BYTES * nnz,
                                        FLOAT32_BYTES * self.model.dim)
         self.comm.count_server(t, self.comm.total(int(nbytes.sum())))
-        self.synced[clients] = self.server
+        ops.put_rows(self.synced, clients, self.server, n_threads=nt)  # synced[clients] = server
         self.synced_round[clients] = t
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
@@ -118,13 +121,16 @@ class STCFL(ServerAlgorithm):
         active, rows, first = self.mine(clients)
         self._download(rows, t)
         losses = self.train(sample, active, self.local_steps, first)
-        delta = self.rows_of(self.params, rows)
-        delta -= self.server
-        acc = self.client_error[rows] + delta
-        up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first,
-                                      n_threads=self.comm.n_threads)
+        nt = self.comm.n_threads
+        # the clients' rows gathered, updated and put back on the run's threads, NumPy's roundings:
+        # A_i = e_i + (x_i - x), then e_i = A_i - decompress(C_up(A_i))
+        delta = self.client_deltas(rows)
+        acc = self.rows_into("_acc", self.client_error, rows)
+        ops.axpby(1, acc, 1, delta, out=acc, n_threads=nt)
+        up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first, n_threads=nt)
         decoded = self.upload(self.compressor, up, t, clients)
-        self.client_error[rows] = acc - decoded[first:first + rows.size]
+        ops.axpby(1, acc, -1, decoded[first:first + rows.size], out=acc, n_threads=nt)
+        ops.put_rows(self.client_error, rows, acc, n_threads=nt)
         server_acc = self.server_error + self.aggregate(decoded, clients)
         down = self.server_compressor.compress(server_acc, seed=self.seed, step=t,
                                                peer0=self.comm.n_global,
