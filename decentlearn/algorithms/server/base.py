@@ -27,8 +27,9 @@ class ServerAlgorithm(Algorithm):
     #: Its messages go through a server: bytes the server sends are counted apart
     #: (``comm.server_bytes_sent``) and added to the run's byte totals.
     has_server = True
-    #: The round's clients' x_i - x (``client_deltas``).
-    scratch = ("_delta",)
+    #: The round's clients' x_i - x (``client_deltas``), their parameter rows and minibatches
+    #: (``train``).
+    scratch = ("_delta", "_train_params", "_train_x")
 
     @dataclass(frozen=True)
     class Options:
@@ -60,7 +61,7 @@ class ServerAlgorithm(Algorithm):
         self.bytes_up = 0
         self._identity = compress.make("none")
         self._cut_all = np.full(n, self.model.dim, dtype=np.int64)
-        self._delta: np.ndarray | None = None
+        self._delta = self._train_params = self._train_x = None
 
     def clients(self, t: int) -> np.ndarray:
         """The clients of round t (global ids): a uniform sample without replacement keyed by
@@ -141,7 +142,8 @@ class ServerAlgorithm(Algorithm):
                     self.model.peer0 = first
                     try:
                         step_losses, g = self.model.loss_and_grad(
-                            self.rows_of(self.params, rows), self.rows_of(x, rows), y[rows])
+                            self.rows_into("_train_params", self.params, rows),
+                            self.rows_into("_train_x", x, rows), y[rows])
                     finally:
                         self.model.peer0 = peer0
                     # the clients' rows in place, zeros elsewhere, on the run's threads
@@ -162,13 +164,15 @@ class ServerAlgorithm(Algorithm):
         return a[rows]
 
     def rows_into(self, name: str, a: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``a[rows]`` of the C-contiguous float32 ``a``, gathered on the run's threads into the
-        work array ``self.<name>`` (made on first use, reused while the round's client count
-        stays: no fresh pages to fault in every round)."""
-        shape = (rows.size, a.shape[1])
+        """``a[rows]``, gathered on the run's threads into the work array ``self.<name>`` (made on
+        first use, reused while the round's client count stays: no fresh pages to fault in every
+        round) when ``a`` is C-contiguous."""
+        if not a.flags.c_contiguous or a.dtype == object:
+            return a[rows]
+        shape = (rows.size,) + a.shape[1:]
         buf = getattr(self, name, None)
-        if buf is None or buf.shape != shape:
-            buf = np.empty(shape, dtype=np.float32)
+        if buf is None or buf.shape != shape or buf.dtype != a.dtype:
+            buf = np.empty(shape, dtype=a.dtype)
             setattr(self, name, buf)
         return ops.take_rows(a, rows, out=buf, n_threads=self.comm.n_threads)
 

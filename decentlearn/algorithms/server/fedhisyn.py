@@ -135,7 +135,7 @@ class FedHiSyn(ServerAlgorithm):
                 self.params = self.comm.shift(self.params, t, src)
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
-        payload = self._identity.compress(self.rows_of(self.params, rows))
+        payload = self._identity.compress(self.rows_into("_delta", self.params, rows))
         uploaded = self.upload(self._identity, payload, t, clients)
         self.set_server(self.aggregate(uploaded, clients))
         per_step = losses / np.maximum(hops[mine], 1) / self.local_steps
