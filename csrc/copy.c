@@ -92,14 +92,12 @@ int dl_read_f32(int64_t n, const float *src, uint32_t *out, int n_threads) {
  * idx[r] == -1 when `zero_missing`. The indices are checked first (DL_E_INDEX and nothing written
  * if one is outside [0, n_src), or [-1, n_src) with zero_missing); then the rows are copied in
  * contiguous runs per thread, one thread for under 128 KiB. take_rows and place_rows. */
-static int gather_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
-                       const int64_t *idx, void *dst, int zero_missing, int n_threads) {
-    if (n_src < 0 || row_bytes < 0 || n_idx < 0 || n_threads < 1) return DL_E_ARG;
-    int bad = 0;
-    const int64_t lo = zero_missing ? -1 : 0;
-    for (int64_t r = 0; r < n_idx; r++) bad |= idx[r] < lo || idx[r] >= n_src;
-    if (bad) return DL_E_INDEX;
-    if (row_bytes == 0) return DL_OK;
+/* The copy of n_idx rows of row_bytes bytes, on the threads: a gather (scatter = 0: dst row r =
+ * src row idx[r], zeros where idx[r] < 0) or a scatter (dst row idx[r] = src row r * src_step).
+ * Indices checked by the callers; each destination row is written once. */
+static void copy_rows(int64_t n_idx, int64_t row_bytes, const int64_t *idx, int scatter,
+                      int64_t src_step, const void *src, void *dst, int n_threads) {
+    if (row_bytes == 0) return;
     const int nt = n_idx * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_idx);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -107,12 +105,25 @@ static int gather_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_
     (void)nt;
 #endif
     for (int64_t r = 0; r < n_idx; r++) {
-        char *d = (char *)dst + r * row_bytes;
-        if (idx[r] < 0)
-            memset(d, 0, (size_t)row_bytes);
+        if (scatter)
+            memcpy((char *)dst + idx[r] * row_bytes, (const char *)src + r * src_step * row_bytes,
+                   (size_t)row_bytes);
+        else if (idx[r] < 0)
+            memset((char *)dst + r * row_bytes, 0, (size_t)row_bytes);
         else
-            memcpy(d, (const char *)src + idx[r] * row_bytes, (size_t)row_bytes);
+            memcpy((char *)dst + r * row_bytes, (const char *)src + idx[r] * row_bytes,
+                   (size_t)row_bytes);
     }
+}
+
+static int gather_rows(int64_t n_src, int64_t row_bytes, const void *src, int64_t n_idx,
+                       const int64_t *idx, void *dst, int zero_missing, int n_threads) {
+    if (n_src < 0 || row_bytes < 0 || n_idx < 0 || n_threads < 1) return DL_E_ARG;
+    int bad = 0;
+    const int64_t lo = zero_missing ? -1 : 0;
+    for (int64_t r = 0; r < n_idx; r++) bad |= idx[r] < lo || idx[r] >= n_src;
+    if (bad) return DL_E_INDEX;
+    copy_rows(n_idx, row_bytes, idx, 0, 0, src, dst, n_threads);
     return DL_OK;
 }
 
@@ -132,16 +143,7 @@ int dl_put_rows(int64_t n_dst, int64_t row_bytes, void *dst, int64_t n_idx, cons
     for (int64_t r = 0; r < n_idx; r++)
         bad |= idx[r] < 0 || idx[r] >= n_dst || (r > 0 && idx[r] <= idx[r - 1]);
     if (bad) return DL_E_INDEX;
-    if (row_bytes == 0) return DL_OK;
-    const int nt = n_idx * row_bytes < (1 << 17) ? 1 : (int)dl_min_i64(n_threads, n_idx);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#else
-    (void)nt;
-#endif
-    for (int64_t r = 0; r < n_idx; r++)
-        memcpy((char *)dst + idx[r] * row_bytes, (const char *)src + r * src_step * row_bytes,
-               (size_t)row_bytes);
+    copy_rows(n_idx, row_bytes, idx, 1, src_step, src, dst, n_threads);
     return DL_OK;
 }
 
