@@ -176,6 +176,14 @@ class ServerAlgorithm(Algorithm):
             setattr(self, name, buf)
         return ops.take_rows(a, rows, out=buf, n_threads=self.comm.n_threads)
 
+    def put_rows(self, a: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+        """``a[rows] = src`` (``rows`` sorted and distinct, as ``mine`` gives them; ``src`` one
+        row per index or one row for all), on the run's threads when ``a`` is C-contiguous."""
+        if a.flags.c_contiguous and a.dtype == src.dtype and a.dtype != object:
+            ops.put_rows(a, rows, src, n_threads=self.comm.n_threads)
+        else:
+            a[rows] = src
+
     def client_deltas(self, rows: np.ndarray) -> np.ndarray:
         """x_i - x of the clients ``rows`` (their rows of params less the server's model), in the
         work array ``_delta``, on the run's threads with NumPy's roundings."""

@@ -67,6 +67,8 @@ class FedHiSyn(ServerAlgorithm):
     simulated_time = False
 
     state = replicated("hops_done")
+    #: The clients' rows as uploaded, kept from round to round.
+    scratch = ("_upload",)
 
     @dataclass(frozen=True)
     class Options(ServerAlgorithm.Options):
@@ -104,6 +106,7 @@ class FedHiSyn(ServerAlgorithm):
             self.category[members] = c
         self._order = order
         self.hops_done = 0
+        self._upload: np.ndarray | None = None
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         n = self.comm.n_global
@@ -135,7 +138,7 @@ class FedHiSyn(ServerAlgorithm):
                 self.params = self.comm.shift(self.params, t, src)
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
-        payload = self._identity.compress(self.rows_into("_delta", self.params, rows))
+        payload = self._identity.compress(self.rows_into("_upload", self.params, rows))
         uploaded = self.upload(self._identity, payload, t, clients)
         self.set_server(self.aggregate(uploaded, clients))
         per_step = losses / np.maximum(hops[mine], 1) / self.local_steps

@@ -113,7 +113,7 @@ class STCFL(ServerAlgorithm):
             nbytes[older] = np.minimum(_SPARSE_HEADER_BYTES + _SPARSE_ENTRY_BYTES * nnz,
                                        FLOAT32_BYTES * self.model.dim)
         self.comm.count_server(t, self.comm.total(int(nbytes.sum())))
-        ops.put_rows(self.synced, clients, self.server, n_threads=nt)  # synced[clients] = server
+        self.put_rows(self.synced, clients, self.server)
         self.synced_round[clients] = t
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
@@ -130,7 +130,7 @@ class STCFL(ServerAlgorithm):
         up = self.compressor.compress(acc, seed=self.seed, step=t, peer0=first, n_threads=nt)
         decoded = self.upload(self.compressor, up, t, clients)
         ops.axpby(1, acc, -1, decoded[first:first + rows.size], out=acc, n_threads=nt)
-        ops.put_rows(self.client_error, rows, acc, n_threads=nt)
+        self.put_rows(self.client_error, rows, acc)
         server_acc = self.server_error + self.aggregate(decoded, clients)
         down = self.server_compressor.compress(server_acc, seed=self.seed, step=t,
                                                peer0=self.comm.n_global,
