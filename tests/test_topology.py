@@ -520,3 +520,26 @@ def test_every_registered_topology_builds_a_valid_mixing_matrix(name: str, tmp_p
         dense = np.zeros((n, n), dtype=np.float32)
         dense[np.repeat(np.arange(n), np.diff(indptr)), indices] = data
         np.testing.assert_array_equal(dense, w.astype(np.float32))
+
+
+@pytest.mark.parametrize("n,s,seed", [(7, 2, 0), (64, 3, 5), (300, 8, 123)])
+@pytest.mark.parametrize("kind", ["row", "column"])
+def test_epidemic_rounds_are_the_hashed_argpartition_graph(n, s, seed, kind):
+    """Epidemic Learning's graph of round t: sender j sends to the S receivers k != j of the
+    smallest hash_uniform(seed, STREAM_MATCH, t, j, k), the pick of the dense key matrix the
+    topology drew from before ops.hash_smallest (written here as it was); weights row- or
+    column-stochastic."""
+    from decentlearn.seeds import STREAM_MATCH, hash_uniform
+    from decentlearn.topology.dynamic import epidemic
+    topo = epidemic(n, s, seed=seed, kind=kind)
+    peers = np.arange(n)
+    for t in (0, 1, 17):
+        keys = hash_uniform(seed, STREAM_MATCH, t, peers[:, None], peers[None, :]).reshape(n, n)
+        keys[peers, peers] = 2.0
+        targets = np.argpartition(keys, s - 1, axis=1)[:, :s]
+        want = np.zeros((n, n), bool)
+        want[targets.ravel(), np.repeat(peers, s)] = True  # receiver row, sender column
+        W = sp.csr_array(topo.mixing_matrix(t)).toarray()
+        np.testing.assert_array_equal((W != 0) & ~np.eye(n, dtype=bool), want)
+        sums = W.sum(axis=1) if kind == "row" else W.sum(axis=0)
+        np.testing.assert_allclose(sums, 1.0, rtol=1e-6)
