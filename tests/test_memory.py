@@ -211,3 +211,28 @@ def test_ngc_rounds_reuse_their_work_arrays(kw, most):
     finally:
         tracemalloc.stop()
     assert peak < most * one, (peak, one)
+
+
+@pytest.mark.parametrize("kw", [dict(algorithm="fedavg", participation=0.5),
+                                dict(algorithm="stc-fl", compress="stc:0.05", participation=0.5)])
+def test_server_rounds_reuse_their_work_arrays(kw):
+    """After the first rounds, a FedAvg or STC-FL round allocates less than twice one (clients x
+    dim) float32 matrix at its peak: the clients' parameter rows and minibatches, x_i - x, A_i and
+    the decoded uploads go into kept arrays (what is left: the model's gradient of the clients'
+    rows and the identity compressor's payload). With fresh arrays a round took 3.2x (FedAvg)
+    and 4.1x (STC-FL)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulator(RunConfig(peers=32, rounds=1, **kw))
+    alg = sim.algorithm
+    for t in range(3):
+        alg.round(sim.sample, t)
+    one = alg.n_clients * alg.model.dim * 4
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        alg.round(sim.sample, 3)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * one, (peak, one)

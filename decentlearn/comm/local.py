@@ -358,17 +358,18 @@ class SimComm(CommState):
         out = compressor.decompress(second, n_threads=self.n_threads).reshape(1, n * c)
         return np.ascontiguousarray(out[:, :dim])
 
-    def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+    def upload(self, compressor, payload, t: int, clients: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
         """Peers ``clients`` (sorted global ids; ``payload`` has one row per client this process
         hosts, in order) send their message to the server; returns the decoded rows
-        (len(clients), dim) of every client, which the server reconstructs. Each client's
-        row_nbytes is counted in ``upload_bytes`` (client to server)."""
+        (len(clients), dim) of every client, which the server reconstructs (into ``out`` when
+        given). Each client's row_nbytes is counted in ``upload_bytes`` (client to server)."""
         clients = np.asarray(clients, dtype=np.int64)
         if payload.n_rows != clients.size:
             raise ValueError(f"payload must have one row per client ({clients.size}), "
                              f"got {payload.n_rows}")
         np.add.at(self.upload_bytes, clients, np.asarray(payload.row_nbytes, dtype=np.int64))
-        return compressor.decompress(payload, n_threads=self.n_threads)
+        return compressor.decompress(payload, n_threads=self.n_threads, out=out)
 
     def self_weights(self, t: int) -> np.ndarray:
         """w_ii of round t for the hosted peers, float32 (n_peers,)."""

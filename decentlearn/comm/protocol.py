@@ -132,8 +132,10 @@ class Communicator(Protocol):
         """Compressed all-reduce (Bagua's centralized low-precision exchange)."""
         ...
 
-    def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
-        """Clients ``clients`` send one message each to the server; the decoded rows there."""
+    def upload(self, compressor, payload, t: int, clients: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """Clients ``clients`` send one message each to the server; the decoded rows there (into
+        ``out``, a C-contiguous float32 (len(clients), dim) array, when given)."""
         ...
 
     def broadcast(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:

@@ -435,7 +435,8 @@ class MPIComm(CommState):
         parts[self.rank] = mine
         return int(sum(int(parts[r][0]) for r in range(self.n_ranks)))
 
-    def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
+    def upload(self, compressor, payload, t: int, clients: np.ndarray,
+               out: np.ndarray | None = None) -> np.ndarray:
         """``SimComm.upload`` with the server replicated on every rank: each rank sends the wire
         bytes of its clients' rows (``payload``) to every other rank, and every rank decodes all
         clients' rows in client order. Bytes: each client's row_nbytes, in ``upload_bytes``
@@ -456,14 +457,16 @@ class MPIComm(CommState):
         self.seconds["communicate"] += time.perf_counter() - t0
         got = self._swap_bytes({r: data for r in targets} if payload.n_rows else {}, others,
                                f"upload of round {t}")
-        parts = []
-        for r in range(self.n_ranks):
+        if out is None:
+            out = np.empty((clients.size, dim), dtype=np.float32)
+        elif out.shape != (clients.size, dim):
+            raise ValueError(f"out must have shape ({clients.size}, {dim}), got {out.shape}")
+        for r in range(self.n_ranks):  # each rank's clients' rows decoded into their rows of out
             k = int(cut[r + 1] - cut[r])
             if k:
                 part = payload if r == self.rank else wire.from_bytes(got[r], (k, dim))
-                parts.append(compressor.decompress(part, n_threads=self.n_threads)
-                             .reshape(k, dim))
-        return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+                compressor.decompress(part, n_threads=self.n_threads, out=out[cut[r]:cut[r + 1]])
+        return out
 
     def self_weights(self, t: int) -> np.ndarray:
         """w_ii of round t for this rank's peers, float32 (n_peers,)."""

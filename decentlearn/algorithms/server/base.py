@@ -28,8 +28,8 @@ class ServerAlgorithm(Algorithm):
     #: (``comm.server_bytes_sent``) and added to the run's byte totals.
     has_server = True
     #: The round's clients' x_i - x (``client_deltas``), their parameter rows and minibatches
-    #: (``train``).
-    scratch = ("_delta", "_train_params", "_train_x")
+    #: (``train``) and their decoded messages (``upload``).
+    scratch = ("_delta", "_train_params", "_train_x", "_uploaded")
 
     @dataclass(frozen=True)
     class Options:
@@ -61,7 +61,7 @@ class ServerAlgorithm(Algorithm):
         self.bytes_up = 0
         self._identity = compress.make("none")
         self._cut_all = np.full(n, self.model.dim, dtype=np.int64)
-        self._delta = self._train_params = self._train_x = None
+        self._delta = self._train_params = self._train_x = self._uploaded = None
 
     def clients(self, t: int) -> np.ndarray:
         """The clients of round t (global ids): a uniform sample without replacement keyed by
@@ -99,9 +99,13 @@ class ServerAlgorithm(Algorithm):
         return avg.reshape(1, -1).astype(np.float32)
 
     def upload(self, compressor, payload, t: int, clients: np.ndarray) -> np.ndarray:
-        """``comm.upload`` of this process's clients' messages; every client's decoded row. The
-        bytes are counted by the communicator (``upload_bytes``) and in ``bytes_up``."""
-        decoded = self.comm.upload(compressor, payload, t, clients)
+        """``comm.upload`` of this process's clients' messages; every client's decoded row (in
+        the work array ``_uploaded``, valid until the next upload). The bytes are counted by the
+        communicator (``upload_bytes``) and in ``bytes_up``."""
+        shape = (np.asarray(clients).size, self.model.dim)
+        if self._uploaded is None or self._uploaded.shape != shape:
+            self._uploaded = np.empty(shape, dtype=np.float32)
+        decoded = self.comm.upload(compressor, payload, t, clients, out=self._uploaded)
         self.bytes_up += int(self.comm.total(int(np.sum(payload.row_nbytes, dtype=np.int64))))
         return decoded
 
