@@ -214,13 +214,14 @@ def test_ngc_rounds_reuse_their_work_arrays(kw, most):
 
 
 @pytest.mark.parametrize("kw", [dict(algorithm="fedavg", participation=0.5),
-                                dict(algorithm="stc-fl", compress="stc:0.05", participation=0.5)])
+                                dict(algorithm="stc-fl", compress="stc:0.05", participation=0.5),
+                                dict(algorithm="fedhisyn", categories=3)])
 def test_server_rounds_reuse_their_work_arrays(kw):
-    """After the first rounds, a FedAvg or STC-FL round allocates less than twice one (clients x
-    dim) float32 matrix at its peak: the clients' parameter rows and minibatches, x_i - x, A_i and
-    the decoded uploads go into kept arrays (what is left: the model's gradient of the clients'
-    rows and the identity compressor's payload). With fresh arrays a round took 3.2x (FedAvg)
-    and 4.1x (STC-FL)."""
+    """After the first rounds, a FedAvg, STC-FL or FedHiSyn round allocates less than twice one
+    (clients x dim) float32 matrix at its peak: the clients' parameter rows and minibatches,
+    x_i - x, A_i, the decoded uploads and FedHiSyn's shifted matrices go into kept arrays (what is
+    left: the model's gradient of the clients' rows and the identity compressor's payload). With
+    fresh arrays a round took 3.2x (FedAvg), 4.1x (STC-FL) and 3.1x (FedHiSyn)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sim = Simulator(RunConfig(peers=32, rounds=1, **kw))

@@ -401,17 +401,22 @@ class SimComm(CommState):
                                        minlength=self.n_peers).astype(np.int64)
         return compressor.decompress(payload, n_threads=self.n_threads, out=out)
 
-    def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
+    def shift(self, X: np.ndarray, t: int, source: np.ndarray,
+              out: np.ndarray | None = None) -> np.ndarray:
         """Point-to-point: peer p receives the row of peer ``source[p]`` (a permutation; source[p]
-        == p means p keeps its own row and nothing is sent). Returns the new (n, dim) matrix;
-        every peer whose row goes elsewhere sends dim float32 values once. ``source`` is global;
-        X and the result are the hosted rows."""
+        == p means p keeps its own row and nothing is sent). Returns the new (n, dim) matrix
+        (into ``out``, an array of X's shape and dtype that is not X, when given); every peer
+        whose row goes elsewhere sends dim float32 values once. ``source`` is global; X and the
+        result are the hosted rows."""
         source = np.asarray(source, dtype=np.int64)
         if source.shape != (self.n_peers,) or not np.array_equal(np.sort(source),
                                                                   np.arange(self.n_peers)):
             raise ValueError(f"source must be a permutation of range({self.n_peers})")
         moved = source != np.arange(self.n_peers)
         self.bytes_sent[source[moved]] += X.shape[1] * FLOAT32_BYTES
-        if X.dtype == np.float32 and X.flags.c_contiguous:
-            return ops.take_rows(X, source, n_threads=self.n_threads)  # X[source], threaded
-        return X[source]
+        if X.dtype == np.float32 and X.flags.c_contiguous:  # X[source], threaded
+            return ops.take_rows(X, source, out=out, n_threads=self.n_threads)
+        if out is None:
+            return X[source]
+        np.take(X, source, axis=0, out=out)
+        return out

@@ -106,8 +106,10 @@ class Communicator(Protocol):
         into ``out`` when given)."""
         ...
 
-    def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
-        """Point-to-point: peer p receives the row of peer ``source[p]`` (a permutation)."""
+    def shift(self, X: np.ndarray, t: int, source: np.ndarray,
+              out: np.ndarray | None = None) -> np.ndarray:
+        """Point-to-point: peer p receives the row of peer ``source[p]`` (a permutation); the
+        new rows into ``out`` (X's shape and dtype, not X) when given."""
         ...
 
     def swap(self, sends: dict, recvs: dict, what: str) -> None:

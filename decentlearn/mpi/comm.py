@@ -535,9 +535,11 @@ class MPIComm(CommState):
         np.copyto(out, rows)
         return out
 
-    def shift(self, X: np.ndarray, t: int, source: np.ndarray) -> np.ndarray:
+    def shift(self, X: np.ndarray, t: int, source: np.ndarray,
+              out: np.ndarray | None = None) -> np.ndarray:
         """``SimComm.shift`` on ranks: ``source`` is the global permutation; every row that
-        moves to a peer of another rank travels there (one message per pair of ranks)."""
+        moves to a peer of another rank travels there (one message per pair of ranks); into
+        ``out`` (X's shape and dtype, not X) when given."""
         N = self.n_global
         source = np.asarray(source, dtype=np.int64)
         if source.shape != (N,) or not np.array_equal(np.sort(source), np.arange(N)):
@@ -547,7 +549,11 @@ class MPIComm(CommState):
             raise ValueError(f"X must have one row per peer of this rank ({n}), "
                              f"got shape {X.shape}")
         src_owner = self._owner(source)
-        out = np.empty_like(X)
+        if out is None:
+            out = np.empty_like(X)
+        elif out.shape != X.shape or out.dtype != X.dtype or np.may_share_memory(out, X):
+            raise ValueError(f"out must be an array of X's shape {X.shape} and dtype {X.dtype} "
+                             "that shares no memory with X")
         mine = src_owner[lo:lo + n]
         here = np.flatnonzero(mine == self.rank)
         out[here] = X[source[lo + here] - lo]

@@ -67,8 +67,9 @@ class FedHiSyn(ServerAlgorithm):
     simulated_time = False
 
     state = replicated("hops_done")
-    #: The clients' rows as uploaded, kept from round to round.
-    scratch = ("_upload",)
+    #: The clients' rows as uploaded, and the parameter matrix a ring hop shifts into, kept from
+    #: round to round.
+    scratch = ("_upload", "_spare")
 
     @dataclass(frozen=True)
     class Options(ServerAlgorithm.Options):
@@ -107,6 +108,7 @@ class FedHiSyn(ServerAlgorithm):
         self._order = order
         self.hops_done = 0
         self._upload: np.ndarray | None = None
+        self._spare: np.ndarray | None = None
 
     def round(self, sample: Sampler, t: int) -> np.ndarray:
         n = self.comm.n_global
@@ -135,7 +137,11 @@ class FedHiSyn(ServerAlgorithm):
             passing = hops > hop + 1
             if passing.any():
                 src = np.where(passing, source, np.arange(n))
-                self.params = self.comm.shift(self.params, t, src)
+                spare = self._spare  # the matrix before the last shift: no fresh pages a hop
+                if spare is None or spare.shape != self.params.shape or spare is self.params:
+                    spare = np.empty_like(self.params)
+                self.params, self._spare = self.comm.shift(self.params, t, src, out=spare), \
+                    self.params
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
         payload = self._identity.compress(self.rows_into("_upload", self.params, rows))
