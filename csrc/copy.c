@@ -338,6 +338,12 @@ int dl_axpby_f32(int64_t n, float a, const float *x, float b, const float *y, fl
     return DL_OK;
 }
 
+/* Threads for a pass over n_rows rows of w floats, one row per task: one below 32K values (a team
+ * costs more than it saves), else at most one per row. */
+static inline int row_team(int64_t n_rows, int64_t w, int n_threads) {
+    return n_rows * w < (1 << 15) ? 1 : (int)dl_max_i64(1, dl_min_i64(n_threads, n_rows));
+}
+
 /* dl_axpby_f32 over n_rows rows of w values whose rows lie ldx, ldy, ldo floats apart (column
  * blocks of wider matrices; ldx or ldy 0: one row broadcast to every row): the same operations
  * per element, so the same bits. out may be x (or y) itself, with its row stride; rows on the
@@ -348,7 +354,7 @@ int dl_axpby_rows_f32(int64_t n_rows, int64_t w, float a, const float *x, int64_
         n_threads < 1)
         return DL_E_ARG;
     if (w == 0) return DL_OK;
-    const int nt = n_rows * w < (1 << 15) ? 1 : (int)dl_max_i64(1, dl_min_i64(n_threads, n_rows));
+    const int nt = row_team(n_rows, w, n_threads);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #else
@@ -402,7 +408,7 @@ int dl_copy2d_f32(int64_t n_rows, int64_t w, const float *src, int64_t lds, floa
                   int64_t ldd, int n_threads) {
     if (n_rows < 0 || w < 0 || lds < w || ldd < w || n_threads < 1) return DL_E_ARG;
     if (w == 0) return DL_OK;
-    const int nt = n_rows * w < (1 << 15) ? 1 : (int)dl_max_i64(1, dl_min_i64(n_threads, n_rows));
+    const int nt = row_team(n_rows, w, n_threads);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #else

@@ -184,6 +184,21 @@ def test_parse_bytes():
         memory._parse_bytes("-1G")
 
 
+def _peak_of_round_3(sim) -> int:
+    """Bytes allocated at the peak of round 3 (tracemalloc), after rounds 0-2 made the kept
+    arrays."""
+    alg = sim.algorithm
+    for t in range(3):
+        alg.round(sim.sample, t)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        alg.round(sim.sample, 3)
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize("kw, most", [
     # NGC's one fresh array per round is its identity payload (the message's own copy)
     (dict(algorithm="ngc"), 1.3),
@@ -199,17 +214,8 @@ def test_ngc_rounds_reuse_their_work_arrays(kw, most):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sim = Simulator(RunConfig(peers=32, rounds=1, **kw))
-    alg = sim.algorithm
-    for t in range(3):
-        alg.round(sim.sample, t)
-    one = alg.comm.edges(3)[0].size * alg.model.dim * 4
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        alg.round(sim.sample, 3)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    one = sim.algorithm.comm.edges(3)[0].size * sim.algorithm.model.dim * 4
+    peak = _peak_of_round_3(sim)
     assert peak < most * one, (peak, one)
 
 
@@ -225,15 +231,6 @@ def test_server_rounds_reuse_their_work_arrays(kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sim = Simulator(RunConfig(peers=32, rounds=1, **kw))
-    alg = sim.algorithm
-    for t in range(3):
-        alg.round(sim.sample, t)
-    one = alg.n_clients * alg.model.dim * 4
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        alg.round(sim.sample, 3)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    one = sim.algorithm.n_clients * sim.algorithm.model.dim * 4
+    peak = _peak_of_round_3(sim)
     assert peak < 2 * one, (peak, one)
