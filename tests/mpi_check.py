@@ -10,6 +10,7 @@ writes what it got (rank 0) for the pytest side to compare with in-process refer
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -97,6 +98,28 @@ def primitives(out: Path) -> None:
         got[f"{name}_allreduce"] = allreduce(mine)
         got[f"{name}_broadcast"] = broadcast(mine, root=4)
     comm = ctx.comm
+    # shift and upload into a given out: the rows of a fresh result; a wrong out is refused.
+    from decentlearn import compress
+    ident, clients, source = compress.make("none"), np.arange(n), np.roll(np.arange(n), 1)
+    into = np.full_like(mine, np.nan)
+    assert comm.shift(mine, 0, source, out=into) is into
+    assert np.array_equal(into, comm.shift(mine, 0, source))
+    into = np.full((n, dim), np.nan, np.float32)
+    assert comm.upload(ident, ident.compress(mine), 0, clients, out=into) is into
+    assert np.array_equal(into, comm.upload(ident, ident.compress(mine), 0, clients))
+    for call, match in ((lambda: comm.shift(mine, 0, source, out=mine), "out must be an array"),
+                        (lambda: comm.shift(mine, 0, source, out=np.empty((n + 1, dim),
+                                                                          np.float32)),
+                         "out must be an array"),
+                        (lambda: comm.upload(ident, ident.compress(mine), 0, clients,
+                                             out=np.empty((n + 1, dim), np.float32)),
+                         f"out must have shape \\({n}, {dim}\\)")):
+        try:
+            call()
+        except ValueError as e:
+            assert re.search(match, str(e)), str(e)
+        else:
+            raise AssertionError(f"a bad out was accepted ({match})")
     # gather_rows then scatter_rows gives every rank its rows back (checkpoint and resume).
     state = np.random.default_rng(comm.rank).standard_normal((comm.n_peers, 3, 2))
     back = comm.scatter_rows(comm.gather_rows(state))

@@ -251,3 +251,24 @@ def test_skewscout_control_loop_and_bytes(target, periods):
         - st["probe_bytes"]
     if target == 1e-6:
         assert st["communications"] == 60
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_comm_shift_and_upload_into_out(dtype):
+    """The in-process shift and upload write into a given ``out`` what they return fresh (the
+    threaded float32 path and NumPy's for other dtypes), and refuse an ``out`` of another shape."""
+    comm = SimComm(topology.make("ring", 5))
+    X = np.arange(5 * 3, dtype=dtype).reshape(5, 3)
+    source = np.array([4, 0, 1, 2, 3])
+    out = np.full_like(X, -1)
+    assert comm.shift(X, 0, source, out=out) is out
+    np.testing.assert_array_equal(out, X[source])
+    with pytest.raises(ValueError):
+        comm.shift(X, 0, source, out=np.empty((4, 3), dtype))
+    ident, clients = compress.make("none"), np.arange(5)
+    G = np.arange(15, dtype=np.float32).reshape(5, 3)
+    up = np.full((5, 3), np.nan, np.float32)
+    assert comm.upload(ident, ident.compress(G), 0, clients, out=up) is up
+    np.testing.assert_array_equal(up, G)
+    with pytest.raises(ValueError, match="out"):
+        comm.upload(ident, ident.compress(G), 0, clients, out=np.empty((4, 3), np.float32))
