@@ -69,7 +69,7 @@ def epidemic(n: int, s: int, *, seed: int, kind: str) -> RoundTopology:
         peers = np.arange(n)
         # Row j: the S receivers k != j of sender j with the smallest keys hash_uniform(seed,
         # STREAM_MATCH, t, j, k), found row by row on the threads (no n x n matrix of keys: at
-        # 4,096 peers NumPy's took 1.6 s a round).
+        # 4,096 peers NumPy's took 0.76 s a round).
         targets = ops.hash_smallest(int(hash_u64(seed, STREAM_MATCH, t)[0]), n, s)
         adj = _pattern(n, targets.ravel(), np.repeat(peers, s))
         return column_weights(adj) if kind == "column" else row_weights(adj)
