@@ -287,6 +287,30 @@ class Algorithm(ABC):
                 kinds.update({f"{name}.{key}": own[key] for key in obj.state_dict()})
         return kinds
 
+    def _kept(self, name: str, shape: tuple[int, ...], k: int | None = None,
+              dtype=np.float32) -> np.ndarray:
+        """The work array ``self.<name>`` (its entry ``k`` when it is a list) of ``shape`` and
+        ``dtype``, made on first use and reused from round to round, so that no round faults in
+        the pages of fresh arrays (declare ``name`` in ``scratch``)."""
+        held = getattr(self, name, None)
+        buf = held if k is None else held[k]
+        if buf is None or buf.shape != shape or buf.dtype != dtype:
+            buf = np.empty(shape, dtype=dtype)
+            if k is None:
+                setattr(self, name, buf)
+            else:
+                held[k] = buf
+        return buf
+
+    def _spare_for(self, X: np.ndarray) -> np.ndarray:
+        """A matrix of X's shape and dtype, not X, to write X's successor into: the one kept in
+        ``self._spare`` (the matrix the last swap replaced; declare ``_spare`` in ``scratch``)
+        when it fits, else a new one."""
+        spare = getattr(self, "_spare", None)
+        if spare is None or spare.shape != X.shape or spare.dtype != X.dtype or spare is X:
+            spare = np.empty_like(X)
+        return spare
+
     def scratch_arrays(self) -> dict[str, np.ndarray]:
         """The work arrays of the algorithm and of its state objects (``scratch``), by name."""
         out = declared_scratch(self)

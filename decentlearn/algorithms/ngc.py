@@ -149,20 +149,6 @@ class NGC(Algorithm):
         lo = self.comm.peer0
         return int(np.count_nonzero((send >= lo) & (send < lo + self.comm.n_peers)))
 
-    def _kept(self, name: str, shape: tuple[int, ...], k: int | None = None) -> np.ndarray:
-        """The float32 work array ``self.<name>`` (its entry ``k`` when it is a list) of
-        ``shape``, made on first use and reused from round to round, so that no round faults in
-        the pages of fresh arrays."""
-        held = getattr(self, name)
-        buf = held if k is None else held[k]
-        if buf is None or buf.shape != shape:
-            buf = np.empty(shape, dtype=np.float32)
-            if k is None:
-                setattr(self, name, buf)
-            else:
-                held[k] = buf
-        return buf
-
     def _self_term(self, g_self: np.ndarray, t: int, n_edges: int) -> np.ndarray:
         """The self-gradient as it enters g~ (CompNGC may compress it); ``n_edges``: the
         round's number of directed edges (all processes)."""
@@ -171,10 +157,7 @@ class NGC(Algorithm):
     def _gossip(self, X: np.ndarray, t: int) -> np.ndarray:
         """Step 2: x + gamma (W_t x - x) from the replicas received in step 1 (no traffic); W_t x
         itself when gamma = 1."""
-        spare = self._spare
-        if spare is None or spare.shape != X.shape or spare is X:
-            spare = np.empty_like(X)
-        mixed = self.comm.combine(X, t, out=spare)
+        mixed = self.comm.combine(X, t, out=self._spare_for(X))
         if self.gamma != 1.0:  # (W x - x) gamma + x in NumPy's roundings, on the run's threads
             nt = self.comm.n_threads
             ops.axpby(1, mixed, -1, X, out=mixed, n_threads=nt)

@@ -102,10 +102,8 @@ class ServerAlgorithm(Algorithm):
         """``comm.upload`` of this process's clients' messages; every client's decoded row (in
         the work array ``_uploaded``, valid until the next upload). The bytes are counted by the
         communicator (``upload_bytes``) and in ``bytes_up``."""
-        shape = (np.asarray(clients).size, self.model.dim)
-        if self._uploaded is None or self._uploaded.shape != shape:
-            self._uploaded = np.empty(shape, dtype=np.float32)
-        decoded = self.comm.upload(compressor, payload, t, clients, out=self._uploaded)
+        out = self._kept("_uploaded", (np.asarray(clients).size, self.model.dim))
+        decoded = self.comm.upload(compressor, payload, t, clients, out=out)
         self.bytes_up += int(self.comm.total(int(np.sum(payload.row_nbytes, dtype=np.int64))))
         return decoded
 
@@ -173,11 +171,7 @@ class ServerAlgorithm(Algorithm):
         round) when ``a`` is C-contiguous."""
         if not a.flags.c_contiguous or a.dtype == object:
             return a[rows]
-        shape = (rows.size,) + a.shape[1:]
-        buf = getattr(self, name, None)
-        if buf is None or buf.shape != shape or buf.dtype != a.dtype:
-            buf = np.empty(shape, dtype=a.dtype)
-            setattr(self, name, buf)
+        buf = self._kept(name, (rows.size,) + a.shape[1:], dtype=a.dtype)
         return ops.take_rows(a, rows, out=buf, n_threads=self.comm.n_threads)
 
     def put_rows(self, a: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:

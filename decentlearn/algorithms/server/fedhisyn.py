@@ -137,11 +137,9 @@ class FedHiSyn(ServerAlgorithm):
             passing = hops > hop + 1
             if passing.any():
                 src = np.where(passing, source, np.arange(n))
-                spare = self._spare  # the matrix before the last shift: no fresh pages a hop
-                if spare is None or spare.shape != self.params.shape or spare is self.params:
-                    spare = np.empty_like(self.params)
-                self.params, self._spare = self.comm.shift(self.params, t, src, out=spare), \
-                    self.params
+                # into the matrix before the last shift: no fresh pages a hop
+                shifted = self.comm.shift(self.params, t, src, out=self._spare_for(self.params))
+                self.params, self._spare = shifted, self.params
         self.hops_done += int(hops[clients].sum())
         local, rows, _ = self.mine(clients)
         payload = self._identity.compress(self.rows_into("_upload", self.params, rows))
