@@ -219,10 +219,19 @@ int dl_batch_indices(int64_t P, int64_t B, const int64_t *perm, int64_t n_perm, 
     return DL_OK;
 }
 
-/* Stable ascending order of key[0:n) into ord (tmp: n more entries): a merge sort of indices,
- * equal keys in index order. */
+/* Stable ascending order of key[0:n) into ord (tmp: n more entries): an insertion sort up to 32
+ * keys, else a merge sort of indices; equal keys in index order either way (one order). */
 static void stable_order(const double *key, int64_t n, int64_t *ord, int64_t *tmp) {
     for (int64_t i = 0; i < n; i++) ord[i] = i;
+    if (n <= 32) { /* a short segment (the usual one): insertion sort, equal keys stay in order */
+        for (int64_t i = 1; i < n; i++) {
+            const double k = key[i];
+            int64_t j = i;
+            for (; j > 0 && key[ord[j - 1]] > k; j--) ord[j] = ord[j - 1];
+            ord[j] = i;
+        }
+        return;
+    }
     for (int64_t w = 1; w < n; w *= 2) {
         for (int64_t lo = 0; lo < n; lo += 2 * w) {
             const int64_t mid = dl_min_i64(lo + w, n), hi = dl_min_i64(lo + 2 * w, n);
