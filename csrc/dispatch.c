@@ -12,6 +12,7 @@
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* syscall() */
 #endif
+#include <stdio.h>
 #include <string.h>
 
 #include "dl.h"
@@ -175,6 +176,50 @@ int dl_set_isa(dl_isa_t isa) {
     if (isa < 0 || isa >= DL_ISA_COUNT || !dl_isa_supported(isa)) return DL_E_ARG;
     active = &tables[isa];
     return DL_OK;
+}
+
+/* The last-level cache's size in bytes: the highest level listed under
+ * /sys/devices/system/cpu/cpu0/cache (its `level` and `size` files, sizes such as "32768K"), 0 when
+ * unknown. Kernels keep outputs that fit in a part of it in the caches (gossip's stores). Read at
+ * import; dl_set_llc_bytes overrides it (tests, benchmarks). */
+static int64_t llc_bytes = -1;
+
+static int64_t read_llc_bytes(void) {
+    int64_t best = 0;
+#if defined(__linux__)
+    int best_level = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[80];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) break;
+        int level = 0;
+        const int got_level = fscanf(f, "%d", &level) == 1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        f = fopen(path, "r");
+        if (f == NULL) continue;
+        long long v = 0;
+        char unit = 0;
+        const int got = fscanf(f, "%lld%c", &v, &unit);
+        fclose(f);
+        if (!got_level || got < 1 || v <= 0 || v > (1LL << 30)) continue;
+        const int64_t scale = unit == 'K' ? 1 << 10 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1 << 30 : 1;
+        if (level > best_level) best_level = level, best = (int64_t)v * scale;
+    }
+#endif
+    return best;
+}
+
+int64_t dl_llc_bytes(void) {
+    if (llc_bytes < 0) llc_bytes = read_llc_bytes();
+    return llc_bytes;
+}
+
+int64_t dl_set_llc_bytes(int64_t n) {
+    const int64_t before = dl_llc_bytes();
+    llc_bytes = n < 0 ? read_llc_bytes() : n;
+    return before;
 }
 
 const dl_dispatch_t *dl_dispatch(void) {

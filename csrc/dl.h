@@ -418,6 +418,10 @@ const dl_dispatch_t *dl_dispatch(void);
 int dl_isa_supported(dl_isa_t isa);
 int dl_set_isa(dl_isa_t isa); /* DL_E_ARG when the CPU (or the build) lacks it */
 const char *dl_isa_name(dl_isa_t isa);
+/* The last-level cache's bytes (0: unknown), read once; dl_set_llc_bytes(n) sets it (n < 0: read
+ * again) and returns the value before. */
+int64_t dl_llc_bytes(void);
+int64_t dl_set_llc_bytes(int64_t n);
 
 /* gossip.c (ISA independent) */
 int dl_csr_check(const dl_csr_f32_t *w);

@@ -57,7 +57,7 @@
 
 #define DL_GOSSIP_RB 64        /* rows per tile */
 #define DL_GOSSIP_CW 1024      /* fewest columns per tile of the whole-row path */
-#define DL_GOSSIP_STREAM_BYTES (16 << 20) /* outputs at least this large bypass the caches */
+#define DL_GOSSIP_STREAM_BYTES (16 << 20) /* smaller outputs never bypass the caches */
 #ifndef DL_GOSSIP_SLAB
 #define DL_GOSSIP_SLAB (1 << 19) /* bytes of X a column block may span */
 #endif
@@ -357,10 +357,14 @@ int DL_CAT(dl_gossip_csr_f32, DL_SUFFIX)(const dl_csr_f32_t *w, int64_t dim, con
             reach = dl_max_i64(reach, d);
         }
     const int64_t live = dl_min_i64(2 * reach + 1, dl_max_i64(w->n_cols, 1));
-    /* Stream Y past the caches when it is too large to be read back from them soon. The packed
+    /* Stream Y past the caches when it is too large to be read back from them soon: at least
+     * DL_GOSSIP_STREAM_BYTES and over a quarter of the last-level cache (a D-PSGD round keeps four
+     * such matrices, X, Y, the gradients and the momentum; a 16-core Xeon's 300 MB L3 holds the
+     * 1024-peer MLP's 39 MB four times over, a 32 MB L3 does not). The packed
      * path streams only when its pieces of Y can start on cache lines (see below): short
      * unaligned pieces cost more streamed than the write-allocate reads they save. */
-    const int stream = (int64_t)4 * w->n_rows * dim >= DL_GOSSIP_STREAM_BYTES;
+    const int64_t y_bytes = (int64_t)4 * w->n_rows * dim;
+    const int stream = y_bytes >= DL_GOSSIP_STREAM_BYTES && y_bytes > dl_llc_bytes() / 4;
     /* (offsets into a sub-slab are int32: int64 ones measured slower) */
     const int packed = 4 * live * dim > DL_GOSSIP_SLAB && 4 * w->n_cols * dim > DL_GOSSIP_SLAB &&
                        w->n_cols <= INT32_MAX / DL_GOSSIP_SS;

@@ -25,6 +25,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     import_array();
     if (glue_isa_from_env() < 0) return NULL;
     (void)dl_dispatch();
+    (void)dl_llc_bytes(); /* read once, before any kernel runs on threads */
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     NonFiniteError = PyErr_NewExceptionWithDoc(

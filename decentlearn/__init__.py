@@ -137,6 +137,7 @@ def config() -> dict:
         "blas_wait": _BLAS_WAIT,
         "isa": core["isa"],
         "isa_supported": core["isa_supported"],
+        "llc_bytes": core["llc_bytes"],
         "numpy": np.__version__,
         "numpy_blas": _numpy_blas(),
     }

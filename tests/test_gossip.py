@@ -40,6 +40,47 @@ def rand_x(n, dim, seed=0):
     return np.random.default_rng(seed).standard_normal((n, dim), dtype=np.float32)
 
 
+@pytest.fixture(params=[0, 1 << 40], ids=["streamed", "cached"])
+def llc(request):
+    """The last-level cache size the kernels assume: 0 (large outputs bypass the caches, as on a
+    machine whose cache is unknown or small) or 1 TiB (every output stays in the caches)."""
+    before = _core.set_llc_bytes(request.param)
+    yield request.param
+    _core.set_llc_bytes(before)
+
+
+def _llc_from_sys():
+    """The highest cache level's size under /sys/devices/system/cpu/cpu0/cache, 0 if none."""
+    from pathlib import Path
+
+    best_level, best = 0, 0
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = int((d / "level").read_text())
+            text = (d / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        value = int(text.rstrip("KMG"))
+        if level > best_level:
+            best_level, best = level, value * scale
+    return best
+
+
+def test_llc_bytes_is_the_last_level_cache_in_sys():
+    """config()'s llc_bytes is the highest cache level's size that /sys lists (0 when none);
+    set_llc_bytes overrides it, returns the value before, re-reads with -1 and refuses < -1."""
+    assert _core.config()["llc_bytes"] == _llc_from_sys()
+    before = _core.set_llc_bytes(12345)
+    try:
+        assert before == _llc_from_sys() and _core.config()["llc_bytes"] == 12345
+        assert _core.set_llc_bytes(-1) == 12345 and _core.config()["llc_bytes"] == before
+        with pytest.raises(ValueError, match="n must be >= 0 or -1"):
+            _core.set_llc_bytes(-2)
+    finally:
+        _core.set_llc_bytes(-1)
+
+
 @pytest.mark.parametrize("n,dim", [(1, 1), (1, 7), (2, 33), (7, 0), (7, 1), (7, 63), (33, 65),
                                    (33, 1000), (3, 100_000), (64, 5000)])
 @pytest.mark.parametrize("graph", ["ring", "random"])
@@ -83,9 +124,10 @@ def test_a_column_does_not_depend_on_where_its_piece_starts(isa, graph):
 
 
 @pytest.mark.parametrize("offset", [0, 1, 3])
-def test_streaming_path_with_misaligned_out(isa, offset):
-    """A 20 MB output on a ring takes the non-temporal whole-row path; an out= that starts 4 or 12
-    bytes past a vector boundary exercises the peeled head. Same bits as 1 thread, and as ref."""
+def test_streaming_path_with_misaligned_out(isa, llc, offset):
+    """A 20 MB output on a ring takes the non-temporal whole-row path where the last-level cache
+    is under 80 MB (llc 0), the cached one where it is larger; an out= that starts 4 or 12 bytes
+    past a vector boundary exercises the peeled head. Same bits as 1 thread, and as ref."""
     n, dim = 200, 25_600
     W, X = ring_csr(n), rand_x(n, dim, seed=offset)
     raw = np.empty(n * dim + 16, dtype=np.float32)
@@ -104,7 +146,7 @@ def _out_at(n, dim, offset):
 
 @pytest.mark.parametrize("graph", ["exponential", "random"])
 @pytest.mark.parametrize("dim,offset", [(16384, 0), (16384, 1), (16384, 4), (16383, 1)])
-def test_packed_slabs(isa, graph, dim, offset):
+def test_packed_slabs(isa, llc, graph, dim, offset):
     """Far neighbours and a 19.7 MB output take the packed-slab path. Rows a multiple of 16 floats
     apart are streamed from slab boundaries shifted to out's cache lines (offset 0, 1 and 4 floats
     past one: no head, a 15- and a 12-column head); other widths are stored plainly. Same bits for

@@ -18,6 +18,9 @@
 #      (threads_diag): the first intermediate that differs between thread counts or ISA paths;
 #      benchmarks/bench_serial.py (serial): the time outside the C kernels per round, by layer
 #      pass and phase, at 1 thread and at the most threads (its share bounds the speed-up);
+#      benchmarks/ab_llc.py (ab_llc): gossip's outputs kept in a large last-level cache against
+#      streamed past it, alternated in one process; bench_threads.py at the most threads with
+#      GOMP_SPINCOUNT=10000 (decentlearn's) and 300000 (libgomp's), one process each (spin_ab);
 #   4. tools/blas_spin_diag.py (blas_spin, and blas_spin_fixed with OPENBLAS_THREAD_TIMEOUT=16):
 #      gemm_s8 alone and right after numpy's sgemm; `decentlearn bench gemm` with
 #      OPENBLAS_THREAD_TIMEOUT=4 (bench_gemm_nospin); decentlearn bench all --threads 16
@@ -91,6 +94,21 @@ want phases && step phases 45 $PY benchmarks/bench_phases.py --threads "$THREADS
 # the lent machines are noisy (speed-ups moved 2x between runs on 27 Nov 2026): a second run
 want threads_again && step threads_again 60 $PY benchmarks/bench_threads.py --threads "$THREADS" --repeat "$REPEAT" \
     "${TROUNDS[@]}" --out "$OUT/threads_again.json"
+# the cache rule of gossip's large outputs (kept in a last-level cache that holds four of them, or
+# streamed past it as before), the two variants alternated in one process, bit-identical
+want ab_llc && step ab_llc 60 $PY benchmarks/ab_llc.py --cases mlp-1024,mlp-256 --threads "1,$MAXT" \
+    --blocks 7 "${TROUNDS[@]}" --out "$OUT/ab_llc.json"
+# decentlearn's OpenMP spin count (GOMP_SPINCOUNT=10000) against libgomp's (300000) at the most
+# threads, one process each, alternated twice (libgomp reads it when it loads)
+if want spin_ab; then
+    for rep in 1 2; do
+        for spin in 10000 300000; do
+            step "spin_${spin}_$rep" 40 env GOMP_SPINCOUNT=$spin $PY benchmarks/bench_threads.py \
+                --cases mlp-256,cnn-64,mlp-1024 --threads "$MAXT" --repeat 5 "${TROUNDS[@]}" \
+                --out "$OUT/spin_${spin}_$rep.json"
+        done
+    done
+fi
 # the serial part of each round (outside the C kernels, by layer pass and phase) at 1 thread, whose
 # share caps the 16-thread speed-up (Amdahl), and at the most threads
 want serial && step serial 40 $PY benchmarks/bench_serial.py --threads 1 --parts "${TROUNDS[@]}" \

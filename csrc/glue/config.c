@@ -34,9 +34,10 @@ static PyObject *py_config(PyObject *self, PyObject *unused) {
 #else
     const char *compiler = "unknown";
 #endif
-    return Py_BuildValue("{s:s,s:N,s:O,s:i,s:i,s:s}", "isa", dl_dispatch()->name, "isa_supported",
-                         supported, "openmp", openmp ? Py_True : Py_False, "omp_max_threads",
-                         max_threads, "omp_version", omp_version, "compiler", compiler);
+    return Py_BuildValue("{s:s,s:N,s:O,s:i,s:i,s:s,s:L}", "isa", dl_dispatch()->name,
+                         "isa_supported", supported, "openmp", openmp ? Py_True : Py_False,
+                         "omp_max_threads", max_threads, "omp_version", omp_version, "compiler",
+                         compiler, "llc_bytes", (long long)dl_llc_bytes());
 }
 
 /* set_isa(name) forces an instruction-set path for every kernel (tests, benchmarks). */
@@ -83,10 +84,27 @@ int glue_isa_from_env(void) {
     return 0;
 }
 
+/* set_llc_bytes(n) -> the last-level cache size the kernels assumed before; n >= 0 sets it, -1
+ * reads it again (tests and benchmarks: it decides which outputs bypass the caches). */
+static PyObject *py_set_llc_bytes(PyObject *self, PyObject *args) {
+    long long n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "L:set_llc_bytes", &n)) return NULL;
+    if (n < -1) {
+        PyErr_Format(PyExc_ValueError, "set_llc_bytes: n must be >= 0 or -1 (read again), got %lld",
+                     n);
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)dl_set_llc_bytes((int64_t)n));
+}
+
 static PyMethodDef methods[] = {
     {"config", py_config, METH_NOARGS, "config() -> dict describing the build and active ISA."},
     {"set_isa", py_set_isa, METH_VARARGS,
      "set_isa(name): force 'generic', 'avx2', 'avx512', 'avx512vnni' or 'amx'."},
+    {"set_llc_bytes", py_set_llc_bytes, METH_VARARGS,
+     "set_llc_bytes(n) -> previous: the last-level cache size in bytes the kernels assume "
+     "(-1: read it again)."},
     {NULL, NULL, 0, NULL},
 };
 
