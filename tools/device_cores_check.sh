@@ -32,6 +32,11 @@
 #      --precision int8 round against fp32 for the MLP and the CNN (issue 24: >= 1.5x on VNNI,
 #      >= 2.5x with AMX), on the amx and the avx512vnni path;
 #   6. the default test suite with this machine's compiler (pytest; -n CPUs when xdist is there).
+# Step times on the lent 16-core Xeon (twelfth session, quiet host): build 17 s, threads 22 s
+# (THREADS_REPEAT=3) or 47 s (5), phases 10 s, serial 13 s, peaks 5 s, eval 6 s, stc_phases 1 s,
+# threads_diag 11 s, bench_all_max 19 s, bench_all_2 20 s, round_2 9 s, round_2_vnni 11 s, ab_llc
+# 46 s, spin_ab 20 s; starting a machine took 30-55 s of the lent time per call, and the machine
+# goes back 30 s after a call: calls made back to back skip the start.
 # Then, e.g.: run(command="bash tools/device_cores_check.sh", timeout_s=600), or
 #   run(command="STEPS=threads,eval,stc_phases,bench_all_max bash tools/device_cores_check.sh")
 # Environment: OUT (default /tmp/cores_check), THREADS (default 1,2,4,8,16), QUICK=1 (small
