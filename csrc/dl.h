@@ -418,8 +418,8 @@ const dl_dispatch_t *dl_dispatch(void);
 int dl_isa_supported(dl_isa_t isa);
 int dl_set_isa(dl_isa_t isa); /* DL_E_ARG when the CPU (or the build) lacks it */
 const char *dl_isa_name(dl_isa_t isa);
-/* The last-level cache's bytes (0: unknown), read once; dl_set_llc_bytes(n) sets it (n < 0: read
- * again) and returns the value before. */
+/* The last-level cache's bytes (0: unknown), read once at import; dl_set_llc_bytes(n) sets it (n < 0:
+ * read again) and returns the value before; call it only while no kernel runs (tests, benchmarks). */
 int64_t dl_llc_bytes(void);
 int64_t dl_set_llc_bytes(int64_t n);
 
