@@ -7,6 +7,7 @@
  * Threads split the elements (static schedule); each element is one operation.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "dl.h"
 
@@ -15,8 +16,18 @@
 
 int dl_relu_backward_f32(int64_t n, const float *dy, const float *y, float *dx, int n_threads) {
     if (n < 0 || n_threads < 1) return DL_E_ARG;
+    /* The factor 1.0f or 0.0f is made from y's bits (y > 0: bits in [1, 0x7f800000], +inf
+     * included, NaN and -0 not), so the compiler multiplies unconditionally and vectorizes; with
+     * `y > 0 ? 1.0f : 0.0f` it branched around the product (a mispredicted branch per element). */
 #pragma omp parallel for schedule(static) num_threads(n < DL_ACT_SERIAL ? 1 : n_threads)
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t yb, mb;
+        memcpy(&yb, y + i, sizeof yb);
+        mb = (uint32_t)-(int32_t)(yb - 1u < 0x7f800000u) & 0x3f800000u; /* 1.0f or +0.0f */
+        float m;
+        memcpy(&m, &mb, sizeof m);
+        dx[i] = dy[i] * m;
+    }
     return DL_OK;
 }
 

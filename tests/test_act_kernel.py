@@ -21,6 +21,10 @@ def test_relu_backward_matches_numpy_bitwise(n, threads):
         dy[:6] = [np.inf, -np.inf, np.nan, -1.0, np.inf, -2.0]
         y[:6] = [0.0, 1.0, 0.0, 0.0, 3.0, -0.0]
         y[6] = np.nan
+        # the kernel reads y > 0 from y's bits: +inf, the smallest subnormals of either sign and
+        # NaNs next to +inf's bits and with the sign bit set sit at the edges of that test
+        y[7:12] = np.array([0x7F800000, 0x00000001, 0x80000001, 0x7F800001, 0xFFC00000],
+                           np.uint32).view(np.float32)
     out = ops.relu_backward(dy, y, n_threads=threads)
     with np.errstate(invalid="ignore"):
         want = np.multiply(dy, y > 0)
