@@ -11,7 +11,9 @@ same (threadpoolctl); the time is the best of ``repeat`` blocks of rounds, in on
 speed-up is against 1 thread. The thread counts take their blocks in turn (one simulator per
 count, block i of every count before block i + 1 of any), so a noisy neighbour slows them alike
 (on the lent 16-core VMs one count measured alone moved 1.5x within a minute). The parameters
-after the timed rounds are compared across thread counts: they must be bit-identical.
+after the timed rounds are compared across thread counts: they must be bit-identical. A second
+line gives the median block and the speed-up of the medians: where the two lines disagree, the
+machine was noisy (on the lent 16-core VM the one-thread block moved most).
 Uses only the public facade (``decentlearn.sim``), so it runs on any version of the package.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -64,15 +67,15 @@ def _cpu() -> str:
 
 
 def measure(case: dict, counts: list[int], rounds: int,
-            repeat: int) -> list[tuple[float, np.ndarray]]:
-    """Per thread count of ``counts``: (best seconds per round, parameters after warm-up and all
-    timed rounds); the counts run their timed blocks in turn."""
+            repeat: int) -> list[tuple[float, float, np.ndarray]]:
+    """Per thread count of ``counts``: (best and median seconds per round over the timed blocks,
+    parameters after warm-up and all timed rounds); the counts run their timed blocks in turn."""
     sims = []
     for n in counts:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sims.append(Simulator(RunConfig(**{**BASE, **case, "threads": n})))
-    best = [float("inf")] * len(counts)
+    times: list[list[float]] = [[] for _ in counts]
     t = [0] * len(counts)
 
     def block(i: int, n_rounds: int) -> float:
@@ -90,8 +93,9 @@ def measure(case: dict, counts: list[int], rounds: int,
         block(i, 1)  # warm-up: first touch, caches
     for _ in range(repeat):
         for i in range(len(counts)):
-            best[i] = min(best[i], block(i, rounds))
-    return [(best[i], sims[i].algorithm.params.copy()) for i in range(len(counts))]
+            times[i].append(block(i, rounds))
+    return [(min(times[i]), statistics.median(times[i]), sims[i].algorithm.params.copy())
+            for i in range(len(counts))]
 
 
 def main() -> None:
@@ -110,18 +114,23 @@ def main() -> None:
         names = [f"mlp-256-{name}" for name in ALGORITHM_OPTIONS]
     for name in names:
         rows, ref = [], None
-        for n, (seconds, params) in zip(counts, measure(CASES[name], counts, args.rounds,
-                                                         args.repeat)):
+        for n, (seconds, median, params) in zip(counts, measure(CASES[name], counts, args.rounds,
+                                                                 args.repeat)):
             same = True if ref is None else bool(np.array_equal(params, ref))
             ref = params if ref is None else ref
-            rows.append({"threads": n, "ms_per_round": 1e3 * seconds, "bit_identical": same})
-        base = rows[0]["ms_per_round"]
+            rows.append({"threads": n, "ms_per_round": 1e3 * seconds,
+                         "ms_per_round_median": 1e3 * median, "bit_identical": same})
+        base, base_median = rows[0]["ms_per_round"], rows[0]["ms_per_round_median"]
         for row in rows:
             row["speedup"] = base / row["ms_per_round"]
+            row["speedup_median"] = base_median / row["ms_per_round_median"]
         report["cases"][name] = rows
         print(f"{name:>9}: " + "  ".join(
             f"{r['threads']}t {r['ms_per_round']:.2f} ms ({r['speedup']:.2f}x"
             f"{'' if r['bit_identical'] else ', DIFFERENT'})" for r in rows), flush=True)
+        print(f"{'median':>9}: " + "  ".join(
+            f"{r['threads']}t {r['ms_per_round_median']:.2f} ms ({r['speedup_median']:.2f}x)"
+            for r in rows), flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))
