@@ -35,7 +35,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--out")
     a = p.parse_args()
-    llc = _core.set_llc_bytes(-1)
+    llc = _core.config()["llc_bytes"]  # read from /sys at import
     print(f"CPU {_cpu()}; last-level cache {llc / 2**20:.0f} MiB (from /sys); ISA path "
           f"{_core.config()['isa']}", flush=True)
     variants = {"llc": llc, "llc=0": 0}
